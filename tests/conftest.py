@@ -1,0 +1,116 @@
+"""Shared pytest fixtures.
+
+Each block below is self-contained; add new fixtures as blocks of their own further down.
+"""
+
+# ------------------------------------------------------------------------------------------------
+# CPU traces: real Nsight Systems captures of the programs in tests/fixtures/cpu/, made at test
+# time by tests/fixtures/cpu/make_traces.sh (no GPU needed).
+#
+#   cpu_traces           -> Path of a folder holding
+#                             nvtx_edge_cases.nsys-rep / nvtx_edge_cases.sqlite
+#                             empty_capture.nsys-rep   / empty_capture.sqlite
+#                           generated once, then cached in tests/.cache/cpu-traces/<key>/ (the key
+#                           hashes the fixture sources and the nsys version, so edits regenerate).
+#   cpu_traces_expected  -> dict loaded from tests/fixtures/cpu/expected.json, the hand-written
+#                           description of what nvtx_edge_cases.c does.
+#
+# nsys is looked up as $NSYS, then PATH, then /opt/nsys-cpu/target-linux-x64/nsys. If none is
+# found the tests using cpu_traces are skipped, except when the CI environment variable is set
+# (to anything but "", 0, false, no): then they fail, since CI must really run them. A failure
+# of make_traces.sh itself always fails the tests.
+# ------------------------------------------------------------------------------------------------
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+CPU_FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures" / "cpu"
+_CPU_TRACES_CACHE = Path(__file__).resolve().parent / ".cache" / "cpu-traces"
+_CPU_TRACE_SOURCES = ("make_traces.sh", "nvtx_edge_cases.c", "empty_capture.c")
+_NSYS_DEFAULT = Path("/opt/nsys-cpu/target-linux-x64/nsys")
+
+
+def _ci_is_set() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _find_nsys() -> str | None:
+    candidates = [os.environ.get("NSYS"), shutil.which("nsys"), str(_NSYS_DEFAULT)]
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def _cpu_traces_key(nsys: str) -> str:
+    h = hashlib.sha256()
+    for name in _CPU_TRACE_SOURCES:
+        h.update(name.encode() + b"\0" + (CPU_FIXTURES_DIR / name).read_bytes() + b"\0")
+    version = subprocess.run(
+        [nsys, "--version"], capture_output=True, text=True, timeout=120
+    ).stdout.strip()
+    h.update(os.path.realpath(nsys).encode() + b"\0" + version.encode())
+    return h.hexdigest()[:16]
+
+
+@pytest.fixture(scope="session")
+def cpu_traces() -> Path:
+    nsys = _find_nsys()
+    if nsys is None:
+        msg = (
+            "nsys not found: set NSYS, put nsys on PATH, or install it to "
+            f"{_NSYS_DEFAULT} (tests/fixtures/cpu/make_traces.sh needs it)"
+        )
+        if _ci_is_set():
+            pytest.fail(msg + " -- CI is set, so the CPU trace tests must run", pytrace=False)
+        pytest.skip(msg)
+
+    dest = _CPU_TRACES_CACHE / _cpu_traces_key(nsys)
+    if (dest / ".complete").is_file():
+        return dest
+
+    # generate into a private folder, then move it into place in one step, so that a crash
+    # never leaves a half-made cache and parallel sessions do not trip over each other
+    _CPU_TRACES_CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=_CPU_TRACES_CACHE))
+    try:
+        proc = subprocess.run(
+            ["bash", str(CPU_FIXTURES_DIR / "make_traces.sh"), str(tmp)],
+            env={**os.environ, "NSYS": nsys},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if proc.returncode != 0:
+            pytest.fail(
+                f"tests/fixtures/cpu/make_traces.sh failed (exit {proc.returncode}):\n"
+                f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}",
+                pytrace=False,
+            )
+        (tmp / ".complete").write_text(proc.stdout)
+        if dest.exists() and not (dest / ".complete").is_file():
+            shutil.rmtree(dest, ignore_errors=True)
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not (dest / ".complete").is_file():  # not just another session finishing first
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def cpu_traces_expected() -> dict:
+    return json.loads((CPU_FIXTURES_DIR / "expected.json").read_text(encoding="utf-8"))
+
+
+# ------------------------------------------------------------------------------------------------
+# (other fixtures go below, each in a block of its own)
+# ------------------------------------------------------------------------------------------------
