@@ -1,0 +1,262 @@
+"""The `gemmscope` command: a thin click layer over the library.
+
+Exit codes: 0 fine, 1 a check found mismatches, 2 bad input or usage (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+import pandas as pd
+
+from gemmscope import kernels, reports, shapes, verify
+from gemmscope.errors import InputError
+from gemmscope.trace_parser import read_trace
+
+EXAMPLE_TRACE = Path(__file__).parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
+
+
+class _Group(click.Group):
+    """Turns InputError (and click's own usage errors) into one line and exit code 2."""
+
+    def main(self, *args, **kwargs):
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except InputError as exc:
+            click.echo(f"gemmscope: error: {exc}", err=True)
+            sys.exit(2)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("gemmscope: aborted", err=True)
+            sys.exit(2)
+        except click.ClickException as exc:
+            click.echo(f"gemmscope: error: {exc.format_message()}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="gemmscope")
+def main() -> None:
+    """Is the precision Transformer Engine was asked for the precision that ran?"""
+
+
+def _format_option(formats=reports.FORMATS):
+    return click.option("--format", "fmt", type=click.Choice(formats), default="table", show_default=True)
+
+
+def _emit(text: str) -> None:
+    click.echo(text, nl=False)
+
+
+# --- analyze / verify -------------------------------------------------------------------------
+
+@main.command()
+@click.argument("trace", required=False, type=click.Path(path_type=Path))
+@click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
+@click.option("--allow", multiple=True, metavar="PATTERN",
+              help="Shell pattern (kernel, TE module or NVTX range) whose mismatches are allowed; repeatable.")
+@_format_option()
+def analyze(trace: Path | None, expect: str | None, allow: tuple[str, ...], fmt: str) -> None:
+    """Every GEMM kernel of an nsys trace (.sqlite or .nsys-rep): precision, thread, NVTX ranges,
+    TE module and pass, and with --expect (or the recipe the run recorded) a verdict. Without TRACE:
+    a real H200 trace shipped with gemmscope, a small TE model trained in FP8 in which one block
+    runs with autocast disabled and the LM head is a plain torch.nn.Linear."""
+    if trace is None:
+        trace = EXAMPLE_TRACE
+        click.echo(f"(no trace given: analyzing the bundled example {trace.name})", err=True)
+    _check_and_report(trace, expect, allow, fmt, reports.analysis_document)
+
+
+def _check_and_report(trace_path: Path, expect, allow, fmt, document_fn) -> None:
+    trace = read_trace(trace_path)
+    result = verify.check(trace, expect, allow)
+    _emit(reports.render_verification(trace, result, fmt, document_fn(trace, result)))
+    sys.exit(1 if result.failed else 0)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--expect", type=click.Choice(verify.RECIPES),
+              help="Recipe every GEMM should run at; default: the recipe the run's te.autocast asked for.")
+@click.option("--allow", multiple=True, metavar="PATTERN",
+              help="Shell pattern (kernel, TE module or NVTX range) whose mismatches are allowed; repeatable.")
+@click.option("--trace", "trace_path", type=click.Path(path_type=Path),
+              help="Check an existing trace instead of running a command.")
+@click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a temporary folder).")
+@_format_option()
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def verify_cmd(expect, allow, trace_path, out, fmt, command) -> None:
+    """Run COMMAND (after --) under nsys with TE's NVTX ranges on, or read --trace, and check the
+    precision of every GEMM per TE module and pass. Exit 1 on any non-allowed FALLBACK."""
+    if trace_path is not None and command:
+        raise InputError("give either --trace FILE or a command after --, not both")
+    if trace_path is None:
+        if not command:
+            raise InputError("nothing to verify: give a command after -- or --trace FILE")
+        trace_path = _capture(list(command), out)
+    _check_and_report(trace_path, expect, allow, fmt, reports.verification_document)
+
+
+verify_cmd.name = "verify"
+main.add_command(verify_cmd)
+
+
+def _capture(command: list[str], out: Path | None) -> Path:
+    from gemmscope import nsys_runner
+
+    out = out or Path(tempfile.mkdtemp(prefix="gemmscope-verify-"))
+    out.mkdir(parents=True, exist_ok=True)
+    report = out / "trace.nsys-rep"
+    hook = str(Path(__file__).parent / "autocast_hook")
+    env = dict(os.environ, NVTE_NVTX_ENABLED="1",
+               PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
+    done = nsys_runner.profile(command, report, env)
+    if not report.exists():
+        raise InputError(f"nsys wrote no report for {' '.join(command)} (exit {done.returncode})")
+    if done.returncode != 0:
+        click.echo(f"gemmscope: note: the command exited {done.returncode}; checking what it ran", err=True)
+    click.echo(f"gemmscope: trace {report}", err=True)
+    return nsys_runner.export_sqlite(report)
+
+
+# --- shapes / kernel / scrub / doctor ------------------------------------------------------------
+
+def config_options(func):
+    """Model config sources shared by `shapes` and `profile`: a preset, an HF config.json, flags."""
+    options = [
+        click.option("--model", help=f"Preset: {', '.join(shapes.PRESETS)}."),
+        click.option("--config", "config_path", type=click.Path(), help="Hugging Face config.json."),
+        click.option("--hidden-size", type=int),
+        click.option("--intermediate-size", type=int),
+        click.option("--num-attention-heads", type=int),
+        click.option("--num-kv-heads", type=int),
+        click.option("--head-dim", type=int),
+        click.option("--num-layers", type=int),
+        click.option("--micro-batch-size", type=int),
+        click.option("--seq-len", type=int),
+        click.option("--vocab-size", type=int),
+        click.option("--activation", type=click.Choice(shapes.ACTIVATIONS)),
+        click.option("--tp", type=int, help="Tensor-parallel size."),
+        click.option("--num-experts", type=int),
+        click.option("--moe-top-k", type=int),
+        click.option("--lm-head", is_flag=True, help="Include the LM head GEMMs."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def plan_from_options(options: dict) -> tuple[shapes.ModelConfig, list[shapes.Gemm]]:
+    lm_head = options.pop("lm_head")
+    config = shapes.resolve_config(options.pop("model"), options.pop("config_path"), **options)
+    return config, shapes.plan(config, lm_head=lm_head)
+
+
+@main.command("shapes")
+@config_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table",
+              show_default=True)
+def shapes_cmd(fmt: str, **options) -> None:
+    """The GEMMs a transformer runs per training step: op, pass, M×K×N, FLOPs, count."""
+    config, plan = plan_from_options(options)
+    frame = shapes.plan_frame(plan)
+    if fmt == "json":
+        _emit(json.dumps([g.as_dict() for g in plan], indent=2) + "\n")
+    elif fmt == "csv":
+        _emit(frame.to_csv(index=False))
+    elif fmt == "markdown":
+        _emit(reports.markdown_table(frame))
+    else:
+        title = f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs"
+        reports.print_table(frame, title)
+
+
+@main.command("kernel")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
+    """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout."""
+    frame = kernels.decode_frame(pd.Series(list(names)))
+    if fmt == "json":
+        _emit(json.dumps([{k: reports._plain(v) for k, v in r.items()} for r in frame.to_dict("records")],
+                         indent=2) + "\n")
+    else:
+        reports.print_table(frame, "kernels")
+
+
+@main.command("scrub")
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path))
+def scrub_cmd(trace: Path, out: Path) -> None:
+    """Copy a trace without the environment, command line, user and host names nsys recorded."""
+    from gemmscope.scrub import scrub
+
+    click.echo(f"wrote {scrub(trace, out)}")
+
+
+@main.command()
+@click.option("--canary", is_flag=True,
+              help="Also run a tiny GEMM that asks for FP8 but runs BF16, under nsys, and check it is flagged.")
+def doctor(canary: bool) -> None:
+    """What this machine can do: nsys, GPU, Transformer Engine and each recipe's availability."""
+    from gemmscope import doctor as doctor_checks
+
+    reports.print_table(doctor_checks.checks(), "gemmscope doctor")
+    if canary:
+        flagged = doctor_checks.canary()
+        click.echo(flagged.message)
+        sys.exit(0 if flagged.ok else 1)
+
+
+# --- profile -----------------------------------------------------------------------------------
+
+EXAMPLE_RUN = Path(__file__).parent / "examples" / "h200-codonfm-5b"
+
+
+def _csv_choice(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = [v for v in items if v not in allowed]
+    if unknown or not items:
+        raise InputError(f"unknown {what} {', '.join(unknown) or '(none)'}: choose from {', '.join(allowed)}")
+    return items
+
+
+@main.command("profile")
+@config_options
+@click.option("--precisions", default=",".join(verify.RECIPES), show_default=True)
+@click.option("--modes", default="autocast,prequant", show_default=True)
+@click.option("--iters", type=click.IntRange(min=2), default=100, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True)
+@click.option("--no-nsys", is_flag=True, help="CUDA-event times only: no trace, no kernel times, no verdicts.")
+@click.option("--out", type=click.Path(path_type=Path), help="New run directory (default: ./gemmscope-run-<time>).")
+def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, **options) -> None:
+    """Every GEMM of the model through TE at each recipe and mode, under nsys: speedup tables
+    and, per GEMM, the kernel that ran and whether its precision is the one asked for. On a
+    machine without a GPU: the run shipped with gemmscope, re-derived from its trace."""
+    import time
+
+    from gemmscope import profile
+
+    started = time.perf_counter()
+    if not profile.gpu_available():
+        click.echo(f"gemmscope: no CUDA GPU here: showing the run shipped with gemmscope, "
+                   f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
+        reports.print_profile(profile.load_run(EXAMPLE_RUN))
+        return
+    precisions = _csv_choice(precisions, verify.RECIPES, "precision")
+    modes = _csv_choice(modes, profile.MODES, "mode")
+    config, plan = plan_from_options(options)
+    out = out or Path(time.strftime("gemmscope-run-%Y%m%d-%H%M%S"))
+    spec = profile.spec_for(config, plan, precisions, modes, iters, warmup)
+    run_dir = profile.run(spec, out, use_nsys=not no_nsys)
+    run = profile.load_run(run_dir)
+    wall_s = time.perf_counter() - started
+    reports.write_profile_reports(run, run_dir, wall_s)
+    reports.print_profile(run)
+    click.echo(f"gemmscope: run directory {run_dir} ({wall_s:.1f} s)", err=True)

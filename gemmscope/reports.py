@@ -1,0 +1,307 @@
+"""Turn analysis frames into what people read and attach: rich tables, JSON, CSV, Markdown."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from gemmscope.trace_parser import Trace
+from gemmscope.verify import Verification
+
+FORMATS = ("table", "json", "csv", "markdown")
+
+_GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges",
+                "te_module", "te_pass", "origin")
+
+
+def _plain(value: Any) -> Any:
+    """numpy/pandas scalars → JSON-able Python values (NaN → None)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or value is pd.NA:
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def gemm_records(result: Verification) -> list[dict]:
+    g = result.gemms.rename(columns={"name": "kernel", "start": "start_ns"})
+    fields = list(_GEMM_FIELDS) + (["expected", "verdict", "allowed"] if result.expected else [])
+    return [{f: _plain(row[f]) for f in fields} for row in g.to_dict("records")]
+
+
+def summary_document(result: Verification) -> dict:
+    g = result.gemms
+    doc: dict[str, Any] = {
+        "expected": result.expected,
+        "gemm_launches": len(g),
+        "gemm_time_ns": int(g["duration_ns"].sum()) if len(g) else 0,
+        "gemm_tail_time_ns": result.tails_ns,
+        "by_precision": {k: int(v) for k, v in g["precision"].value_counts().items()} if len(g) else {},
+        "by_module_pass": [{k: _plain(v) for k, v in r.items()} for r in result.summary.to_dict("records")],
+    }
+    if result.expected:
+        doc["verdicts"] = {k: int(v) for k, v in g["verdict"].value_counts().items()} if len(g) else {}
+        total = doc["gemm_time_ns"]
+        ok = g.loc[g["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "duration_ns"].sum() if len(g) else 0
+        doc["expected_time_share"] = _plain(ok / total) if total else None
+        doc["mismatches"] = len(result.mismatches)
+        doc["allowed"] = len(result.allowed)
+        if len(g) == 0:
+            doc["note"] = f"no GEMM kernel ran: nothing ran at {result.expected}"
+    elif len(g) == 0:
+        doc["note"] = "no GEMM kernel in this trace"
+    return doc
+
+
+def analysis_document(trace: Trace, result: Verification) -> dict:
+    """`gemmscope analyze --format json`: meta, one object per GEMM launch, summary."""
+    meta = {
+        "trace": str(trace.path),
+        "nsys_version": trace.meta["nsys_version"],
+        "schema_version": trace.meta["schema_version"],
+        "gpus": [{k: _plain(v) for k, v in g.items()} for g in trace.meta["gpus"]],
+    }
+    return {"meta": meta, "gemms": gemm_records(result), "summary": summary_document(result)}
+
+
+def verification_document(trace: Trace, result: Verification) -> dict:
+    """`gemmscope verify --format json`: summary and the non-allowed mismatches."""
+    mismatches = [r for r in gemm_records(result) if r.get("verdict") == "FALLBACK" and not r["allowed"]]
+    allowed = [r for r in gemm_records(result) if r.get("verdict") == "FALLBACK" and r["allowed"]]
+    doc = analysis_document(trace, result)
+    return {"meta": doc["meta"], "summary": doc["summary"], "mismatches": mismatches, "allowed": allowed}
+
+
+def _summary_frame(result: Verification) -> pd.DataFrame:
+    s = result.summary.copy()
+    if s.empty:
+        return s
+    s["gemm_time_ms"] = s.pop("gemm_time_ns") / 1e6
+    if "expected_time_share" in s:
+        s["expected_time_share"] = (s["expected_time_share"] * 100).round(1).astype(str) + " %"
+    return s
+
+
+def _mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
+    rows = result.allowed if allowed else result.mismatches
+    return pd.DataFrame(
+        {
+            "kernel": rows["name"],
+            "precision": rows["precision"],
+            "module": rows["te_module"].fillna(rows["origin"].map({"te": "(TE)", "outside-te": "(outside TE)"})),
+            "pass": rows["te_pass"],
+            "start_ns": rows["start"],
+            "duration_us": rows["duration_ns"] / 1e3,
+            "ranges": rows["ranges"].map(" > ".join),
+        }
+    )
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "_(none)_\n"
+    cells = [[_cell(v) for v in row] for row in frame.itertuples(index=False)]
+    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+    return "\n".join([header, rule, *body]) + "\n"
+
+
+def _cell(value: Any) -> str:
+    value = _plain(value)
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def rich_table(frame: pd.DataFrame, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in frame.columns:
+        numeric = pd.api.types.is_numeric_dtype(frame[column])
+        table.add_column(str(column), justify="right" if numeric else "left", overflow="fold")
+    for row in frame.itertuples(index=False):
+        table.add_row(*(_cell(v) for v in row))
+    return table
+
+
+def print_table(frame: pd.DataFrame, title: str) -> None:
+    Console(width=200).print(rich_table(frame, title))
+
+
+def _headline(trace: Trace, result: Verification) -> str:
+    doc = summary_document(result)
+    gpus = ", ".join(f"{g['name']} ({g['sm']})" for g in trace.meta["gpus"]) or "GPU unknown"
+    line = (f"{trace.path.name}: nsys {trace.meta['nsys_version']}, {gpus}; "
+            f"{doc['gemm_launches']} GEMM launches, {doc['gemm_time_ns'] / 1e6:.3f} ms of GEMM kernels")
+    if result.expected:
+        share = doc["expected_time_share"]
+        line += (f"; expected {result.expected}: {doc['mismatches']} mismatch(es), {doc['allowed']} allowed"
+                 + (f", {share * 100:.1f} % of GEMM time at the expected precision" if share is not None else ""))
+    if "note" in doc:
+        line += f"; {doc['note']}"
+    return line
+
+
+def render_verification(trace: Trace, result: Verification, fmt: str, document: dict) -> str:
+    """Text of an analyze/verify result in `fmt`; `document` is its JSON form."""
+    if fmt == "json":
+        return json.dumps(document, indent=2) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        frame = pd.DataFrame(gemm_records(result))
+        if not frame.empty:
+            frame["ranges"] = frame["ranges"].map(" > ".join)
+        frame.to_csv(buf, index=False)
+        return buf.getvalue()
+    sections = [("GEMMs per module and pass", _summary_frame(result))]
+    if result.expected:
+        sections.append(("Mismatches (requested precision did not run)", _mismatch_frame(result, False)))
+        if len(result.allowed):
+            sections.append(("Allowed mismatches", _mismatch_frame(result, True)))
+    if fmt == "markdown":
+        parts = [f"# gemmscope: {trace.path.name}\n", _headline(trace, result) + "\n"]
+        for title, frame in sections:
+            parts += [f"\n## {title}\n", markdown_table(frame)]
+        return "\n".join(parts)
+    console = Console(file=io.StringIO(), width=160, record=True)
+    console.print(_headline(trace, result))
+    for title, frame in sections:
+        console.print(rich_table(frame, title) if not frame.empty else f"{title}: none")
+    return console.export_text()
+
+
+# --- profile runs ---------------------------------------------------------------------------------
+
+def _num(value: float, digits: int = 3) -> str:
+    return "" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def profile_pass_tables(run) -> list[tuple[str, pd.DataFrame]]:
+    """One table per mode and pass, a row per GEMM and precision: times, TFLOP/s, the kernel
+    that ran and the verdict (or why the entry did not run)."""
+    tables = []
+    for (mode, pass_), grp in run.gemms.groupby(["mode", "pass"], sort=False):
+        frame = pd.DataFrame({
+            "op": grp["op"],
+            "shape (MxKxN)": [f"{m}x{k}x{n}" for m, k, n in zip(grp["m"], grp["k"], grp["n"])],
+            "precision": grp["precision"],
+            "e2e ms": grp["e2e_ms"].map(_num),
+            "IQR ms": grp["e2e_iqr_ms"].map(_num),
+            "kernel ms": grp["kernel_ms"].map(_num),
+            "overhead ms": grp["overhead_ms"].map(_num),
+            "TFLOP/s": grp["tflops"].map(lambda v: _num(v, 0)),
+            "% peak": grp["pct_of_peak"].map(lambda v: _num(v, 0)),
+            "kernel": grp["kernel"].fillna(""),
+            "verdict": [v if isinstance(v, str) else f"{s}: {r}" if s != "ok" else ""
+                        for v, s, r in zip(grp["verdict"], grp["status"], grp["reason"])],
+        })
+        tables.append((f"{mode}: {pass_}", frame))
+    return tables
+
+
+def profile_summary_tables(run) -> list[tuple[str, pd.DataFrame]]:
+    layer = run.per_layer().reset_index()
+    full = run.full_model().reset_index()
+    speedups = run.speedups()
+    per_layer = pd.DataFrame({
+        "mode": layer["mode"], "precision": layer["precision"],
+        "e2e ms": layer["e2e_ms"].map(_num), "kernel ms": layer["kernel_ms"].map(_num),
+        "overhead ms": layer["overhead_ms"].map(_num),
+        "speedup vs bf16": [_num(speedups.get(m, {}).get(p), 2) + "x" if speedups.get(m, {}).get(p) else
+                            ("1.00x" if p == "bf16" else "") for m, p in zip(layer["mode"], layer["precision"])],
+        "not run": layer["not_ok"], "flagged": layer["flagged"],
+    })
+    model = pd.DataFrame({"mode": full["mode"], "precision": full["precision"],
+                          "e2e ms per step": full["e2e_ms"].map(_num)})
+    tables = [(f"Per layer ({run.plan['model']})", per_layer),
+              (f"Full model: {run.plan['num_layers']} layers, one step's GEMMs", model)]
+    if not run.memory.empty:
+        tables.append(("GPU memory while each precision ran (peak above baseline, MiB)",
+                       run.memory.assign(peak_mib=run.memory["peak_mib"].map(lambda v: _num(v, 0)))))
+    return tables
+
+
+def results_document(run, wall_s: float | None) -> dict:
+    """`results.json` of a profile run."""
+    gemms = [{k: _plain(v) for k, v in r.items()} for r in run.gemms.to_dict("records")]
+    return {
+        "device": run.device,
+        "wall_s": wall_s,
+        "model": run.plan["model"],
+        "num_layers": run.plan["num_layers"],
+        "speedups": {m: {p: _plain(v) for p, v in d.items()} for m, d in run.speedups().items()},
+        "per_layer": [{k: _plain(v) for k, v in r.items()} for r in run.per_layer().reset_index().to_dict("records")],
+        "full_model": [{k: _plain(v) for k, v in r.items()} for r in run.full_model().reset_index().to_dict("records")],
+        "memory": [{k: _plain(v) for k, v in r.items()} for r in run.memory.to_dict("records")],
+        "gemms": gemms,
+    }
+
+
+def print_profile(run) -> None:
+    console = Console(width=200)
+    console.print(f"gemmscope profile: {run.plan['model']} on {run.device['name']} ({run.device['sm']})")
+    for title, frame in profile_pass_tables(run) + profile_summary_tables(run):
+        console.print(rich_table(frame, title))
+
+
+def profile_markdown(run, wall_s: float | None) -> str:
+    parts = [f"# gemmscope profile: {run.plan['model']} on {run.device['name']} ({run.device['sm']})\n"]
+    if wall_s is not None:
+        parts.append(f"Whole run (workload under nsys, export, analysis): {wall_s:.1f} s.\n")
+    parts.append("e2e: CUDA-event time per iteration (median over the timed loop); kernel: GEMM kernels "
+                 "from the trace; overhead: every other kernel inside the timed range (quantization).\n")
+    for title, frame in profile_summary_tables(run) + profile_pass_tables(run):
+        parts += [f"\n## {title}\n", markdown_table(frame)]
+    return "\n".join(parts)
+
+
+def profile_png(run, path) -> None:
+    """Per-layer stacked bars, GEMM kernels vs quantization overhead, per mode and precision;
+    a precision with flagged GEMMs is outlined in red and labelled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layer = run.per_layer().reset_index()
+    labels = [f"{m}\n{p}" for m, p in zip(layer["mode"], layer["precision"])]
+    kernel = layer["kernel_ms"].fillna(0)
+    overhead = layer["overhead_ms"].fillna(0)
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(layer)), 4.5))
+    ax.bar(labels, kernel, label="GEMM kernels", color="#4C72B0")
+    ax.bar(labels, overhead, bottom=kernel, label="quantization / other kernels", color="#DD8452")
+    for i, row in layer.iterrows():
+        if row["not_ok"]:
+            ax.text(i, 0, "not run", ha="center", va="bottom", rotation=90, fontsize=8)
+        elif row["flagged"]:
+            ax.bar(labels[i], kernel[i] + overhead[i], fill=False, edgecolor="red", linewidth=2)
+            ax.text(i, kernel[i] + overhead[i], f"{row['flagged']} flagged", ha="center", va="bottom",
+                    color="red", fontsize=8)
+    ax.set_ylabel("ms per layer (one step's GEMMs)")
+    ax.set_title(f"{run.plan['model']} on {run.device['name']}: per-layer GEMM time")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_profile_reports(run, run_dir, wall_s: float | None) -> None:
+    """results.json, report.md and report.png into the run directory."""
+    from pathlib import Path
+
+    run_dir = Path(run_dir)
+    (run_dir / "results.json").write_text(json.dumps(results_document(run, wall_s), indent=1) + "\n")
+    (run_dir / "report.md").write_text(profile_markdown(run, wall_s))
+    profile_png(run, run_dir / "report.png")
