@@ -1,0 +1,100 @@
+"""Benchmark: gemmscope's kernel-only GEMM time (from the nsys trace) against a bare PyTorch loop
+timed with CUDA events in the same process, for a few shapes in BF16 and FP8. Needs a GPU, TE
+and nsys. Prints one row per shape and precision; the two should agree within a few percent.
+
+    python benchmarks/kernel_time_vs_bare_loop.py [--iters 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (15872, 4096, 12288), (15872, 16384, 4096))
+PRECISIONS = ("bf16", "fp8-current")
+BARE_PREFIX = "bare|"
+
+
+def bare_loop_ms(precision: str, m: int, k: int, n: int, iters: int, warmup: int) -> float:
+    """Median per-iteration CUDA-event time of torch.matmul / torch._scaled_mm, X·Wᵀ as TE's
+    fprop computes it (W stored out×in, so its transpose is column-major, as cuBLAS FP8 wants)."""
+    import torch
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    if precision == "bf16":
+        def step():
+            return x @ w.t()
+    else:
+        x8, w8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda")
+
+        def step():
+            return torch._scaled_mm(x8, w8.t(), one, one, out_dtype=torch.bfloat16)
+    for _ in range(warmup):
+        step()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    events[0].record()
+    for i in range(iters):
+        step()
+        events[i + 1].record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in zip(events, events[1:]))
+
+
+def inner(iters: int) -> None:
+    """Runs under nsys: gemmscope's prequantized fprop entries, then the bare loops."""
+    import torch
+
+    from gemmscope.workload import PLAN_PREFIX, Entry, run_entry, warm_up_gpu
+
+    gemms = [{"op": f"shape{i}", "pass": "fprop", "m": m, "k": k, "n": n, "count": 1}
+             for i, (m, k, n) in enumerate(SHAPES)]
+    torch.cuda.nvtx.mark(PLAN_PREFIX + json.dumps({"model": "bench", "num_layers": 1, "gemms": gemms}))
+    warm_up_gpu(3.0)
+    for g in gemms:
+        for precision in PRECISIONS:
+            run_entry(Entry(g["op"], "fprop", g["m"], g["k"], g["n"], precision, "prequant", iters), warmup=10)
+            ms = bare_loop_ms(precision, g["m"], g["k"], g["n"], iters, warmup=10)
+            torch.cuda.nvtx.mark(f"{BARE_PREFIX}op={g['op']}|precision={precision}|ms={ms}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=100)
+    parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:
+        inner(args.iters)
+        return
+
+    from gemmscope import nsys_runner
+    from gemmscope.profile import analyze_run
+    from gemmscope.trace_parser import read_trace
+
+    report = Path(tempfile.mkdtemp(prefix="gemmscope-bench-")) / "bench.nsys-rep"
+    done = nsys_runner.profile([sys.executable, __file__, "--inner", "--iters", str(args.iters)], report)
+    if done.returncode != 0:
+        sys.exit(f"benchmark workload failed (exit {done.returncode})")
+    trace = read_trace(nsys_runner.export_sqlite(report))
+    run = analyze_run(trace)
+    bare = {}
+    for name in trace.nvtx["name"].dropna():
+        if name.startswith(BARE_PREFIX):
+            fields = dict(part.split("=", 1) for part in name[len(BARE_PREFIX):].split("|"))
+            bare[(fields["op"], fields["precision"])] = float(fields["ms"])
+    print(f"{run.device['name']}: gemmscope kernel-only time (trace) vs bare torch loop (CUDA events), "
+          f"{args.iters} iterations each")
+    print(f"{'shape (MxKxN)':>20} {'precision':>12} {'gemmscope ms':>13} {'bare ms':>9} {'ratio':>7}  kernel")
+    for row in run.gemms.itertuples():
+        ms = bare[(row.op, row.precision)]
+        print(f"{row.m}x{row.k}x{row.n:>6} {row.precision:>12} {row.kernel_ms:>13.4f} {ms:>9.4f} "
+              f"{row.kernel_ms / ms:>7.3f}  {row.kernel}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+"""`gemmscope profile`: the plan's GEMMs through TE at each recipe and mode, read back from the trace.
+
+`run` writes a spec, runs `gemmscope.workload` under nsys and exports the trace; `analyze_run`
+derives everything from the trace alone (the workload leaves its plan, its CUDA-event timings
+and each entry's status in NVTX marks), so a run directory can be re-analyzed anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from gemmscope import shapes
+from gemmscope.errors import InputError
+from gemmscope.trace_parser import Trace, launches, read_trace
+from gemmscope.verify import RECIPES, verdict
+
+RANGE_PREFIX = "gemmscope.gemm|"
+WARMUP_PREFIX = "gemmscope.warmup|"
+RESULT_PREFIX = "gemmscope.result|"
+PLAN_PREFIX = "gemmscope.plan|"
+MODES = ("autocast", "prequant")
+
+# Dense tensor-core peaks (TFLOP/s) from NVIDIA's datasheets, by device and operand width; the
+# first device whose name contains the key applies (so "H100 PCIe" before "H100").
+DEVICE_PEAKS = (
+    ("H100 PCIe", {"tf32": 378.0, "16-bit": 756.0, "8-bit": 1513.0}),
+    ("H100", {"tf32": 494.7, "16-bit": 989.4, "8-bit": 1978.9}),
+    ("H200", {"tf32": 494.7, "16-bit": 989.4, "8-bit": 1978.9}),
+    ("GB200", {"tf32": 1250.0, "16-bit": 2500.0, "8-bit": 5000.0, "4-bit": 10000.0}),
+    ("B200", {"tf32": 1100.0, "16-bit": 2250.0, "8-bit": 4500.0, "4-bit": 9000.0}),
+)
+_WIDTH = {"tf32": "tf32", "bf16": "16-bit", "fp16": "16-bit", "fp8": "8-bit", "fp8-rowwise": "8-bit",
+          "fp8-block": "8-bit", "mxfp8": "8-bit", "nvfp4": "4-bit", "mxfp4": "4-bit"}
+
+
+def peak_tflops(device_name: str, precision: str) -> float | None:
+    for key, peaks in DEVICE_PEAKS:
+        if key in device_name:
+            return peaks.get(_WIDTH.get(precision, ""))
+    return None
+
+
+def parse_label(text: str) -> dict:
+    """`prefix|key=value|…|reason=free text` → dict (numbers as numbers; reason may hold '|')."""
+    body = text.split("|", 1)[1]
+    head, sep, reason = body.partition("|reason=")
+    fields = dict(part.split("=", 1) for part in head.split("|"))
+    if sep:
+        fields["reason"] = reason
+    for key in ("m", "k", "n", "iters"):
+        if key in fields:
+            fields[key] = int(fields[key])
+    for key in ("e2e_ms", "e2e_iqr_ms", "e2e_mean_ms"):
+        if key in fields:
+            fields[key] = float(fields[key])
+    return fields
+
+
+_KEY = ["op", "pass", "precision", "mode", "m", "k", "n"]
+
+
+@dataclass
+class ProfileRun:
+    """One profile run, as re-derived from its trace."""
+
+    device: dict
+    plan: dict
+    gemms: pd.DataFrame
+    memory: pd.DataFrame
+
+    def speedups(self) -> dict:
+        """Per mode, per recipe: per-layer time speedup over BF16 (None where any GEMM of either
+        is not ok: a missing measurement is never summed as 0)."""
+        layer = self.per_layer()
+        out: dict = {}
+        for mode in layer.index.get_level_values("mode").unique():
+            base = layer.loc[(mode, "bf16"), "e2e_ms"] if (mode, "bf16") in layer.index else None
+            out[mode] = {}
+            for precision in layer.loc[mode].index:
+                if precision == "bf16":
+                    continue
+                t = layer.loc[(mode, precision), "e2e_ms"]
+                out[mode][precision] = (base / t) if base is not None and pd.notna(base) and pd.notna(t) else None
+        return out
+
+    def per_layer(self) -> pd.DataFrame:
+        """Per mode and precision: the sum over one layer's GEMMs (NaN unless all are ok)."""
+        g = self.gemms[self.gemms["per_layer"]]
+        rows = []
+        for (mode, precision), grp in g.groupby(["mode", "precision"], sort=False):
+            complete = (grp["status"] == "ok").all()
+            row = {"mode": mode, "precision": precision, "gemms": len(grp),
+                   "not_ok": int((grp["status"] != "ok").sum())}
+            for column in ("e2e_ms", "kernel_ms", "overhead_ms"):
+                row[column] = grp[column].sum() if complete else math.nan
+            row["flagged"] = int((grp["verdict"] == "FALLBACK").sum())
+            rows.append(row)
+        return pd.DataFrame(rows).set_index(["mode", "precision"])
+
+    def full_model(self) -> pd.DataFrame:
+        """Per mode and precision: Σ time × count over the plan (one training step's GEMMs)."""
+        rows = []
+        for (mode, precision), grp in self.gemms.groupby(["mode", "precision"], sort=False):
+            complete = (grp["status"] == "ok").all()
+            rows.append({"mode": mode, "precision": precision,
+                         "e2e_ms": (grp["e2e_ms"] * grp["count"]).sum() if complete else math.nan})
+        return pd.DataFrame(rows).set_index(["mode", "precision"])
+
+
+def analyze_run(trace: Trace) -> ProfileRun:
+    """A profile run from its trace alone: plan and CUDA-event results from the workload's NVTX
+    marks, kernel and overhead times from the kernels launched inside each timed range."""
+    marks = trace.nvtx.loc[trace.nvtx["kind"] == "mark", "name"].dropna()
+    plans = [n for n in marks if n.startswith(PLAN_PREFIX)]
+    if not plans:
+        raise InputError(f"{trace.path} is not a gemmscope profile trace (no gemmscope.plan mark)")
+    gpu = trace.meta["gpus"][0] if trace.meta["gpus"] else {"name": "unknown", "sm": None}
+    results = [n for n in marks if n.startswith(RESULT_PREFIX)]
+    return _run_from(json.loads(plans[0][len(PLAN_PREFIX):]), results, {"name": gpu["name"], "sm": gpu["sm"]},
+                     _measured(trace), _memory_by_precision(trace))
+
+
+def analyze_events(events: dict) -> ProfileRun:
+    """A run made without nsys: CUDA-event times only (no kernel, overhead or verdict)."""
+    return _run_from(events["plan"], events["results"], events["device"], {}, pd.DataFrame())
+
+
+def _run_from(plan: dict, result_marks: list[str], device: dict, measured: dict, memory: pd.DataFrame) -> ProfileRun:
+    sm = int(device["sm"][2:]) if device.get("sm") else None
+    counts = {(g["op"], g["pass"]): g["count"] for g in plan["gemms"]}
+    per_layer_ops = {(g["op"], g["pass"]) for g in plan["gemms"] if g["count"] == plan["num_layers"]}
+    rows = []
+    for r in map(parse_label, result_marks):
+        label = RANGE_PREFIX + "|".join(f"{k}={r[k]}" for k in (*_KEY, "iters"))
+        m = measured.get(label, {})
+        flops = 2 * r["m"] * r["k"] * r["n"]
+        row = {k: r[k] for k in _KEY} | {
+            "iters": r["iters"], "status": r["status"], "reason": r.get("reason"),
+            "count": counts.get((r["op"], r["pass"]), 1),
+            "per_layer": (r["op"], r["pass"]) in per_layer_ops, "flops": flops,
+            "e2e_ms": r.get("e2e_ms", math.nan), "e2e_iqr_ms": r.get("e2e_iqr_ms", math.nan),
+            "e2e_mean_ms": r.get("e2e_mean_ms", math.nan),
+            "kernel": m.get("kernel"), "kernel_precision": m.get("precision"),
+            "kernel_ms": m.get("kernel_ms", math.nan), "kernel_median_ms": m.get("kernel_median_ms", math.nan),
+            "kernel_iqr_ms": m.get("kernel_iqr_ms", math.nan), "overhead_ms": m.get("overhead_ms", math.nan),
+            "e2e_trace_ms": m.get("e2e_trace_ms", math.nan), "gemm_launches": m.get("gemm_launches", 0),
+        }
+        # A verdict needs the trace's kernels; an entry that did not run has none.
+        row["verdict"] = verdict(m.get("precision"), r["precision"], sm) if r["status"] == "ok" and m else None
+        row["tflops"] = flops / (row["e2e_ms"] * 1e-3) / 1e12 if r["status"] == "ok" else math.nan
+        peak = peak_tflops(device["name"], r["precision"])
+        row["pct_of_peak"] = 100 * row["tflops"] / peak if peak else math.nan
+        rows.append(row)
+    if not rows:
+        raise InputError("the run holds no gemmscope results: the workload stopped before its first GEMM")
+    return ProfileRun(device=device, plan=plan, gemms=pd.DataFrame(rows), memory=memory)
+
+
+def _measured(trace: Trace) -> dict[str, dict]:
+    """Per timed range: the GEMM kernels it launched and the rest (quantization overhead)."""
+    k = launches(trace)
+    k["timed"] = k["ranges"].map(lambda names: next((n for n in names if n.startswith(RANGE_PREFIX)), None))
+    k = k[k["timed"].notna()]
+    out = {}
+    for label, grp in k.groupby("timed"):
+        iters = int(parse_label(label)["iters"])
+        gemm = grp[grp["role"] == "gemm"]
+        tails = grp[grp["role"] == "gemm-tail"]
+        rest = grp[~grp["role"].isin(["gemm", "gemm-tail"])]
+        q = gemm["duration_ns"].quantile([0.25, 0.5, 0.75]) / 1e6 if len(gemm) else None
+        out[label] = {
+            "kernel": gemm["name"].mode().iat[0] if len(gemm) else None,
+            "precision": gemm["precision"].mode().iat[0] if len(gemm) else None,
+            "gemm_launches": len(gemm),
+            "kernel_ms": (gemm["duration_ns"].sum() + tails["duration_ns"].sum()) / iters / 1e6,
+            "kernel_median_ms": q[0.5] if q is not None else math.nan,
+            "kernel_iqr_ms": (q[0.75] - q[0.25]) if q is not None else math.nan,
+            "overhead_ms": rest["duration_ns"].sum() / iters / 1e6,
+            "e2e_trace_ms": (grp["end"].max() - grp["start"].min()) / iters / 1e6,
+        }
+    return out
+
+
+def _memory_by_precision(trace: Trace) -> pd.DataFrame:
+    """Peak GPU memory above the baseline while each (mode, precision) ran, from the trace's
+    memory events (the workload empties PyTorch's cache after every entry)."""
+    mem = trace.memory[trace.memory["mem_kind"] == 2].sort_values("start")  # device memory
+    live = mem["delta_bytes"].cumsum()
+    spans = trace.nvtx[trace.nvtx["name"].fillna("").str.startswith((WARMUP_PREFIX, RESULT_PREFIX))]
+    rows = []
+    labels = spans["name"].map(parse_label)
+    keyed = spans.assign(mode=labels.map(lambda f: f["mode"]), precision=labels.map(lambda f: f["precision"]))
+    for (mode, precision), grp in keyed.groupby(["mode", "precision"], sort=False):
+        t0, t1 = grp["start"].min(), grp["start"].max()
+        before = live[mem["start"] < t0]
+        inside = live[(mem["start"] >= t0) & (mem["start"] <= t1)]
+        base = before.iat[-1] if len(before) else 0
+        rows.append({"mode": mode, "precision": precision,
+                     "peak_mib": (inside.max() - base) / 2**20 if len(inside) else 0.0})
+    return pd.DataFrame(rows)
+
+
+# --- running ---------------------------------------------------------------------------------
+
+def spec_for(config: shapes.ModelConfig, plan: list[shapes.Gemm], precisions, modes, iters, warmup) -> dict:
+    return {
+        "model": config.name,
+        "num_layers": config.num_layers,
+        "gemms": [g.as_dict() for g in plan],
+        "precisions": list(precisions),
+        "modes": list(modes),
+        "iters": iters,
+        "warmup": warmup,
+        "gpu_warmup_s": 3.0,
+    }
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def run(spec: dict, out: Path, use_nsys: bool = True) -> Path:
+    """Run the workload (under nsys unless told not to) into a new run directory `out`; it
+    appears only once complete (built as `out.partial`)."""
+    for p in spec["precisions"]:
+        if p not in RECIPES:
+            raise InputError(f"unknown precision {p!r}: choose from {', '.join(RECIPES)}")
+    for m in spec["modes"]:
+        if m not in MODES:
+            raise InputError(f"unknown mode {m!r}: choose from {', '.join(MODES)}")
+    if out.exists():
+        raise InputError(f"{out} exists: give a new --out directory")
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    spec = dict(spec, events_out=str(partial / "events.json"))
+    (partial / "spec.json").write_text(json.dumps(spec, indent=1))
+    command = [sys.executable, "-m", "gemmscope.workload", str(partial / "spec.json")]
+    try:
+        if use_nsys:
+            from gemmscope import nsys_runner
+
+            done = nsys_runner.profile(command, partial / "trace.nsys-rep", dict(os.environ))
+            if done.returncode != 0:
+                raise InputError(f"the workload failed under nsys (exit {done.returncode}): see its output above")
+            nsys_runner.export_sqlite(partial / "trace.nsys-rep")
+        else:
+            done = subprocess.run(command, check=False)
+            if done.returncode != 0:
+                raise InputError(f"the workload failed (exit {done.returncode}): see its output above")
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    partial.rename(out)
+    return out
+
+
+def load_run(run_dir: Path) -> ProfileRun:
+    """Re-derive a run from its trace (`trace.sqlite` or `trace.sqlite.xz`), or from the
+    workload's `events.json` for a run made without nsys."""
+    for name in ("trace.sqlite", "trace.sqlite.xz"):
+        if (run_dir / name).exists():
+            return analyze_run(read_trace(run_dir / name))
+    if (run_dir / "events.json").exists():
+        return analyze_events(json.loads((run_dir / "events.json").read_text()))
+    raise InputError(f"{run_dir} holds no trace.sqlite: not a gemmscope profile run directory")
