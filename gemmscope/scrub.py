@@ -33,7 +33,7 @@ _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 def scrub(trace: str | Path, out: str | Path) -> Path:
     """Write a scrubbed copy of `trace` (an nsys SQLite export or .nsys-rep) to `out`."""
-    source = read_trace(trace).path  # validates, and exports an .nsys-rep first
+    source = read_trace(trace).sqlite  # validates; decompresses or exports first where needed
     out = Path(out)
     if out.resolve() == source.resolve():
         raise InputError("scrub writes a new file: give an output path other than the input")

@@ -52,7 +52,8 @@ NVTX_DOMAIN_CREATE = 75
 class Trace:
     """Everything gemmscope reads from one export, as DataFrames; times are ns on nsys's clock."""
 
-    path: Path
+    path: Path  # as given (.sqlite, .sqlite.xz or .nsys-rep)
+    sqlite: Path  # the export actually read
     meta: dict
     kernels: pd.DataFrame
     memops: pd.DataFrame
@@ -110,7 +111,7 @@ def _check_file(path: Path) -> None:
 def read_trace(path: str | Path) -> Trace:
     """Read an nsys SQLite export: `.sqlite`, `.sqlite.xz` (as fixtures and examples ship), or
     an `.nsys-rep` (exported beside it with nsys first)."""
-    path = Path(path)
+    given = path = Path(path)
     if path.suffix == ".xz":
         path = _decompressed(path)
     elif path.suffix == ".nsys-rep":
@@ -126,7 +127,7 @@ def read_trace(path: str | Path) -> Trace:
             raise InputError(
                 f"{path} is an SQLite file but not an Nsight Systems export (no META_DATA_EXPORT table)"
             )
-        return _read(export)
+        return _read(export, given)
     except sqlite3.DatabaseError as exc:
         raise InputError(f"{path} is a damaged or truncated SQLite file ({exc})") from None
 
@@ -150,7 +151,7 @@ def _decompressed(path: Path) -> Path:
     return target
 
 
-def _read(export: _Export) -> Trace:
+def _read(export: _Export, given: Path) -> Trace:
     strings = export.strings()
     meta_rows = dict(export.conn.execute("SELECT name, value FROM META_DATA_EXPORT"))
     gpus = _gpus(export)
@@ -160,7 +161,8 @@ def _read(export: _Export) -> Trace:
         "gpus": gpus.to_dict("records"),
     }
     return Trace(
-        path=export.path,
+        path=given,
+        sqlite=export.path,
         meta=meta,
         kernels=_kernels(export, strings),
         memops=_memops(export),
