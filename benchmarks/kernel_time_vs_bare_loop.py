@@ -19,9 +19,10 @@ PRECISIONS = ("bf16", "fp8-current")
 BARE_PREFIX = "bare|"
 
 
-def bare_loop_ms(precision: str, m: int, k: int, n: int, iters: int, warmup: int) -> float:
+def bare_loop_ms(precision: str, m: int, k: int, n: int, iters: int, warmup: int, label: str) -> float:
     """Median per-iteration CUDA-event time of torch.matmul / torch._scaled_mm, X·Wᵀ as TE's
-    fprop computes it (W stored out×in, so its transpose is column-major, as cuBLAS FP8 wants)."""
+    fprop computes it (W stored out×in, so its transpose is column-major, as cuBLAS FP8 wants;
+    fast accumulation, as TE asks for in fprop). The loop runs inside NVTX range `label`."""
     import torch
 
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -34,14 +35,16 @@ def bare_loop_ms(precision: str, m: int, k: int, n: int, iters: int, warmup: int
         one = torch.ones((), device="cuda")
 
         def step():
-            return torch._scaled_mm(x8, w8.t(), one, one, out_dtype=torch.bfloat16)
+            return torch._scaled_mm(x8, w8.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
     for _ in range(warmup):
         step()
     events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    torch.cuda.nvtx.range_push(label)
     events[0].record()
     for i in range(iters):
         step()
         events[i + 1].record()
+    torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
     return statistics.median(a.elapsed_time(b) for a, b in zip(events, events[1:]))
 
@@ -59,8 +62,9 @@ def inner(iters: int) -> None:
     for g in gemms:
         for precision in PRECISIONS:
             run_entry(Entry(g["op"], "fprop", g["m"], g["k"], g["n"], precision, "prequant", iters), warmup=10)
-            ms = bare_loop_ms(precision, g["m"], g["k"], g["n"], iters, warmup=10)
-            torch.cuda.nvtx.mark(f"{BARE_PREFIX}op={g['op']}|precision={precision}|ms={ms}")
+            label = f"{BARE_PREFIX}op={g['op']}|precision={precision}"
+            ms = bare_loop_ms(precision, g["m"], g["k"], g["n"], iters, warmup=10, label=label)
+            torch.cuda.nvtx.mark(f"{label}|ms={ms}")
 
 
 def main() -> None:
@@ -74,7 +78,7 @@ def main() -> None:
 
     from gemmscope import nsys_runner
     from gemmscope.profile import analyze_run
-    from gemmscope.trace_parser import read_trace
+    from gemmscope.trace_parser import launches, read_trace
 
     report = Path(tempfile.mkdtemp(prefix="gemmscope-bench-")) / "bench.nsys-rep"
     done = nsys_runner.profile([sys.executable, __file__, "--inner", "--iters", str(args.iters)], report)
@@ -82,18 +86,29 @@ def main() -> None:
         sys.exit(f"benchmark workload failed (exit {done.returncode})")
     trace = read_trace(nsys_runner.export_sqlite(report))
     run = analyze_run(trace)
-    bare = {}
-    for name in trace.nvtx["name"].dropna():
+    bare_ms = {}
+    for name in trace.nvtx.loc[trace.nvtx["kind"] == "mark", "name"].dropna():
         if name.startswith(BARE_PREFIX):
-            fields = dict(part.split("=", 1) for part in name[len(BARE_PREFIX):].split("|"))
-            bare[(fields["op"], fields["precision"])] = float(fields["ms"])
-    print(f"{run.device['name']}: gemmscope kernel-only time (trace) vs bare torch loop (CUDA events), "
-          f"{args.iters} iterations each")
-    print(f"{'shape (MxKxN)':>20} {'precision':>12} {'gemmscope ms':>13} {'bare ms':>9} {'ratio':>7}  kernel")
+            label, _, ms = name.rpartition("|ms=")
+            bare_ms[label] = float(ms)
+    # which GEMM kernel each bare loop ran, from the same trace
+    k = launches(trace)
+    k = k[k["role"] == "gemm"]
+    bare_kernel = {}
+    for names, kernel in zip(k["ranges"], k["name"]):
+        for label in names:
+            if label.startswith(BARE_PREFIX):
+                bare_kernel[label] = kernel
+    print(f"{run.device['name']}: gemmscope kernel-only time from the trace vs a bare torch loop timed with "
+          f"CUDA events in the same process, {args.iters} iterations each (median for the bare loop)")
+    print(f"{'shape (MxKxN)':>20} {'precision':>12} {'gemmscope ms':>13} {'bare ms':>9} {'ratio':>6}  "
+          f"same kernel  gemmscope's kernel")
     for row in run.gemms.itertuples():
-        ms = bare[(row.op, row.precision)]
-        print(f"{row.m}x{row.k}x{row.n:>6} {row.precision:>12} {row.kernel_ms:>13.4f} {ms:>9.4f} "
-              f"{row.kernel_ms / ms:>7.3f}  {row.kernel}")
+        label = f"{BARE_PREFIX}op={row.op}|precision={row.precision}"
+        ms = bare_ms[label]
+        same = "yes" if bare_kernel.get(label) == row.kernel else f"no: {bare_kernel.get(label)}"
+        print(f"{f'{row.m}x{row.k}x{row.n}':>20} {row.precision:>12} {row.kernel_ms:>13.4f} {ms:>9.4f} "
+              f"{row.kernel_ms / ms:>6.3f}  {same:<11}  {row.kernel}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,88 @@
+"""End-to-end on a GPU machine (Transformer Engine, nsys): skipped cleanly elsewhere.
+
+They run the real commands: the canary, a small profile at every recipe and mode, and `verify`
+on the small TE training script of the fixtures (mixed and clean)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gemmscope import nsys_runner
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
+
+
+def _gpu_ready() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except Exception as exc:  # TE raises more than ImportError when its libraries don't load
+        return f"Transformer Engine unusable: {type(exc).__name__}"
+    if nsys_runner.find_nsys() is None:
+        return "nsys not found"
+    return None
+
+
+_why_not = _gpu_ready()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_why_not is not None, reason=f"GPU test: {_why_not}")]
+
+
+def gemmscope(*args, cwd=None):
+    return subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=580)
+
+
+def test_canary_is_flagged():
+    done = gemmscope("doctor", "--canary")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "planted BF16 GEMM flagged as FALLBACK" in done.stdout
+
+
+def test_small_profile_every_recipe_and_mode(tmp_path):
+    import torch
+
+    out = tmp_path / "run"
+    done = gemmscope("profile", "--hidden-size", "1024", "--intermediate-size", "4096", "--num-attention-heads", "8",
+                     "--num-layers", "2", "--micro-batch-size", "2", "--seq-len", "512", "--iters", "5",
+                     "--warmup", "2", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    assert {p for p in ("results.json", "report.md", "report.png", "trace.sqlite", "trace.nsys-rep")} <= {
+        f.name for f in out.iterdir()}
+    blackwell = torch.cuda.get_device_capability()[0] >= 10
+    for g in results["gemms"]:
+        if g["precision"] in ("mxfp8", "nvfp4") and not blackwell:
+            assert g["status"] == "unsupported" and "compute capability" in g["reason"], g
+            assert g["e2e_ms"] is None and g["verdict"] is None
+        else:
+            assert g["status"] == "ok", g
+            assert g["verdict"] == "OK", g
+            assert g["gemm_launches"] == 5 and g["kernel_ms"] > 0
+    assert set(results["speedups"]) == {"autocast", "prequant"}
+    if not blackwell:
+        assert results["speedups"]["autocast"]["nvfp4"] is None
+
+
+@pytest.mark.parametrize("scenario, exit_code", [("mixed", 1), ("clean", 0)])
+def test_verify_small_training_run(tmp_path, scenario, exit_code):
+    done = gemmscope("verify", "--format", "json", "--out", str(tmp_path), "--",
+                     sys.executable, str(FIXTURES / "train_small_te.py"), "--scenario", scenario,
+                     "--expected-out", str(tmp_path / "expected.json"))
+    assert done.returncode == exit_code, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    bf16 = sum(sum(per_pass.values()) for per_pass in expected["bf16"].values())
+    fp8 = sum(sum(per_pass.values()) for per_pass in expected["fp8"].values())
+    assert report["summary"]["expected"] == "fp8-current"  # recorded by the autocast hook
+    assert report["summary"]["gemm_launches"] == bf16 + fp8
+    assert len(report["mismatches"]) == bf16
+    outside = [m for m in report["mismatches"] if m["te_module"] is None]
+    assert len(outside) == sum(expected["bf16"]["outside_te"].values())
