@@ -178,20 +178,21 @@ def _name(ids: pd.Series, strings: dict[int, str]) -> pd.Series:
     return ids.map(lambda i: strings.get(int(i)) if pd.notna(i) else None)
 
 
+# Columns every CUPTI GPU activity table (kernels, memsets, memcpys) has.
+_GPU_ACTIVITY = {
+    "start": "start",
+    "end": "end",
+    "device_id": "deviceId",
+    "stream_id": "streamId",
+    "correlation_id": "correlationId",
+    "global_pid": "globalPid",
+}
+
+
 def _kernels(export: _Export, strings: dict[int, str]) -> pd.DataFrame:
     k = export.frame(
         "CUPTI_ACTIVITY_KIND_KERNEL",
-        {
-            "start": "start",
-            "end": "end",
-            "device_id": "deviceId",
-            "stream_id": "streamId",
-            "correlation_id": "correlationId",
-            "global_pid": "globalPid",
-            "demangled_id": "demangledName",
-            "short_id": "shortName",
-            "graph_node_id": "graphNodeId",
-        },
+        _GPU_ACTIVITY | {"demangled_id": "demangledName", "short_id": "shortName", "graph_node_id": "graphNodeId"},
         "ORDER BY start",
     )
     k["short_name"] = _name(k["short_id"], strings)
@@ -203,18 +204,9 @@ def _kernels(export: _Export, strings: dict[int, str]) -> pd.DataFrame:
 
 
 def _memops(export: _Export) -> pd.DataFrame:
-    common = {
-        "start": "start",
-        "end": "end",
-        "device_id": "deviceId",
-        "stream_id": "streamId",
-        "correlation_id": "correlationId",
-        "global_pid": "globalPid",
-        "bytes": "bytes",
-    }
     frames = []
     for table, kind in (("CUPTI_ACTIVITY_KIND_MEMSET", "memset"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy")):
-        f = export.frame(table, common)
+        f = export.frame(table, _GPU_ACTIVITY | {"bytes": "bytes"})
         f["kind"] = kind
         frames.append(f)
     out = pd.concat(frames, ignore_index=True).sort_values("start", ignore_index=True)
