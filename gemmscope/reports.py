@@ -282,13 +282,16 @@ def profile_png(run, path) -> None:
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(layer)), 4.5))
     ax.bar(labels, kernel, label="GEMM kernels", color="#4C72B0")
     ax.bar(labels, overhead, bottom=kernel, label="quantization / other kernels", color="#DD8452")
+    statuses = run.gemms[run.gemms["per_layer"]].groupby(["mode", "precision"], sort=False)["status"]
     for i, row in layer.iterrows():
         if row["not_ok"]:
-            ax.text(i, 0, "not run", ha="center", va="bottom", rotation=90, fontsize=8)
+            why = "/".join(sorted(set(statuses.get_group((row["mode"], row["precision"]))) - {"ok"}))
+            ax.text(i, 0, why, ha="center", va="bottom", rotation=90, fontsize=8)
         elif row["flagged"]:
             ax.bar(labels[i], kernel[i] + overhead[i], fill=False, edgecolor="red", linewidth=2)
             ax.text(i, kernel[i] + overhead[i], f"{row['flagged']} flagged", ha="center", va="bottom",
                     color="red", fontsize=8)
+    ax.set_ylim(0, 1.15 * max((kernel + overhead).max(), 1e-3))
     ax.set_ylabel("ms per layer (one step's GEMMs)")
     ax.set_title(f"{run.plan['model']} on {run.device['name']}: per-layer GEMM time")
     ax.legend()
