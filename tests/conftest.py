@@ -114,3 +114,91 @@ def cpu_traces_expected() -> dict:
 # ------------------------------------------------------------------------------------------------
 # (other fixtures go below, each in a block of its own)
 # ------------------------------------------------------------------------------------------------
+
+
+# ------------------------------------------------------------------------------------------------
+# GPU traces: real H200 captures shipped xz-compressed in tests/fixtures/gpu/ (see README.md
+# there), each beside <name>.expected.json, what the workload itself counted it launched.
+#
+#   GPU_FIXTURES_DIR     -> tests/fixtures/gpu
+#   gpu_xz(name)         -> Path of tests/fixtures/gpu/<name>.sqlite.xz
+#   gpu_expected(name)   -> dict loaded from <name>.expected.json
+#   gpu_sqlite(name)     -> Path of a decompressed copy in a session temporary folder, for tests
+#                           that need a plain .sqlite file (scrub, truncated copies); do not modify
+#   gpu_trace(name)      -> gemmscope.trace_parser.Trace of it, read once per session
+#   gpu_launches(name)   -> a copy of trace_parser.launches() of it, computed once per session
+#
+# gemmscope is imported inside the fixtures, so collecting unrelated tests never depends on it.
+# ------------------------------------------------------------------------------------------------
+import lzma
+
+GPU_FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures" / "gpu"
+
+
+def _gpu_xz(name: str) -> Path:
+    path = GPU_FIXTURES_DIR / f"{name}.sqlite.xz"
+    assert path.is_file(), f"no GPU fixture {path}"
+    return path
+
+
+@pytest.fixture(scope="session")
+def gpu_xz():
+    return _gpu_xz
+
+
+@pytest.fixture(scope="session")
+def gpu_expected():
+    def load(name: str) -> dict:
+        return json.loads((GPU_FIXTURES_DIR / f"{name}.expected.json").read_text(encoding="utf-8"))
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def gpu_sqlite(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpu-sqlite")
+
+    def path(name: str) -> Path:
+        target = folder / f"{name}.sqlite"
+        if not target.exists():
+            target.write_bytes(lzma.decompress(_gpu_xz(name).read_bytes()))
+        return target
+
+    return path
+
+
+@pytest.fixture(scope="session")
+def gpu_trace():
+    from gemmscope.trace_parser import read_trace
+
+    cache: dict = {}
+
+    def load(name: str):
+        if name not in cache:
+            cache[name] = read_trace(_gpu_xz(name))
+        return cache[name]
+
+    return load
+
+
+@pytest.fixture(scope="session")
+def gpu_launches(gpu_trace):
+    from gemmscope.trace_parser import launches
+
+    cache: dict = {}
+
+    def load(name: str):
+        if name not in cache:
+            cache[name] = launches(gpu_trace(name))
+        return cache[name].copy()
+
+    return load
+
+
+# ------------------------------------------------------------------------------------------------
+# nsys_bin -> path of the nsys that made cpu_traces, for tests that capture something of their
+#             own (it depends on cpu_traces, so it skips, or fails under CI, exactly as that does)
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def nsys_bin(cpu_traces) -> str:
+    return _find_nsys()

@@ -1,0 +1,360 @@
+"""The `gemmscope` command on real traces.
+
+Output formats are checked in-process with click's CliRunner; exit codes and the one-line error
+on stderr are checked by running the command in a subprocess, so the real sys.exit paths run."""
+
+import csv
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gemmscope.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+GEMM_FIELDS = {"kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges", "te_module", "te_pass"}
+MISMATCH_FIELDS = {"kernel", "precision", "te_module", "te_pass", "ranges", "start_ns", "duration_ns"}
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def gemmscope(*args, timeout=120):
+    """Run the command as a user would, in a fresh interpreter."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(
+        [sys.executable, "-c", "from gemmscope.cli import main; main()", *map(str, args)],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout,
+    )
+
+
+def assert_one_line_error(done):
+    assert done.returncode == 2, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("gemmscope: error: ")
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+# --- analyze ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def te_linear_json(gpu_xz):
+    result = invoke("analyze", gpu_xz("te_linear_fp8-current"), "--expect", "fp8-current", "--format", "json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_analyze_json_meta(te_linear_json):
+    meta = te_linear_json["meta"]
+    assert meta["nsys_version"].startswith("2025.3.")
+    assert meta["schema_version"].startswith("3.20.")
+    assert [(g["name"], g["sm"]) for g in meta["gpus"]] == [("NVIDIA H200", "sm90")]
+
+
+def test_analyze_json_gemms(te_linear_json, gpu_expected):
+    gemms = te_linear_json["gemms"]
+    expected = gpu_expected("te_linear_fp8-current")["gemms"]
+    assert len(gemms) == sum(expected.values())
+    for g in gemms:
+        assert GEMM_FIELDS | {"verdict"} <= set(g)
+        assert g["role"] == "gemm"
+        assert g["precision"] == "fp8"
+        assert g["verdict"] == "OK"
+        assert isinstance(g["start_ns"], int) and isinstance(g["duration_ns"], int) and g["duration_ns"] > 0
+        assert g["te_module"] == "_Linear"
+        assert g["ranges"][-1] == "nvte_cublas_gemm_v2"  # innermost last
+    assert Counter(g["te_pass"] for g in gemms) == expected
+    assert [g["start_ns"] for g in gemms] == sorted(g["start_ns"] for g in gemms)
+    forward = [g for g in gemms if g["te_pass"] == "fprop"]
+    assert [g["ranges"][0] for g in forward] == ["step 0", "step 1", "step 2"]  # outermost first
+    assert {g["thread"] for g in gemms if g["te_pass"] != "fprop"} == {"pt_autograd_0"}
+
+
+def test_analyze_json_summary(te_linear_json):
+    summary = te_linear_json["summary"]
+    assert summary["expected"] == "fp8-current"
+    assert summary["gemm_launches"] == 9
+    assert summary["verdicts"] == {"OK": 9}
+    assert summary["mismatches"] == 0
+    assert summary["expected_time_share"] == 1
+    assert summary["gemm_time_ns"] == sum(g["duration_ns"] for g in te_linear_json["gemms"])
+    assert {(r["module"], r["pass"], r["gemms"]) for r in summary["by_module_pass"]} == {
+        ("_Linear", p, 3) for p in ("fprop", "dgrad", "wgrad")
+    }
+
+
+def test_analyze_json_without_recipe_has_no_verdicts(gpu_xz):
+    result = invoke("analyze", gpu_xz("te_linear_bf16"), "--format", "json")
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert doc["summary"]["expected"] is None
+    assert all("verdict" not in g for g in doc["gemms"])
+    assert {g["precision"] for g in doc["gemms"]} == {"bf16"}
+
+
+def test_analyze_csv(gpu_xz):
+    result = invoke("analyze", gpu_xz("te_linear_fp8-current"), "--expect", "fp8-current", "--format", "csv")
+    assert result.exit_code == 0
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 9
+    assert GEMM_FIELDS | {"verdict"} <= set(rows[0])
+    assert Counter(r["te_pass"] for r in rows) == {"fprop": 3, "dgrad": 3, "wgrad": 3}
+    assert all(r["ranges"].endswith(" > nvte_cublas_gemm_v2") for r in rows)
+
+
+def test_analyze_markdown(gpu_xz):
+    result = invoke("analyze", gpu_xz("nn_linear_in_fp8_autocast"), "--expect", "fp8-current", "--format", "markdown")
+    assert result.exit_code == 1
+    text = result.stdout
+    assert text.startswith("# gemmscope: ")
+    assert "## GEMMs per module and pass" in text
+    assert "## Mismatches (requested precision did not run)" in text
+    assert "| _Linear | fprop |" in text
+    mismatch_rows = [line for line in text.split("## Mismatches")[1].splitlines() if "(outside TE)" in line]
+    assert len(mismatch_rows) == 9
+
+
+def test_analyze_table(gpu_xz):
+    result = invoke("analyze", gpu_xz("nn_linear_in_fp8_autocast"), "--expect", "fp8-current")
+    assert result.exit_code == 1
+    text = result.stdout
+    assert "NVIDIA H200 (sm90)" in text
+    assert "9 mismatch(es)" in text
+    assert "GEMMs per module and pass" in text
+    assert "_Linear" in text and "(outside TE)" in text
+
+
+@pytest.mark.parametrize(
+    "name, args, code",
+    [
+        ("nn_linear_in_fp8_autocast", ["--expect", "fp8-current"], 1),
+        ("train_mixed", [], 1),  # recipe from the recorded autocast
+        ("train_clean", [], 0),
+        ("te_linear_bf16", ["--expect", "fp8-current"], 1),
+        ("te_linear_fp8-block", ["--expect", "fp8-block"], 0),
+        ("request_mxfp8", ["--expect", "mxfp8"], 1),  # nothing ran at all
+        ("nn_linear_in_fp8_autocast", ["--expect", "fp8-current", "--allow", "nvjet_sm90_tst_*"], 0),
+    ],
+)
+def test_analyze_exit_code(gpu_xz, name, args, code):
+    result = invoke("analyze", gpu_xz(name), *args, "--format", "json")
+    assert result.exit_code == code, result.output
+
+
+def test_analyze_exit_code_in_a_real_process(gpu_xz):
+    done = gemmscope("analyze", gpu_xz("nn_linear_in_fp8_autocast"), "--expect", "fp8-current", "--format", "json")
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["summary"]["mismatches"] == 9
+    done = gemmscope("analyze", gpu_xz("train_clean"), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+def test_analyze_without_trace_uses_bundled_example():
+    done = gemmscope("analyze", "--format", "json")
+    assert done.returncode == 1, done.stderr
+    assert "bundled example" in done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["meta"]["gpus"][0]["name"] == "NVIDIA H200"
+    assert doc["summary"]["expected"] == "fp8-current"
+    assert doc["summary"]["mismatches"] > 0
+
+
+# --- bad input: exit 2, one line on stderr -----------------------------------------------------
+
+def _missing(tmp_path):
+    return tmp_path / "no-such-trace.sqlite"
+
+
+def _text_file(tmp_path):
+    path = tmp_path / "notes.sqlite"
+    path.write_text("not a trace\n")
+    return path
+
+
+def _other_sqlite(tmp_path):
+    path = tmp_path / "other.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x INTEGER)")
+        conn.execute("INSERT INTO t VALUES (1)")
+    return path
+
+
+def _truncated(tmp_path, gpu_sqlite):
+    path = tmp_path / "truncated.sqlite"
+    path.write_bytes(gpu_sqlite("train_mixed").read_bytes()[:100_000])
+    return path
+
+
+def _bad_xz(tmp_path):
+    path = tmp_path / "broken.sqlite.xz"
+    path.write_bytes(b"\xfd7zXZ\x00 this is not really xz")
+    return path
+
+
+def _directory(tmp_path):
+    return tmp_path
+
+
+def _bad_report(tmp_path):
+    path = tmp_path / "broken.nsys-rep"
+    path.write_text("not a report\n")
+    return path
+
+
+BAD_INPUTS = {
+    "missing": _missing,
+    "text-file": _text_file,
+    "non-nsys-sqlite": _other_sqlite,
+    "bad-xz": _bad_xz,
+    "directory": _directory,
+    "bad-nsys-rep": _bad_report,  # nsys cannot export it (or is missing): an error either way
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_INPUTS))
+def test_bad_trace_is_one_line_exit_2(tmp_path, kind):
+    assert_one_line_error(gemmscope("analyze", BAD_INPUTS[kind](tmp_path)))
+
+
+def test_truncated_export_is_one_line_exit_2(tmp_path, gpu_sqlite):
+    assert_one_line_error(gemmscope("analyze", _truncated(tmp_path, gpu_sqlite)))
+
+
+def test_capture_without_kernels_is_one_line_exit_2(cpu_traces):
+    done = gemmscope("analyze", cpu_traces / "empty_capture.sqlite")
+    assert_one_line_error(done)
+    assert "no GPU kernels" in done.stderr
+
+
+def test_unknown_expect_is_one_line_exit_2(gpu_xz):
+    assert_one_line_error(gemmscope("analyze", gpu_xz("te_linear_bf16"), "--expect", "fp9"))
+
+
+def test_verify_needs_a_command_or_trace():
+    assert_one_line_error(gemmscope("verify"))
+
+
+def test_verify_refuses_trace_and_command(gpu_xz):
+    assert_one_line_error(gemmscope("verify", "--trace", gpu_xz("te_linear_bf16"), "--", "true"))
+
+
+def test_verify_bad_trace_is_one_line_exit_2(tmp_path):
+    assert_one_line_error(gemmscope("verify", "--trace", _other_sqlite(tmp_path)))
+
+
+# --- verify --trace ------------------------------------------------------------------------------
+
+def test_verify_trace_json(gpu_xz):
+    result = invoke("verify", "--trace", gpu_xz("nn_linear_in_fp8_autocast"), "--expect", "fp8-current",
+                    "--format", "json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert {"summary", "mismatches"} <= set(doc)
+    assert "gemms" not in doc
+    assert doc["summary"]["mismatches"] == len(doc["mismatches"]) == 9
+    for m in doc["mismatches"]:
+        assert MISMATCH_FIELDS <= set(m)
+        assert m["precision"] == "bf16"
+        assert m["te_module"] is None and m["te_pass"] is None
+        assert isinstance(m["ranges"], list)
+    assert doc["allowed"] == []
+
+
+def test_verify_trace_json_with_allow(gpu_xz):
+    result = invoke("verify", "--trace", gpu_xz("train_mixed"), "--allow", "_LayerNormMLP", "--format", "json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert len(doc["allowed"]) == 18 and {m["te_module"] for m in doc["allowed"]} == {"_LayerNormMLP"}
+    assert len(doc["mismatches"]) == 45 - 18
+    assert "_LayerNormMLP" not in {m["te_module"] for m in doc["mismatches"]}
+
+
+def test_verify_trace_nothing_ran(gpu_xz):
+    result = invoke("verify", "--trace", gpu_xz("request_nvfp4"), "--expect", "nvfp4", "--format", "json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["mismatches"] == []
+    assert doc["summary"]["gemm_launches"] == 0
+    assert "no GEMM kernel ran" in doc["summary"]["note"]
+
+
+def test_verify_trace_clean(gpu_xz):
+    result = invoke("verify", "--trace", gpu_xz("train_clean"), "--format", "json")
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert doc["mismatches"] == []
+    assert doc["summary"]["verdicts"] == {"OK": 81}
+
+
+# --- shapes / kernel ------------------------------------------------------------------------------
+
+# Transformer Engine's CodonFM-5B benchmark shapes (hidden 4096, FFN 16384, 24 layers), micro-batch
+# 31 x 512 tokens = 15872: (op, pass, M, K, N)
+CODONFM_5B = [
+    ("qkv", "fprop", 15872, 4096, 12288),
+    ("attn_out", "fprop", 15872, 4096, 4096),
+    ("mlp_up", "fprop", 15872, 4096, 16384),
+    ("mlp_down", "fprop", 15872, 16384, 4096),
+    ("qkv", "dgrad", 15872, 12288, 4096),
+    ("attn_out", "dgrad", 15872, 4096, 4096),
+    ("mlp_up", "dgrad", 15872, 16384, 4096),
+    ("mlp_down", "dgrad", 15872, 4096, 16384),
+    ("qkv", "wgrad", 4096, 15872, 12288),
+    ("attn_out", "wgrad", 4096, 15872, 4096),
+    ("mlp_up", "wgrad", 4096, 15872, 16384),
+    ("mlp_down", "wgrad", 16384, 15872, 4096),
+]
+
+
+def test_shapes_codonfm_json():
+    result = invoke("shapes", "--model", "codonfm-5b", "--micro-batch-size", 31, "--seq-len", 512, "--format", "json")
+    assert result.exit_code == 0, result.output
+    gemms = json.loads(result.stdout)
+    assert len(gemms) == 12
+    assert sorted((g["op"], g["pass"], g["m"], g["k"], g["n"]) for g in gemms) == sorted(CODONFM_5B)
+    for g in gemms:
+        assert g["flops"] == 2 * g["m"] * g["k"] * g["n"]
+        assert g["count"] == 24
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "markdown"])
+def test_shapes_other_formats(fmt):
+    result = invoke("shapes", "--model", "codonfm-5b", "--micro-batch-size", 31, "--seq-len", 512, "--format", fmt)
+    assert result.exit_code == 0
+    assert "15872" in result.stdout and "mlp_down" in result.stdout
+
+
+def test_shapes_unknown_model_is_one_line_exit_2():
+    assert_one_line_error(gemmscope("shapes", "--model", "no-such-model"))
+
+
+def test_kernel_json_decodes_torch_gemms(gpu_launches):
+    # one kernel per `torch.<precision>` range of torch_gemms: the range says what it ran at
+    launched = gpu_launches("torch_gemms")
+    gemms = launched[launched["role"] == "gemm"]
+    want = {}
+    for ranges, name in zip(gemms["ranges"], gemms["name"]):
+        want[name] = ranges[-1].removeprefix("torch.")
+    result = invoke("kernel", *want, "--format", "json")
+    assert result.exit_code == 0, result.output
+    decoded = json.loads(result.stdout)
+    assert len(decoded) == len(want)
+    assert [d["precision"] for d in decoded] == list(want.values())
+    assert {d["role"] for d in decoded} == {"gemm"}
+
+
+def test_kernel_table():
+    result = invoke("kernel", "nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT")
+    assert result.exit_code == 0
+    assert "bf16" in result.stdout

@@ -1,0 +1,167 @@
+"""scrub: a shareable copy of a real export, without the machine's environment, and with
+everything gemmscope reads left as it was."""
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import subprocess
+from contextlib import closing
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from gemmscope.cli import main
+from gemmscope.errors import InputError
+from gemmscope.scrub import scrub
+from gemmscope.trace_parser import read_trace
+
+# PYTEST_CURRENT_TEST changes from test to test; the rest is the machine's environment
+_NOT_MACHINE = {"PYTEST_CURRENT_TEST"}
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def all_text(path) -> list[str]:
+    """Every TEXT value of every column of every table."""
+    values = []
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            for column in [c[1] for c in conn.execute(f'PRAGMA table_info("{table}")')]:
+                values += [v for (v,) in conn.execute(
+                    f'SELECT "{column}" FROM "{table}" WHERE typeof("{column}") = \'text\'')]
+    return values
+
+
+def query(path, sql):
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def assert_same_analysis(original, scrubbed):
+    before, after = read_trace(original), read_trace(scrubbed)
+    for frame in ("kernels", "nvtx", "api_calls", "memops", "gpus", "memory"):
+        pd.testing.assert_frame_equal(getattr(before, frame), getattr(after, frame), obj=frame)
+    assert after.meta == before.meta
+
+
+def assert_no_environment_left(path):
+    assert query(path, "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'") in (
+        [], [("[redacted]",)])
+    assert query(path, "SELECT COUNT(*) FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'") == [(0,)]
+
+
+@pytest.fixture
+def cpu_export(cpu_traces, tmp_path):
+    """A private copy of the nsys 2023.4 export of nvtx_edge_cases, made on this machine."""
+    path = tmp_path / "in" / "nvtx_edge_cases.sqlite"
+    path.parent.mkdir()
+    shutil.copyfile(cpu_traces / "nvtx_edge_cases.sqlite", path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def fresh_cpu_export(nsys_bin, tmp_path_factory):
+    """An nsys 2023.4 export captured now, from this process's environment: `true` profiled with
+    OS-runtime tracing, exported as make_traces.sh does."""
+    folder = tmp_path_factory.mktemp("fresh-capture")
+    program = shutil.which("true") or "/bin/true"
+    for command in (
+        [nsys_bin, "profile", "--trace=osrt", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
+         "-o", str(folder / "true"), program],
+        [nsys_bin, "export", "--type", "sqlite", "--lazy=false", "--force-overwrite=true",
+         "-o", str(folder / "true.sqlite"), str(folder / "true.nsys-rep")],
+    ):
+        done = subprocess.run(command, capture_output=True, text=True, cwd=folder, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return folder / "true.sqlite"
+
+
+def _machine_values() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if len(v) > 12 and k not in _NOT_MACHINE}
+
+
+@pytest.mark.parametrize("which", ["fresh capture", "nvtx_edge_cases"])
+def test_cpu_export_loses_this_machines_environment(which, fresh_cpu_export, cpu_export, tmp_path):
+    source = fresh_cpu_export if which == "fresh capture" else cpu_export
+    before = "\n".join(all_text(source))
+    recorded = {k: v for k, v in _machine_values().items() if v in before}
+    # nsys recorded the environment (a cached nvtx_edge_cases export may come from another shell,
+    # so PATH is required only of the capture made now)
+    if which == "fresh capture":
+        assert "PATH" in recorded
+    assert len(recorded) >= 3, sorted(recorded)
+    assert query(source, "SELECT COUNT(*) FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'")[0][0] > 0
+    assert "PATH=" in query(source, "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'")[0][0]
+
+    digest = sha256(source)
+    out = scrub(source, tmp_path / "scrubbed.sqlite")
+    assert out == tmp_path / "scrubbed.sqlite"
+    assert sha256(source) == digest
+
+    after = "\n".join(all_text(out))
+    assert sorted(k for k, v in recorded.items() if v in after) == []
+    assert query(out, "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'") == [("[redacted]",)]
+    assert_no_environment_left(out)
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_cpu_export_keeps_what_gemmscope_reads(cpu_export, tmp_path):
+    out = scrub(cpu_export, tmp_path / "scrubbed.sqlite")
+    assert_same_analysis(cpu_export, out)
+
+
+@pytest.mark.parametrize("name", ["train_mixed", "te_layernorm_fp8-current", "torch_gemms"])
+def test_gpu_export(gpu_sqlite, tmp_path, name):
+    source = tmp_path / f"{name}.sqlite"
+    shutil.copyfile(gpu_sqlite(name), source)
+    digest = sha256(source)
+    out = scrub(source, tmp_path / "out.sqlite")
+    assert sha256(source) == digest
+    assert_no_environment_left(out)
+    assert_same_analysis(source, out)
+
+
+def test_xz_input(gpu_xz, tmp_path):
+    out = scrub(gpu_xz("te_linear_bf16"), tmp_path / "out.sqlite")
+    assert_no_environment_left(out)
+    assert_same_analysis(gpu_xz("te_linear_bf16"), out)
+
+
+def test_output_must_differ_from_input(cpu_export):
+    digest = sha256(cpu_export)
+    with pytest.raises(InputError):
+        scrub(cpu_export, cpu_export)
+    with pytest.raises(InputError):  # the same file spelled another way
+        scrub(cpu_export, cpu_export.parent / ".." / "in" / cpu_export.name)
+    assert sha256(cpu_export) == digest
+    assert sorted(p.name for p in cpu_export.parent.iterdir()) == [cpu_export.name]
+
+
+def test_bad_input_is_input_error(tmp_path):
+    text = tmp_path / "notes.sqlite"
+    text.write_text("not a trace\n")
+    with pytest.raises(InputError):
+        scrub(text, tmp_path / "out.sqlite")
+    with pytest.raises(InputError):
+        scrub(tmp_path / "missing.sqlite", tmp_path / "out.sqlite")
+    assert not (tmp_path / "out.sqlite").exists()
+
+
+def test_cli_scrub(cpu_export, tmp_path):
+    out = tmp_path / "shared.sqlite"
+    result = CliRunner().invoke(main, ["scrub", str(cpu_export), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert str(out) in result.stdout
+    assert_no_environment_left(out)
+
+
+def test_cli_scrub_onto_itself_is_exit_2(cpu_export):
+    result = CliRunner().invoke(main, ["scrub", str(cpu_export), "-o", str(cpu_export)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("gemmscope: error: ")
+    assert len(result.stderr.splitlines()) == 1

@@ -1,0 +1,260 @@
+"""verify: a verdict per GEMM launch of the real H200 traces, against what each workload asked for
+(tests/fixtures/gpu/*.expected.json and workloads.py / train_small_te.py)."""
+
+from collections import Counter
+
+import pytest
+
+from gemmscope.errors import InputError
+from gemmscope.reports import summary_document
+from gemmscope.trace_parser import read_trace
+from gemmscope.verify import RECIPES, check, verdict
+
+H200_SM = 90
+
+
+def verdicts(result) -> Counter:
+    return Counter(result.gemms["verdict"])
+
+
+# --- verdict() ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "precision, recipe, sm, want",
+    [
+        ("fp8", "fp8-current", 90, "OK"),
+        ("fp8", "fp8-delayed", 90, "OK"),
+        ("bf16", "bf16", 90, "OK"),
+        ("fp8-block", "fp8-block", 90, "OK"),
+        ("mxfp8", "mxfp8", 100, "OK"),
+        ("nvfp4", "nvfp4", 100, "OK"),
+        ("bf16", "fp8-current", 90, "FALLBACK"),
+        ("fp32", "fp8-delayed", 90, "FALLBACK"),
+        ("fp8", "bf16", 90, "FALLBACK"),
+        ("fp8", "fp8-block", 90, "FALLBACK"),
+        ("bf16", "mxfp8", 100, "FALLBACK"),
+        # TE runs FP8 block scaling as MXFP8 on Blackwell (sm100+) by design, not on Hopper
+        ("mxfp8", "fp8-block", 100, "EXPECTED-SUBSTITUTION"),
+        ("mxfp8", "fp8-block", 120, "EXPECTED-SUBSTITUTION"),
+        ("mxfp8", "fp8-block", 90, "FALLBACK"),
+        ("mxfp8", "fp8-block", None, "FALLBACK"),
+        ("mxfp8", "fp8-current", 100, "FALLBACK"),
+        ("unknown", "fp8-current", 90, "UNKNOWN"),
+        (None, "bf16", 90, "UNKNOWN"),
+    ],
+)
+def test_verdict(precision, recipe, sm, want):
+    assert verdict(precision, recipe, sm) == want
+
+
+def test_every_recipe_has_a_verdict_rule():
+    for recipe in RECIPES:
+        assert verdict("unknown", recipe, H200_SM) == "UNKNOWN"
+
+
+# --- check() on real traces ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def checked(gpu_trace):
+    """check() of a GPU fixture, computed once per (name, expect, allow)."""
+    cache: dict = {}
+
+    def run(name, expect=None, allow=()):
+        key = (name, expect, tuple(allow))
+        if key not in cache:
+            cache[key] = check(gpu_trace(name), expect, tuple(allow))
+        return cache[key]
+
+    return run
+
+
+def test_nn_linear_in_fp8_autocast_falls_back(checked, gpu_expected):
+    expected = gpu_expected("nn_linear_in_fp8_autocast")
+    result = checked("nn_linear_in_fp8_autocast", "fp8-current")
+    n_te = sum(expected["te_gemms"].values())
+    n_torch = sum(expected["torch_gemms"].values())
+    assert verdicts(result) == {"OK": n_te, "FALLBACK": n_torch}
+    fallback = result.gemms[result.gemms["verdict"] == "FALLBACK"]
+    assert set(fallback["precision"]) == {"bf16"}
+    assert set(fallback["origin"]) == {"outside-te"}
+    assert fallback["te_module"].isna().all()
+    ok = result.gemms[result.gemms["verdict"] == "OK"]
+    assert set(ok["origin"]) == {"te"}
+    assert Counter(zip(ok["te_module"], ok["te_pass"])) == {("_Linear", p): n for p, n in expected["te_gemms"].items()}
+    assert len(result.mismatches) == n_torch
+    assert result.failed
+
+
+def _train_mixed_counts(expected):
+    fp8 = sum(n for passes in expected["fp8"].values() for n in passes.values())
+    bf16_te = sum(n for module, passes in expected["bf16"].items() if module != "outside_te" for n in passes.values())
+    bf16_outside = sum(expected["bf16"]["outside_te"].values())
+    return fp8, bf16_te, bf16_outside
+
+
+def test_train_mixed_takes_recipe_from_recorded_autocast(checked, gpu_expected):
+    expected = gpu_expected("train_mixed")
+    fp8, bf16_te, bf16_outside = _train_mixed_counts(expected)
+    assert (fp8, bf16_te, bf16_outside) == (36, 36, 9)  # the counts the brief of this check states
+
+    result = checked("train_mixed")  # no --expect: the autocast hook's ranges tell the recipe
+    assert result.expected == expected["recipe"] == "fp8-current"
+    assert verdicts(result) == {"OK": fp8, "FALLBACK": bf16_te + bf16_outside}
+    assert result.failed
+
+    fallback = result.gemms[result.gemms["verdict"] == "FALLBACK"]
+    inside = fallback[fallback["origin"] == "te"]
+    outside = fallback[fallback["origin"] == "outside-te"]
+    assert len(inside) == bf16_te and len(outside) == bf16_outside
+    assert inside["te_module"].notna().all() and inside["te_pass"].notna().all()
+    assert Counter(zip(inside["te_module"], inside["te_pass"])) == {
+        (module, p): n
+        for module, passes in expected["bf16"].items() if module != "outside_te"
+        for p, n in passes.items()
+    }
+    assert outside["te_module"].isna().all()
+    assert set(fallback["precision"]) == {"bf16"}
+
+    ok = result.gemms[result.gemms["verdict"] == "OK"]
+    assert Counter(zip(ok["te_module"], ok["te_pass"])) == {
+        (module, p): n for module, passes in expected["fp8"].items() for p, n in passes.items()
+    }
+
+
+def test_train_mixed_same_verdicts_without_te_nvtx(checked):
+    full = checked("train_mixed")
+    bare = checked("train_mixed_no-te-nvtx")
+    assert bare.expected == full.expected == "fp8-current"
+    assert list(bare.gemms["verdict"]) == list(full.gemms["verdict"])
+    assert list(bare.gemms["origin"]) == list(full.gemms["origin"])
+    assert bare.gemms["te_module"].isna().all()
+    assert bare.failed
+
+
+def test_train_mixed_summary_per_module_and_pass(checked, gpu_expected):
+    expected = gpu_expected("train_mixed")
+    summary = checked("train_mixed").summary.set_index(["module", "pass"])
+    for module in ("_LayerNormLinear", "_Linear", "_LayerNormMLP"):
+        for p in ("fprop", "dgrad", "wgrad"):
+            row = summary.loc[(module, p)]
+            assert row["ok"] == expected["fp8"][module][p]
+            assert row["fallback"] == expected["bf16"][module][p]
+            assert row["gemms"] == expected["fp8"][module][p] + expected["bf16"][module][p]
+            assert 0 < row["expected_time_share"] < 1
+    head = summary.loc[("(outside TE)", "?")]
+    assert head["fallback"] == head["gemms"] == sum(expected["bf16"]["outside_te"].values())
+    assert head["expected_time_share"] == 0
+
+
+def test_train_clean_all_ok(checked, gpu_expected):
+    expected = gpu_expected("train_clean")
+    result = checked("train_clean")
+    n = sum(n for passes in expected["fp8"].values() for n in passes.values())
+    assert result.expected == "fp8-current"
+    assert verdicts(result) == {"OK": n}
+    assert (result.gemms["origin"] == "te").all()
+    assert result.mismatches.empty
+    assert not result.failed
+
+
+@pytest.mark.parametrize(
+    "allow, n_allowed",
+    [
+        # TE modules by name: LayerNormMLP's BF16 GEMMs of block 1 (2 GEMMs x 3 passes x 3 steps)
+        (("_LayerNormMLP",), 18),
+        # an NVTX range: block 1's forward GEMMs run inside `te.autocast(enabled=False)`, which the
+        # hook records; its backward GEMMs run later on autograd's thread, outside that range
+        (("*recipe=disabled*",), 12),
+        # the run's FP8 autocast range holds every forward GEMM on the main thread: the BF16 ones
+        # are block 1's (12) and the LM head's (3); backward GEMMs run outside it
+        (("gemmscope.autocast(recipe=Float8CurrentScaling)",), 15),
+        (("_LayerNormMLP", "_LayerNormLinear", "_Linear"), 36),
+    ],
+)
+def test_allow_patterns(checked, allow, n_allowed):
+    result = checked("train_mixed", allow=allow)
+    assert len(result.allowed) == n_allowed
+    assert len(result.mismatches) == 45 - n_allowed
+    assert (result.allowed["verdict"] == "FALLBACK").all()
+    # allowed GEMMs keep their verdict; OK ones are never marked allowed
+    assert verdicts(result) == {"OK": 36, "FALLBACK": 45}
+    assert not result.gemms.loc[result.gemms["verdict"] == "OK", "allowed"].any()
+    assert result.failed
+
+
+def test_allow_every_fallback_passes_the_check(checked):
+    result = checked("nn_linear_in_fp8_autocast", "fp8-current", allow=("nvjet_sm90_tst_*",))
+    assert len(result.allowed) == 9
+    assert result.mismatches.empty
+    assert not result.failed
+
+
+def test_allow_is_case_sensitive_and_whole_name(checked):
+    assert len(checked("train_mixed", allow=("_layernormmlp",)).allowed) == 0
+    assert len(checked("train_mixed", allow=("LayerNormMLP",)).allowed) == 0
+
+
+def _launched(expected: dict) -> int:
+    passes = [expected["gemms"]] if "gemms" in expected else expected["gemms_by_module"].values()
+    return sum(n for p in passes for n in p.values())
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["te_linear_fp8-delayed", "te_linear_fp8-current", "te_linear_fp8-block", "te_linear_bf16",
+     "te_layernorm_bf16", "te_layernorm_fp8-current"],
+)
+def test_te_modules_match_their_recipe(checked, gpu_expected, name):
+    expected = gpu_expected(name)
+    result = checked(name, expected["recipe"])
+    assert verdicts(result) == {"OK": _launched(expected)}
+    assert not result.failed
+
+
+def test_te_linear_bf16_when_fp8_expected(checked):
+    result = checked("te_linear_bf16", "fp8-current")
+    assert verdicts(result) == {"FALLBACK": 9}
+    assert set(result.gemms["origin"]) == {"te"}
+    assert result.failed
+
+
+@pytest.mark.parametrize("expect", ["fp8-current", "mxfp8"])
+def test_fp8_block_is_neither_per_tensor_fp8_nor_mxfp8_on_hopper(checked, expect):
+    result = checked("te_linear_fp8-block", expect)
+    assert verdicts(result) == {"FALLBACK": 9}
+
+
+def test_no_recipe_recorded_means_no_verdict(checked):
+    result = checked("te_linear_fp8-current")  # workloads.py runs no autocast hook
+    assert result.expected is None
+    assert "verdict" not in result.gemms
+    assert len(result.gemms) == 9
+    assert result.mismatches.empty
+    assert not result.failed
+
+
+@pytest.mark.parametrize("name, recipe", [("request_mxfp8", "mxfp8"), ("request_nvfp4", "nvfp4")])
+def test_requested_recipe_that_ran_no_gemm_fails(checked, name, recipe):
+    result = checked(name, recipe)
+    assert result.gemms.empty
+    assert result.failed
+    doc = summary_document(result)
+    assert doc["gemm_launches"] == 0
+    assert "no GEMM kernel ran" in doc["note"]
+    assert recipe in doc["note"]
+
+
+def test_unknown_recipe_is_input_error(gpu_trace):
+    with pytest.raises(InputError, match="unknown recipe"):
+        check(gpu_trace("te_linear_fp8-current"), "fp9")
+
+
+def test_trace_without_kernels_is_input_error(cpu_traces):
+    with pytest.raises(InputError, match="no GPU kernels"):
+        check(read_trace(cpu_traces / "empty_capture.sqlite"), "fp8-current")
+
+
+def test_gemm_tail_time_is_not_counted_as_gemms(checked):
+    result = checked("train_mixed")
+    assert result.tails_ns >= 0
+    assert (result.gemms["role"] == "gemm").all()
