@@ -1,200 +1,402 @@
-"""All of gemmscope's knowledge of CUDA kernel names: one ordered table of rules.
+"""Everything gemmscope knows about CUDA kernel names, as one ordered table of rules.
 
-A kernel name (short, or demangled C++) → family, arch, role, precision of a GEMM, operand and
-output types, scale mode and layout where the name encodes them. The first rule that matches
-wins. A name no rule knows keeps its raw name with role "other" and family "unknown"; a GEMM
-whose types the name does not spell gets precision "unknown" — never a guess.
+A trace names each kernel; this module says what the kernel is: which library it comes from, what it
+does (a GEMM, the tail of one, a quantization step, attention, anything else) and, for GEMMs, the
+precision the name encodes. No other module matches kernel names.
+
+``RULES`` is read top to bottom and the first rule whose pattern matches wins, so specific shapes
+come before general ones. Each rule's comment says where the evidence for it comes from: "seen on
+H200" means a name in a trace captured by this project on an H200 with cuBLAS 13; everything else
+cites a public source (docs/kernel-names.md has the same table with links). A name is never guessed
+into a precision: a GEMM whose name does not say is precision "unknown".
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
 import pandas as pd
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp8-rowwise", "fp8-block", "mxfp8", "nvfp4",
-              "mxfp4", "int8", "unknown")
+PRECISIONS = (
+    "fp32", "tf32", "bf16", "fp16", "fp8", "fp8-rowwise", "fp8-block", "mxfp8", "nvfp4", "mxfp4",
+    "int8", "unknown",
+)
 ROLES = ("gemm", "gemm-tail", "quantize", "attention", "other")
 
 
 @dataclass(frozen=True)
 class KernelInfo:
-    name: str
-    family: str
-    arch: str | None
-    role: str
+    """What one kernel name says about the kernel."""
+
+    name: str  # the name as given
+    family: str  # nvjet | xmma | cutlass | cublaslt | te | torch | triton | flash | cudnn | nccl | unknown
+    arch: str | None  # "sm90", "sm100", ... where the name encodes it
+    role: str  # one of ROLES
+    precision: str | None  # one of PRECISIONS for role gemm / gemm-tail, else None
+    a_dtype: str | None  # operand and output element types where the name encodes them
+    b_dtype: str | None
+    out_dtype: str | None
+    scale_mode: str | None  # "tensor", "rowwise", "block-1d", "block-2d", "mx-ue8m0-32", "nv-ue4m3-16"
+    layout: str | None  # transpose letters of A and B, e.g. "TN"
+    rule: str  # id of the rule that matched
+
+
+@dataclass(frozen=True)
+class Operands:
+    """What a name says about a kernel's arithmetic (nothing, for kernels that are not GEMMs)."""
+
     precision: str | None
     a_dtype: str | None = None
     b_dtype: str | None = None
     out_dtype: str | None = None
     scale_mode: str | None = None
     layout: str | None = None
-    rule: str = ""
 
 
-# nvjet (cuBLAS 12.8+/13) spells operand and output types with one letter each, before its
-# tile sizes: nvjet_sm90_<A><B><C><compute><D>_… ; 16-bit kernels abbreviate A=B=C to one
-# letter (`tst` = bf16·bf16 → fp32 accumulate → bf16, seen on H200 with cuBLAS 13).
-_NVJET_TYPE = {"t": "bf16", "h": "fp16", "s": "fp32", "q": "e4m3", "r": "e5m2", "o": "e2m1"}
-_FP8 = {"e4m3", "e5m2"}
-
-
-def _nvjet(m: re.Match) -> dict:
-    code, rest = m["types"], m["rest"]
-    letters = [_NVJET_TYPE.get(c) for c in code]
-    if len(code) == 3:  # A=B=C, compute, D
-        a = b = letters[0]
-        out = letters[2]
-    elif len(code) == 5:  # A, B, C, compute, D
-        a, b, out = letters[0], letters[1], letters[4]
-    else:
-        a = b = out = None
-    tokens = rest.split("_")
-    layout = tokens[-1][:2] if re.fullmatch(r"[NT]{3}", tokens[-1]) else None
-    scale = None
-    if a in _FP8 or b in _FP8:
-        # Scale-factor tokens: Ablk128/Avec128 = 2D 128x128 blocks / 1D 1x128 vectors (Hopper FP8
-        # block scaling); Avec32UE8M0 = MX 32-element blocks with E8M0 scales; `ovscale` = outer
-        # vector (per-row / per-column) scales.
-        if re.search(r"A(?:blk|vec)128_B(?:blk|vec)128", rest):
-            scale = "block-2d-1d" if "Ablk128" in rest or "Bblk128" in rest else "block-1d-1d"
-            precision = "fp8-block"
-        elif re.search(r"Avec32UE8M0", rest):
-            scale, precision = "mx-ue8m0-32", "mxfp8"
-        elif "ovscale" in tokens:
-            scale, precision = "rowwise", "fp8-rowwise"
-        else:
-            scale, precision = "tensor", "fp8"
-    elif a == "e2m1" or b == "e2m1":
-        if re.search(r"Avec16UE4M3", rest):
-            scale, precision = "nv-ue4m3-16", "nvfp4"
-        elif re.search(r"Avec32UE8M0", rest):
-            scale, precision = "mx-ue8m0-32", "mxfp4"
-        else:
-            precision = "unknown"
-    elif a in ("bf16", "fp16", "fp32") and a == b:
-        precision = a
-    else:
-        precision = "unknown"
-    return dict(precision=precision, a_dtype=a, b_dtype=b, out_dtype=out, scale_mode=scale, layout=layout)
-
-
-# cuBLAS xmma/cutlass names spell types as <A><B>_<C><accum>: f32f32_tf32f32, bf16bf16_bf16f32 …
-_XMMA_TYPES = {"tf32": "tf32", "bf16": "bf16", "f16": "fp16", "f32": "fp32", "e4m3": "e4m3", "e5m2": "e5m2",
-               "s8": "int8", "i8": "int8"}
-
-
-def _xmma(m: re.Match) -> dict:
-    ab, cd = m["ab"], m["cd"]
-    compute = re.findall(r"tf32|bf16|f16|f32|e4m3|e5m2|s8|i8", cd)
-    operands = re.findall(r"tf32|bf16|f16|f32|e4m3|e5m2|s8|i8", ab)
-    a = _XMMA_TYPES.get(operands[0]) if operands else None
-    b = _XMMA_TYPES.get(operands[1]) if len(operands) > 1 else a
-    # f32 operands multiplied on tensor cores as tf32 say so in the compute part; "ffma" = plain FP32.
-    if compute and compute[0] == "tf32":
-        precision = "tf32"
-    elif a in _FP8:
-        precision = "fp8"
-    elif a in ("bf16", "fp16", "int8"):
-        precision = a
-    elif a == "fp32":
-        precision = "fp32" if "ffma" in m.string else "unknown"
-    else:
-        precision = "unknown"
-    layout = m["layout"].upper() if m["layout"] else None
-    return dict(precision=precision, a_dtype=a, b_dtype=b, out_dtype=None, layout=layout)
-
-
-def _cutlass_tensorop(m: re.Match) -> dict:
-    # cutlass_80_tensorop_<kind><mma shape>gemm[_<types>]_…: i…gemm_s8 = int8, s…gemm_bf16 / _f16 …
-    kind, types = m["kind"], m["types"] or ""
-    if kind == "i":
-        return dict(precision="int8", a_dtype="int8", b_dtype="int8")
-    if "bf16" in types:
-        return dict(precision="bf16", a_dtype="bf16", b_dtype="bf16")
-    if "f16" in types:
-        return dict(precision="fp16", a_dtype="fp16", b_dtype="fp16")
-    if "tf32" in types or kind == "s" and not types:
-        return dict(precision="tf32" if "tf32" in types else "unknown")
-    return dict(precision="unknown")
+UNKNOWN_OPERANDS = Operands("unknown")
+NOT_A_GEMM = Operands(None)
 
 
 @dataclass(frozen=True)
 class Rule:
+    """One row of the table: names matching ``pattern`` are kernels of ``family`` in ``role``."""
+
     id: str
-    pattern: re.Pattern
+    pattern: re.Pattern[str]
     family: str
     role: str
-    precision: str | None = None  # fixed precision, when the rule implies one
-    decode: object = None  # fn(match) -> dict of decoded fields
-    arch: str | None = None
+    operands: Callable[[str], Operands] | None = None  # decodes the precision of gemm / gemm-tail names
 
 
-def _r(rule_id, pattern, family, role, precision=None, decode=None, arch=None) -> Rule:
-    return Rule(rule_id, re.compile(pattern), family, role, precision, decode, arch)
+_FP8 = frozenset({"e4m3", "e5m2"})
 
 
-RULES: tuple[Rule, ...] = (
-    # --- overhead that looks like a GEMM ------------------------------------------------------
-    # TE's random-Hadamard-transform quantization on Blackwell ("rht_gemm_device"): a
-    # quantization step of NVFP4, not a GEMM of the model (TE's common/hadamard_transform).
-    _r("te-rht", r"rht_gemm", "te", "quantize"),
-    # --- GEMMs --------------------------------------------------------------------------------
-    # nvjet (cuBLAS 12.8+/13): seen on H200 — tst bf16, hsh fp16, qqtst/qrtst fp8 (q e4m3,
-    # r e5m2), *_ovscale_* rowwise, *_Ablk128_Bvec128_* / *_Avec128_Bvec128_* block scaled.
-    # Blackwell, public traces: nvjet_sm100_qq*_Avec32UE8M0_Bvec32UE8M0_* MXFP8,
-    # nvjet_sm100_oo*_Avec16UE4M3_* NVFP4.
-    _r("nvjet", r"nvjet_(?P<arch>sm\d+a?)_(?P<types>[a-z]{3,5})_(?P<rest>\S*)", "nvjet", "gemm", decode=_nvjet),
-    # cuBLAS xmma: sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_… (TF32, seen on H200),
-    # sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_…_ffma_… (FP32 on CUDA cores, seen on H200).
-    _r("xmma", r"(?P<arch>sm\d+a?)_xmma_gemm_(?P<ab>[a-z0-9]+)_(?P<cd>[a-z0-9]+)_[a-z0-9]+_(?P<layout>[nt]{2})?",
-       "xmma", "gemm", decode=_xmma),
-    # cutlass 2.x tensor-op kernels inside cuBLAS/torch: cutlass_80_tensorop_i16832gemm_s8_…
-    # (torch._int_mm, seen on H200).
-    _r("cutlass-tensorop", r"cutlass_(?P<arch>\d+)_tensorop_(?P<kind>[a-z])\d+gemm_?(?P<types>[a-z0-9]*)",
-       "cutlass", "gemm", decode=_cutlass_tensorop),
-    # --- GEMM tails: split-K reduction and bias-gradient epilogues run after a cuBLASLt GEMM --
-    _r("cublaslt-splitk", r"splitKreduce_kernel", "cublaslt", "gemm-tail", "unknown"),
-    _r("cublaslt-bgrad", r"cublasLt::epilogue::impl::globalKernelBgrad", "cublaslt", "gemm-tail", "unknown"),
-    # --- attention -----------------------------------------------------------------------------
-    _r("flash", r"flash_(?:fwd|bwd)", "flash", "attention"),
-    _r("cudnn-sdpa", r"cudnn\S*(?:sdpa|fmha|flash)|fmha|fused_attn", "cudnn", "attention"),
-    # --- quantization (TE and torch casts, amax, scales, transposes, swizzles) ---------------------
-    _r("te-quantize", r"cast_transpose|(?<![a-z])transpose_optimized_kernel|amax_kernel|"
-       r"compute_scale_from_amax|delayed_scaling_recipe\S*kernel_bulk|(?<![a-z])kernel_bulk|block_scaled_\S*cast|"
-       r"quantize|swizzle_\S*scal|mxfp8\S*cast|nvfp4\S*cast|hadamard", "te", "quantize"),
-    _r("torch-fp8-cast", r"float8_copy_kernel|fp8_copy", "torch", "quantize"),
-    # --- everything else we can name --------------------------------------------------------------
-    _r("te-other", r"transformer_engine::", "te", "other"),
-    _r("triton", r"^triton_", "triton", "other"),
-    _r("nccl", r"nccl", "nccl", "other"),
-    _r("torch-other", r"at::native::|at::cuda::", "torch", "other"),
+def _precision(a: str | None, b: str | None, scale_mode: str | None) -> str:
+    """Precision of a GEMM from its operands' element types and how they are scaled (None: the name
+    says no scaling)."""
+    if a in _FP8 and b in _FP8:
+        return {
+            None: "fp8",
+            "tensor": "fp8",
+            "rowwise": "fp8-rowwise",
+            "block-1d": "fp8-block",
+            "block-2d": "fp8-block",
+            "mx-ue8m0-32": "mxfp8",
+        }.get(scale_mode, "unknown")
+    if a == b == "e2m1":
+        return {"nv-ue4m3-16": "nvfp4", "mx-ue8m0-32": "mxfp4"}.get(scale_mode, "unknown")
+    if a == b and a in {"bf16", "fp16", "int8"} and scale_mode is None:
+        return a
+    return "unknown"
+
+
+# --- nvjet (cuBLAS 12.8+ / 13): nvjet_[sm<arch>_]<types>_<tile>_<stages>_<cluster>_<variants>_<layout>
+
+# One letter per type in the type code: <A><B><C><compute><D>, or <AB><compute><D> when A and B share
+# a type. t/h/q/r are measured on H200 (tst = BF16, hsh = FP16, qqtst = FP8 e4m3, qrtst = e4m3 x
+# e5m2); o is E2M1 (the NVFP4 names below); s is cuBLAS's letter for fp32 (cublasSgemm).
+_NVJET_TYPE_LETTERS = {"t": "bf16", "h": "fp16", "s": "fp32", "q": "e4m3", "r": "e5m2", "o": "e2m1"}
+
+# Variant tokens that name how A and B are scaled. They spell the cublasLtMatmulMatrixScale_t modes
+# (VEC32_UE8M0, VEC16_UE4M3, OUTER_VEC_32F, VEC128_32F, BLK128x128_32F) that Transformer Engine
+# requests for MXFP8, NVFP4 and FP8 block scaling (transformer_engine/common/gemm/cublaslt_gemm.cu).
+_NVJET_SCALE_TOKENS = {
+    "Avec32UE8M0": "mx-ue8m0-32", "Bvec32UE8M0": "mx-ue8m0-32",
+    "Avec16UE4M3": "nv-ue4m3-16", "Bvec16UE4M3": "nv-ue4m3-16",
+    "ovscale": "rowwise",
+    "Ablk128": "block-2d", "Bblk128": "block-2d",
+    "Avec128": "block-1d", "Bvec128": "block-1d",
+}
+
+
+def _scale_mode(modes: set[str]) -> str | None:
+    """The scale mode of a GEMM from those of its operands: "block-2d" where 128x128 blocks on one
+    operand meet 1x128 vectors on the other, "conflicting" for a mix no recipe makes."""
+    if modes == {"block-2d", "block-1d"}:
+        return "block-2d"
+    if len(modes) > 1:
+        return "conflicting"
+    return next(iter(modes), None)
+
+
+def _nvjet_operands(name: str) -> Operands:
+    match = re.search(r"nvjet_\S+", name)
+    tokens = match.group().split("_")[1:] if match else []
+    if tokens and re.fullmatch(r"sm\d+[a-z]?", tokens[0]):
+        tokens = tokens[1:]
+    if not tokens:
+        return UNKNOWN_OPERANDS
+    layout = tokens[-1][:2] if re.fullmatch(r"[TN]{2,3}", tokens[-1]) else None
+    code = tokens[0]
+    if len(code) == 5:
+        letters = code[0], code[1], code[4]
+    elif len(code) == 3:
+        letters = code[0], code[0], code[2]
+    else:
+        return Operands("unknown", layout=layout)
+    a, b, out = (_NVJET_TYPE_LETTERS.get(letter) for letter in letters)
+    scale_mode = _scale_mode({_NVJET_SCALE_TOKENS[t] for t in tokens[1:] if t in _NVJET_SCALE_TOKENS})
+    if scale_mode is None and {a, b} <= _FP8 | {"e2m1"}:
+        scale_mode = "tensor"  # no scale token: cuBLASLt scales each narrow operand by one scalar (SCALAR_32F)
+    precision = _precision(a, b, scale_mode)
+    return Operands(precision, a, b, out, None if scale_mode == "conflicting" else scale_mode, layout)
+
+
+# --- xmma (cuBLAS): sm<arch>_xmma_gemm_<A><B>_<math><accumulate>_<C>_<layout>_...
+
+_XMMA = re.compile(r"sm\d+_xmma_gemm_([a-z0-9]+)_([a-z0-9]+)_([a-z0-9]+)_([nt]{2})_")
+_TYPE_WORD = re.compile(r"tf32|bf16|f16|f32|f64|e4m3|e5m2|s8|s32")
+
+# Element-type words as CUTLASS and xmma names spell them. CUTLASS's "f4" is its runtime-typed FP4,
+# and E2M1 is the only FP4 format.
+_DTYPE_WORDS = {
+    "tf32": "tf32", "bf16": "bf16", "f16": "fp16", "f32": "fp32", "e4m3": "e4m3", "e5m2": "e5m2",
+    "e2m1": "e2m1", "f4": "e2m1", "s8": "int8", "s32": "int32",
+}
+
+
+def _xmma_operands(name: str) -> Operands:
+    match = _XMMA.search(name)
+    if not match:
+        return UNKNOWN_OPERANDS
+    storage = [_DTYPE_WORDS.get(w) for w in _TYPE_WORD.findall(match[1])]
+    math = [_DTYPE_WORDS.get(w) for w in _TYPE_WORD.findall(match[2])]
+    a, b = storage if len(storage) == 2 else (None, None)
+    math_type = math[0] if math else None
+    # The math type is what the tensor cores (or, for f32, the FFMA units) compute in.
+    if math_type in {"tf32", "fp32", "bf16", "fp16", "int8"}:
+        precision = math_type
+    elif math_type in _FP8:
+        precision = "fp8"
+    else:
+        precision = "unknown"
+    out = _DTYPE_WORDS.get(match[3])
+    return Operands(precision, a, b, out, None, match[4].upper())
+
+
+# --- CUTLASS 2.x names (cutlass_library's procedural_name for arch < 90, and cuBLAS's cutlass_<arch>_
+# copies): cutlass[_<arch>]_<opclass>_[<C>_]<accumulate><mma shape>[<math type>]gemm[_<A>]_<tile>..._<layout>_align<n>
+
+_CUTLASS2 = re.compile(
+    r"cutlass(?:_\d\d)?_(tensorop|simt|wmma_tensorop|sptensorop)_"
+    r"(?:(bf16|f16|f32|s32|s8|e4m3|e5m2)_)?([sdhi])(\d*)(tf32|bf16|f16)?gemm"
+    r"(?:_(s8|u8|bf16|f16|f32|tf32|e4m3|e5m2))?_\d+x\d+(?:_\d+x\d+)?_([nt]{2})_align"
 )
+_ACCUMULATOR_LETTERS = {"s": "fp32", "h": "fp16", "i": "int32"}
+
+
+def _cutlass2_operands(name: str) -> Operands:
+    match = _CUTLASS2.search(name)
+    if not match:
+        return UNKNOWN_OPERANDS
+    opclass, c_word, accumulator, _, math_word, a_word, layout = match.groups()
+    accumulate = _ACCUMULATOR_LETTERS.get(accumulator)
+    # The A type is spelled only when it differs from the accumulator type.
+    a = _DTYPE_WORDS.get(a_word) if a_word else accumulate
+    if math_word == "tf32" or a == "tf32":
+        precision = "tf32"
+    elif a in {"bf16", "fp16", "int8"}:
+        precision = a
+    elif a in _FP8:
+        precision = "fp8"
+    elif a == "fp32" and opclass == "simt":
+        precision = "fp32"
+    else:
+        precision = "unknown"
+    out = _DTYPE_WORDS.get(c_word) if c_word else accumulate
+    return Operands(precision, a, a, out, None, layout.upper())
+
+
+# --- CUTLASS 3.x names (cutlass_library's procedural_name for arch >= 90, and cuBLAS's cutlass3x_ copies):
+# cutlass3x_sm<arch>_<opclass>_<core>gemm_<A>_<B>_<accumulate>_<C>_<D>_<tile>_..._<ABC layout>_align<n>...
+# where a block-scaled operand reads <scale type>x<element> (ue8m0xe4m3) and a blockwise-scaled one
+# <m>x<k><scale type>x<element> (1x128f32xe4m3).
+
+_CUTLASS3 = re.compile(r"cutlass3x_sm\d+_[a-z]*tensorop_([a-z0-9]*?)gemm(?:_block_scaled)?_(\w+)")
+_CUTLASS3_OPERAND = re.compile(r"(?:(\d+)x(\d+))?(?:(ue8m0|ue4m3|f32)x)?([a-z0-9]+)")
+
+
+def _cutlass3_operand(token: str) -> tuple[str | None, str | None]:
+    """Element type and scale mode of one operand token."""
+    match = _CUTLASS3_OPERAND.fullmatch(token)
+    if not match:
+        return None, None
+    rows, _, scale, element = match.groups()
+    if scale == "ue8m0":
+        mode = "mx-ue8m0-32"
+    elif scale == "ue4m3":
+        mode = "nv-ue4m3-16"
+    elif scale == "f32" and rows:
+        mode = "block-1d" if rows == "1" else "block-2d"
+    else:
+        mode = None
+    return _DTYPE_WORDS.get(element), mode
+
+
+def _cutlass3_operands(name: str) -> Operands:
+    match = _CUTLASS3.search(name)
+    tokens = match[2].split("_") if match else []
+    if len(tokens) < 5:
+        return UNKNOWN_OPERANDS
+    (a, a_mode), (b, b_mode) = _cutlass3_operand(tokens[0]), _cutlass3_operand(tokens[1])
+    out, _ = _cutlass3_operand(tokens[4])
+    layout = next((t[:2].upper() for t in tokens[5:] if re.fullmatch(r"[tn]{3}", t)), None)
+    scale_mode = _scale_mode({a_mode, b_mode} - {None})
+    if match[1] == "tf32" and a == b == "fp32":  # f32 operands multiplied as TF32
+        precision = "tf32"
+    else:
+        precision = _precision(a, b, scale_mode)
+    return Operands(precision, a, b, out, None if scale_mode == "conflicting" else scale_mode, layout)
+
+
+# --- cuBLASLt GEMM tails: split-K reduction and the bias-gradient epilogue, named by C++ template.
+
+_TEMPLATE_TYPES = {"__nv_bfloat16": "bf16", "__half": "fp16", "float": "fp32"}
+
+
+def _tail_operands(name: str) -> Operands:
+    """Precision of a tail kernel from its template arguments: the one 16-bit type among them (the
+    data it reads and writes; float beside it is the accumulator), fp32 when all are float. A short
+    name has no template arguments and says nothing."""
+    arguments = name.partition("<")[2].split(">(")[0]
+    types = {_TEMPLATE_TYPES[t] for t in re.findall(r"\b(?:__nv_bfloat16|__half|float)\b", arguments)}
+    data = types - {"fp32"} or types
+    if len(data) != 1:
+        return UNKNOWN_OPERANDS
+    dtype = data.pop()
+    return Operands(dtype, out_dtype=dtype)
+
+
+# Transformer Engine kernels that cast, scale, transpose, Hadamard-transform or swizzle tensors for a
+# quantized GEMM. Stems are the __global__ names in transformer_engine/common (cast/, transpose/,
+# recipe/, swizzle/, hadamard_transform/, NVIDIA/TransformerEngine@d0067d0); they match both the
+# demangled names and the short names nsys shows.
+_TE_QUANTIZE_STEMS = (
+    r"\w*cast_transpose\w*",  # cast_transpose_optimized_kernel, block_scaled_1d_cast_transpose_kernel (seen on H200)
+    r"\btranspose_(?:optimized|general)_kernel",  # transposes of FP8 data (seen on H200)
+    r"\btranspose_dbias_kernel\w*",
+    r"\w*quantize\w*_kernel\w*",  # quantize_mxfp8_kernel, quantize_transpose_nvfp4_kernel, dequantize_kernel
+    r"\w*cast_fp8\w*_kernel\w*",
+    r"\w*_partial_cast_kernel",
+    r"\w*amax\w*_kernel",  # amax_kernel, zero_amax_kernel, compute_scale_from_amax_kernel (seen on H200)
+    r"\w*Amax\w*Kernel",  # HadamardAmaxTmaKernel, ZeroAmaxKernel
+    r"\bHadamardTransformKernel",
+    r"\bupdate_tensor_scale_inv_kernel",
+    r"\bnvfp4_\w*_kernel",
+    r"\w*swizzle\w*_kernel\w*",  # swizzle_row_scaling_kernel: scale factors into the GEMM's layout
+    r"\bdelayed_scaling_recipe::.*\bkernel_bulk\b",  # amax history and scale update (seen on H200)
+    r"^kernel_bulk$",  # its short name
+    r"\btransformer_engine::unary_kernel<.*\bidentity\b",  # a plain cast to FP8 (seen on H200)
+)
+
+# The table. Order matters: attention and quantization kernels that mention "gemm" or "cutlass"
+# come before the GEMM rules, PyTorch's and Triton's kernels before the Transformer Engine stems that
+# could match inside their names, and the catch-all comes last.
+RULES: tuple[Rule, ...] = (
+    # Flash attention: PyTorch's vendored FlashAttention-2 (pytorch_flash::flash_fwd_kernel, seen on
+    # H200), Dao-AILab flash-attn, and FlashAttention-3 (cutlass::device_kernel<flash::...>, in the
+    # profiler tables of pytorch/ao torchao/prototype/fp8_sdpa_inference/outputs/).
+    Rule("flash-attention", re.compile(r"\bpytorch_flash::|\bflash_(?:fwd|bwd)_|\bflash::|\bflash_attn"), "flash", "attention"),
+    # cuDNN SDPA engines: cudnn_generated_<...>_sdpa_sm<arch>_flash_{fprop,bprop}_<...>, e.g. in
+    # NVIDIA/cudnn-frontend include/cudnn_frontend/experimental/sm100_sdpa_prefill_engine.h.
+    Rule("cudnn-sdpa", re.compile(r"\bcudnn_generated_\w*sdpa"), "cudnn", "attention"),
+    # Transformer Engine's own attention kernels (THD packing, context parallelism, sequence lengths)
+    # live in these namespaces of transformer_engine/common/fused_attn/.
+    Rule("te-attention", re.compile(r"\btransformer_engine::(?:fused_attn|context_parallel|flash_attention)::"), "te", "attention"),
+    # Any other fused multi-head attention.
+    Rule("attention", re.compile(r"fmha|sdpa", re.IGNORECASE), "unknown", "attention"),
+    # TE's NVFP4 random Hadamard transform fused with the cast: a quantization kernel although it
+    # runs a 16x16 GEMM. TE profiles it as "row_col_rht_gemm_device" on B200
+    # (benchmarks/linear/benchmark_linear.py); the family is in hadamard_transform/.
+    Rule("te-rht", re.compile(r"rht_gemm"), "te", "quantize"),
+    # torch casts to float8 (at::native::float8_copy_kernel_cuda, seen on H200).
+    Rule("torch-float8-copy", re.compile(r"\bfloat8_copy_kernel_cuda\b"), "torch", "quantize"),
+    # PyTorch's other kernels: elementwise, reductions, copies, optimizers, softmax (seen on H200).
+    Rule("torch", re.compile(r"\bat::native::|\bat::cuda::|\bsoftmax_warp_(?:forward|backward)\b|\b(?:vectorized_|unrolled_)?elementwise_kernel\b"), "torch", "other"),
+    # TorchInductor's Triton template GEMMs (triton_tem_fused_baddbmm next to nvjet in
+    # cfregly/ai-performance-engineering code/docs/gb300-upstream-patches.md): a GEMM whose name
+    # does not carry its precision.
+    Rule("triton-gemm", re.compile(r"\btriton_tem_fused_\w*mm"), "triton", "gemm"),
+    Rule("triton", re.compile(r"\btriton_"), "triton", "other"),  # inductor's fused kernels (seen on H200)
+    Rule("nccl", re.compile(r"nccl", re.IGNORECASE), "nccl", "other"),
+    Rule("te-quantize", re.compile("|".join(_TE_QUANTIZE_STEMS)), "te", "quantize"),
+    # cuBLASLt split-K reduction (seen on H200 as cublasLt::splitKreduce_kernel; after nvjet
+    # *_splitK_* GEMMs on B200 in Dao-AILab/quack#157) and its bias-gradient epilogue
+    # (cublasLt::epilogue::impl::globalKernelBgradAB_v1, seen on H200).
+    Rule("cublaslt-splitk", re.compile(r"\bsplitKreduce_kernel\b"), "cublaslt", "gemm-tail", _tail_operands),
+    Rule("cublaslt-epilogue", re.compile(r"\bcublasLt::epilogue::|\bglobalKernelBgrad"), "cublaslt", "gemm-tail", _tail_operands),
+    # Implicit-GEMM convolutions are convolutions, not linear layers: cuDNN's
+    # sm90_xmma_fprop_implicit_gemm_* and CUTLASS's cutlass3x_sm100_tensorop_*implicit_gemm_fprop_*,
+    # both in the B200/H100 profile of zaitrarrio/fastvideo-rs docs/perf/datacenter-profile.md.
+    Rule("xmma-conv", re.compile(r"\bsm\d+_xmma_\w*implicit_gemm"), "xmma", "other"),
+    Rule("cutlass-conv", re.compile(r"\bcutlass\w*implicit_gemm"), "cutlass", "other"),
+    # cuBLAS nvjet GEMMs; the type code and scale tokens are decoded above (seen on H200; Blackwell
+    # names in docs/kernel-names.md).
+    Rule("nvjet", re.compile(r"\bnvjet_"), "nvjet", "gemm", _nvjet_operands),
+    # cuBLAS xmma GEMMs: sm90_xmma_gemm_f32f32_tf32f32_f32_* (TF32) and
+    # sm80_xmma_gemm_f32f32_f32f32_f32_*_ffma_* (FP32 on FFMA units), seen on H200.
+    Rule("xmma", re.compile(r"\bsm\d+_xmma_gemm_"), "xmma", "gemm", _xmma_operands),
+    # CUTLASS 3.x naming (python/cutlass_library/gemm_operation.py in NVIDIA/cutlass); cuBLAS runs
+    # such kernels too (cutlass3x_sm100_* for a TF32 matmul on GB300 in
+    # cfregly/ai-performance-engineering code/docs/gb300-upstream-patches.md).
+    Rule("cutlass3x", re.compile(r"\bcutlass3x_"), "cutlass", "gemm", _cutlass3_operands),
+    # CUTLASS 2.x naming, including cuBLAS's cutlass_80_tensorop_i16832gemm_s8_* (int8, seen on H200).
+    Rule("cutlass2x", re.compile(r"\bcutlass(?:_\d\d)?_(?:tensorop|simt|wmma_tensorop|sptensorop)_\w*gemm"), "cutlass", "gemm", _cutlass2_operands),
+    # Everything else of Transformer Engine: normalization, activations, RoPE, MoE, userbuffers, the
+    # grouped-GEMM argument setup (seen on H200: ln_*_kernel, unary_kernel, unary_grad_kernel).
+    Rule("te-other", re.compile(r"\btransformer_engine::|\bsetup_grouped_gemm_kernel\b|\bkuserbuffers_"), "te", "other"),
+    # A GEMM (or cuBLAS GEMV) that no rule above can place: role gemm, precision unknown.
+    Rule("gemm-unplaced", re.compile(r"gemm|gemv", re.IGNORECASE), "unknown", "gemm"),
+    Rule("unknown", re.compile(r""), "unknown", "other"),
+)
+
+_ARCH = re.compile(r"(?<![A-Za-z0-9])sm_?(\d{2,3})[a-z]?(?![0-9])|\bcutlass_(\d\d)_")
+_GEMM_ROLES = frozenset({"gemm", "gemm-tail"})
+
+
+def _arch(name: str) -> str | None:
+    match = _ARCH.search(name)
+    return f"sm{match[1] or match[2]}" if match else None
 
 
 @functools.lru_cache(maxsize=None)
 def decode(name: str) -> KernelInfo:
-    """What a kernel name says about itself (first matching rule of RULES)."""
-    for rule in RULES:
-        m = rule.pattern.search(name)
-        if not m:
-            continue
-        found = dict(precision=rule.precision)
-        if rule.decode is not None:
-            found.update(rule.decode(m))
-        arch = m.groupdict().get("arch")
-        if arch and arch.isdigit():
-            arch = f"sm{arch}"
-        return KernelInfo(name=name, family=rule.family, arch=arch, role=rule.role, rule=rule.id, **found)
-    return KernelInfo(name=name, family="unknown", arch=None, role="other", precision=None, rule="none")
+    """Classify one kernel name, short (nvjet_sm90_tst_...) or demangled (void ns::kernel<...>(...))."""
+    text = name.strip()
+    rule = next(r for r in RULES if r.pattern.search(text))
+    if rule.operands is not None:
+        operands = rule.operands(text)
+    elif rule.role in _GEMM_ROLES:
+        operands = UNKNOWN_OPERANDS
+    else:
+        operands = NOT_A_GEMM
+    return KernelInfo(
+        name=name,
+        family=rule.family,
+        arch=_arch(text),
+        role=rule.role,
+        precision=operands.precision,
+        a_dtype=operands.a_dtype,
+        b_dtype=operands.b_dtype,
+        out_dtype=operands.out_dtype,
+        scale_mode=operands.scale_mode,
+        layout=operands.layout,
+        rule=rule.id,
+    )
+
+
+_COLUMNS = [f.name for f in fields(KernelInfo)]
 
 
 def decode_frame(names: pd.Series) -> pd.DataFrame:
-    """decode() of each name, one row per input row (index kept); each distinct name once."""
-    columns = [f.name for f in fields(KernelInfo)]
-    distinct = {n: asdict(decode(n)) for n in names.dropna().unique()}
-    empty = dict.fromkeys(columns)
-    return pd.DataFrame([distinct.get(n, empty) if isinstance(n, str) else empty for n in names],
-                        index=names.index, columns=columns)
+    """One row per name, columns = KernelInfo fields, index aligned with ``names``; each distinct
+    name is decoded once. A missing name (a trace row without one) gets a row of None."""
+    codes, uniques = pd.factorize(names, use_na_sentinel=False)
+    rows = [asdict(decode(name)) if isinstance(name, str) else dict.fromkeys(_COLUMNS) for name in uniques]
+    table = pd.DataFrame({column: [row[column] for row in rows] for column in _COLUMNS}, dtype=object)
+    frame = table.take(codes)
+    frame.index = names.index
+    return frame
