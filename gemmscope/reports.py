@@ -33,10 +33,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _gemm_fields(result: Verification) -> list[str]:
+    return list(_GEMM_FIELDS) + (["expected", "verdict", "allowed"] if result.expected else [])
+
+
 def gemm_records(result: Verification) -> list[dict]:
     g = result.gemms.rename(columns={"name": "kernel", "start": "start_ns"})
-    fields = list(_GEMM_FIELDS) + (["expected", "verdict", "allowed"] if result.expected else [])
-    return [{f: _plain(row[f]) for f in fields} for row in g.to_dict("records")]
+    return [{f: _plain(row[f]) for f in _gemm_fields(result)} for row in g.to_dict("records")]
 
 
 def summary_document(result: Verification) -> dict:
@@ -160,9 +163,8 @@ def render_verification(trace: Trace, result: Verification, fmt: str, document: 
         return json.dumps(document, indent=2) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
-        frame = pd.DataFrame(gemm_records(result))
-        if not frame.empty:
-            frame["ranges"] = frame["ranges"].map(" > ".join)
+        frame = pd.DataFrame(gemm_records(result), columns=_gemm_fields(result))
+        frame["ranges"] = frame["ranges"].map(" > ".join)
         frame.to_csv(buf, index=False)
         return buf.getvalue()
     sections = [("GEMMs per module and pass", _summary_frame(result))]

@@ -9,6 +9,7 @@ leaves everything gemmscope reads (kernels, API calls, NVTX, GPUs, memory) untou
 
 from __future__ import annotations
 
+import lzma
 import re
 import shutil
 import sqlite3
@@ -32,11 +33,17 @@ _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def scrub(trace: str | Path, out: str | Path) -> Path:
-    """Write a scrubbed copy of `trace` (an nsys SQLite export or .nsys-rep) to `out`."""
-    source = read_trace(trace).sqlite  # validates; decompresses or exports first where needed
+    """Write a scrubbed copy of `trace` (an nsys SQLite export, .sqlite.xz or .nsys-rep) to
+    `out`: SQLite, xz-compressed when `out` ends in .xz."""
     out = Path(out)
-    if out.resolve() == source.resolve():
+    loaded = read_trace(trace)  # validates; decompresses or exports first where needed
+    source = loaded.sqlite
+    if out.resolve() in (source.resolve(), Path(trace).resolve()):
         raise InputError("scrub writes a new file: give an output path other than the input")
+    if out.is_dir():
+        raise InputError(f"{out} is a folder: give the output file's path")
+    if not out.parent.is_dir():
+        raise InputError(f"no such folder: {out.parent}")
     partial = out.with_name(out.name + ".partial")
     shutil.copyfile(source, partial)
     try:
@@ -58,6 +65,8 @@ def scrub(trace: str | Path, out: str | Path) -> Path:
         conn.commit()
         conn.execute("VACUUM")  # freed pages would still hold the old values
         conn.close()
+        if out.suffix == ".xz":
+            partial.write_bytes(lzma.compress(partial.read_bytes(), preset=9))
     except BaseException:
         partial.unlink(missing_ok=True)
         raise

@@ -128,7 +128,7 @@ def read_trace(path: str | Path) -> Trace:
                 f"{path} is an SQLite file but not an Nsight Systems export (no META_DATA_EXPORT table)"
             )
         return _read(export, given)
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:  # pandas wraps sqlite's errors
         raise InputError(f"{path} is a damaged or truncated SQLite file ({exc})") from None
 
 

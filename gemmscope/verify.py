@@ -143,9 +143,9 @@ def check(trace: Trace, expect: str | None = None, allow: tuple[str, ...] = ()) 
 
 
 def _matches(patterns: tuple[str, ...], row) -> bool:
-    """An --allow pattern (shell-style, case-sensitive) matches the kernel name, the TE module,
-    or any NVTX range around the launch (e.g. --allow '*lm_head*')."""
-    subjects = [row.name, row.te_module or "", *row.ranges]
+    """An --allow pattern (shell-style, case-sensitive) matches the kernel name, the module label
+    (a TE module, or "(outside TE)"), or any NVTX range around the launch (e.g. '*lm_head*')."""
+    subjects = [row.name, module_label(row), *row.ranges]
     return any(fnmatch.fnmatchcase(s, p) for p in patterns for s in subjects)
 
 

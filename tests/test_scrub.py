@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 import subprocess
 from contextlib import closing
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,6 +17,8 @@ from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.scrub import scrub
 from gemmscope.trace_parser import read_trace
+
+GPU_DIR = Path(__file__).parent / "fixtures" / "gpu"
 
 # PYTEST_CURRENT_TEST changes from test to test; the rest is the machine's environment
 _NOT_MACHINE = {"PYTEST_CURRENT_TEST"}
@@ -165,3 +168,27 @@ def test_cli_scrub_onto_itself_is_exit_2(cpu_export):
     assert result.exit_code == 2
     assert result.stderr.startswith("gemmscope: error: ")
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_scrub_refuses_to_overwrite_a_compressed_input_and_missing_folders(tmp_path):
+    source = tmp_path / "t.sqlite.xz"
+    source.write_bytes((GPU_DIR / "te_linear_bf16.sqlite.xz").read_bytes())
+    before = source.read_bytes()
+    with pytest.raises(InputError):
+        scrub(source, source)
+    with pytest.raises(InputError, match="no such folder"):
+        scrub(source, tmp_path / "missing" / "out.sqlite")
+    with pytest.raises(InputError, match="is a folder"):
+        scrub(source, tmp_path)
+    assert source.read_bytes() == before
+    out = scrub(source, tmp_path / "out.sqlite.xz")  # .xz output is compressed
+    assert read_trace(out).kernels.equals(read_trace(source).kernels)
+
+
+def test_damaged_export_is_one_clear_error(tmp_path):
+    damaged = tmp_path / "damaged.sqlite"
+    data = bytearray(read_trace(GPU_DIR / "train_mixed.sqlite.xz").sqlite.read_bytes())
+    data[524288:528384] = b"\x07" * 4096
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="damaged or truncated"):
+        read_trace(damaged)
