@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -20,9 +19,11 @@ BARE_PREFIX = "bare|"
 
 
 def bare_loop_ms(precision: str, m: int, k: int, n: int, iters: int, warmup: int, label: str) -> float:
-    """Median per-iteration CUDA-event time of torch.matmul / torch._scaled_mm, X·Wᵀ as TE's
-    fprop computes it (W stored out×in, so its transpose is column-major, as cuBLAS FP8 wants;
-    fast accumulation, as TE asks for in fprop). The loop runs inside NVTX range `label`."""
+    """Mean per-iteration time of a torch.matmul / torch._scaled_mm loop, one CUDA-event pair
+    around it (as TE's benchmark times), computing X·Wᵀ as TE's fprop does: W stored out×in, so
+    its transpose is column-major as cuBLAS FP8 wants; FP8 operands scaled to the E4M3 range per
+    tensor, as current scaling does (the same data a TE GEMM sees), with fast accumulation, as
+    TE asks for in fprop. The loop runs inside NVTX range `label`."""
     import torch
 
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -31,22 +32,27 @@ def bare_loop_ms(precision: str, m: int, k: int, n: int, iters: int, warmup: int
         def step():
             return x @ w.t()
     else:
-        x8, w8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
-        one = torch.ones((), device="cuda")
+        fp8_max = torch.finfo(torch.float8_e4m3fn).max
+        x_scale = fp8_max / x.abs().max().float()
+        w_scale = fp8_max / w.abs().max().float()
+        x8 = (x.float() * x_scale).to(torch.float8_e4m3fn)
+        w8 = (w.float() * w_scale).to(torch.float8_e4m3fn)
+        x_inv, w_inv = 1 / x_scale, 1 / w_scale
 
         def step():
-            return torch._scaled_mm(x8, w8.t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True)
+            return torch._scaled_mm(x8, w8.t(), x_inv, w_inv, out_dtype=torch.bfloat16, use_fast_accum=True)
     for _ in range(warmup):
         step()
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
     torch.cuda.nvtx.range_push(label)
-    events[0].record()
-    for i in range(iters):
+    start.record()
+    for _ in range(iters):
         step()
-        events[i + 1].record()
+    end.record()
     torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in zip(events, events[1:]))
+    return start.elapsed_time(end) / iters
 
 
 def inner(iters: int) -> None:
@@ -100,7 +106,7 @@ def main() -> None:
             if label.startswith(BARE_PREFIX):
                 bare_kernel[label] = kernel
     print(f"{run.device['name']}: gemmscope kernel-only time from the trace vs a bare torch loop timed with "
-          f"CUDA events in the same process, {args.iters} iterations each (median for the bare loop)")
+          f"CUDA events in the same process, {args.iters} iterations each (means)")
     print(f"{'shape (MxKxN)':>20} {'precision':>12} {'gemmscope ms':>13} {'bare ms':>9} {'ratio':>6}  "
           f"same kernel  gemmscope's kernel")
     for row in run.gemms.itertuples():

@@ -6,6 +6,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from gemmscope.errors import InputError
@@ -83,13 +84,14 @@ def export_sqlite(report: Path, sqlite: Path | None = None) -> Path:
 
 
 def profile(command: list[str], report: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run `command` under nsys profile, writing `report` (.nsys-rep). The command's own output
-    passes through; its exit status is returned for the caller to judge."""
+    """Run `command` under nsys profile, writing `report` (.nsys-rep). Its output and nsys's
+    go to stderr, so that stdout holds only gemmscope's report (e.g. clean JSON); the exit
+    status is returned for the caller to judge."""
     nsys = require_nsys()
     report = Path(report)
     report.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
         [nsys, "profile", *PROFILE_FLAGS, "--force-overwrite=true", "-o", str(report.with_suffix("")),
          *command],
-        env=env, check=False,
+        env=env, check=False, stdout=sys.stderr,
     )

@@ -100,8 +100,8 @@ class ProfileRun:
             complete = (grp["status"] == "ok").all()
             row = {"mode": mode, "precision": precision, "gemms": len(grp),
                    "not_ok": int((grp["status"] != "ok").sum())}
-            for column in ("e2e_ms", "kernel_ms", "overhead_ms"):
-                row[column] = grp[column].sum() if complete else math.nan
+            for column in ("e2e_ms", "kernel_ms", "overhead_ms"):  # NaN unless every GEMM has it
+                row[column] = grp[column].sum(min_count=len(grp)) if complete else math.nan
             row["flagged"] = int((grp["verdict"] == "FALLBACK").sum())
             rows.append(row)
         return pd.DataFrame(rows).set_index(["mode", "precision"])
@@ -112,7 +112,7 @@ class ProfileRun:
         for (mode, precision), grp in self.gemms.groupby(["mode", "precision"], sort=False):
             complete = (grp["status"] == "ok").all()
             rows.append({"mode": mode, "precision": precision,
-                         "e2e_ms": (grp["e2e_ms"] * grp["count"]).sum() if complete else math.nan})
+                         "e2e_ms": (grp["e2e_ms"] * grp["count"]).sum(min_count=len(grp)) if complete else math.nan})
         return pd.DataFrame(rows).set_index(["mode", "precision"])
 
 
