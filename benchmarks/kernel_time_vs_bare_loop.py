@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (15872, 4096, 12288), (15872, 16384, 4096))
 PRECISIONS = ("bf16", "fp8-current")
+ROUNDS = 3  # gemmscope's entry and the bare loop alternate, A B A B A B: medians cancel clock drift
 BARE_PREFIX = "bare|"
 
 
@@ -61,20 +63,16 @@ def inner(iters: int) -> None:
 
     from gemmscope.workload import PLAN_PREFIX, Entry, run_entry, warm_up_gpu
 
-    gemms = [{"op": f"shape{i}", "pass": "fprop", "m": m, "k": k, "n": n, "count": 1}
-             for i, (m, k, n) in enumerate(SHAPES)]
+    gemms = [{"op": f"shape{i}.round{r}", "pass": "fprop", "m": m, "k": k, "n": n, "count": 1}
+             for i, (m, k, n) in enumerate(SHAPES) for r in range(ROUNDS)]
     torch.cuda.nvtx.mark(PLAN_PREFIX + json.dumps({"model": "bench", "num_layers": 1, "gemms": gemms}))
     warm_up_gpu(3.0)
-    # the bare loop runs before and after gemmscope's entry: its mean cancels clock drift
     for g in gemms:
         for precision in PRECISIONS:
-            for when in ("before", "after"):
-                label = f"{BARE_PREFIX}op={g['op']}|precision={precision}|{when}"
-                ms = bare_loop_ms(precision, g["m"], g["k"], g["n"], iters, warmup=10, label=label)
-                torch.cuda.nvtx.mark(f"{label}|ms={ms}")
-                if when == "before":
-                    run_entry(Entry(g["op"], "fprop", g["m"], g["k"], g["n"], precision, "prequant", iters),
-                              warmup=10)
+            run_entry(Entry(g["op"], "fprop", g["m"], g["k"], g["n"], precision, "prequant", iters), warmup=10)
+            label = f"{BARE_PREFIX}op={g['op']}|precision={precision}"
+            ms = bare_loop_ms(precision, g["m"], g["k"], g["n"], iters, warmup=10, label=label)
+            torch.cuda.nvtx.mark(f"{label}|ms={ms}")
 
 
 def main() -> None:
@@ -96,35 +94,40 @@ def main() -> None:
         sys.exit(f"benchmark workload failed (exit {done.returncode})")
     trace = read_trace(nsys_runner.export_sqlite(report))
     run = analyze_run(trace)
-    bare_ms: dict[str, list[float]] = {}
+    bare_ms = {}
     for name in trace.nvtx.loc[trace.nvtx["kind"] == "mark", "name"].dropna():
         if name.startswith(BARE_PREFIX):
             label, _, ms = name.rpartition("|ms=")
-            bare_ms.setdefault(label.rsplit("|", 1)[0], []).append(float(ms))
-    # which GEMM kernel each bare loop ran, and its kernel time, from the same trace
+            bare_ms[label] = float(ms)
+    # each bare loop's GEMM kernel and kernel time, from the same trace
     k = launches(trace)
     k = k[k["role"] == "gemm"]
-    bare_kernel: dict[str, str] = {}
-    bare_kernel_ns: dict[str, list[int]] = {}
+    bare_kernel, bare_kernel_ns = {}, {}
     for names, kernel, ns in zip(k["ranges"], k["name"], k["duration_ns"]):
         for label in names:
             if label.startswith(BARE_PREFIX):
-                label = label.rsplit("|", 1)[0]
                 bare_kernel[label] = kernel
                 bare_kernel_ns.setdefault(label, []).append(ns)
-    print(f"{run.device['name']}: gemmscope kernel-only time from the trace vs a bare torch loop timed with "
-          f"CUDA events in the same process, {args.iters} iterations each (means)")
-    print("  gemmscope ms: the TE GEMM's kernel time from the trace; bare ms: the bare loop's CUDA-event"
-          " time (mean of a run before and one after); bare kernel ms: the bare loop's kernels in the trace")
-    print(f"{'shape (MxKxN)':>20} {'precision':>12} {'gemmscope ms':>13} {'bare ms':>9} {'ratio':>6} "
-          f"{'bare kernel ms':>15} {'ratio':>6}  same kernel")
+    rows = []
     for row in run.gemms.itertuples():
         label = f"{BARE_PREFIX}op={row.op}|precision={row.precision}"
-        ms = sum(bare_ms[label]) / len(bare_ms[label])
-        kernel_ms = sum(bare_kernel_ns[label]) / len(bare_kernel_ns[label]) / 1e6
-        same = "yes" if bare_kernel.get(label) == row.kernel else f"no ({bare_kernel.get(label)})"
-        print(f"{f'{row.m}x{row.k}x{row.n}':>20} {row.precision:>12} {row.kernel_ms:>13.4f} {ms:>9.4f} "
-              f"{row.kernel_ms / ms:>6.3f} {kernel_ms:>15.4f} {kernel_ms / ms:>6.3f}  {same}")
+        rows.append({"shape": f"{row.m}x{row.k}x{row.n}", "precision": row.precision,
+                     "gemmscope": row.kernel_ms, "bare": bare_ms[label],
+                     "bare_kernel": statistics.fmean(bare_kernel_ns[label]) / 1e6,
+                     "same": bare_kernel[label] == row.kernel})
+    print(f"{run.device['name']}: {args.iters} iterations per loop, {ROUNDS} rounds alternating; medians over rounds")
+    print("  gemmscope ms: TE's GEMM, kernel time from the trace; bare ms: a bare torch loop, CUDA events;"
+          " bare kernel ms: the bare loop's kernels in the trace")
+    print(f"{'shape (MxKxN)':>20} {'precision':>12} {'gemmscope ms':>13} {'bare ms':>9} {'ratio':>6} "
+          f"{'bare kernel ms':>15} {'ratio':>6}  same kernel")
+    grouped: dict[tuple, list] = {}
+    for r in rows:
+        grouped.setdefault((r["shape"], r["precision"]), []).append(r)
+    for (shape, precision), group in grouped.items():
+        ours, bare, bare_kernel_ms = (statistics.median(r[c] for r in group) for c in ("gemmscope", "bare", "bare_kernel"))
+        same = f"{sum(r['same'] for r in group)}/{len(group)} rounds"
+        print(f"{shape:>20} {precision:>12} {ours:>13.4f} {bare:>9.4f} {ours / bare:>6.3f} {bare_kernel_ms:>15.4f} "
+              f"{bare_kernel_ms / bare:>6.3f}  {same}")
 
 
 if __name__ == "__main__":
