@@ -301,20 +301,8 @@ def test_verify_trace_clean(gpu_xz):
 
 # Transformer Engine's CodonFM-5B benchmark shapes (hidden 4096, FFN 16384, 24 layers), micro-batch
 # 31 x 512 tokens = 15872: (op, pass, M, K, N)
-CODONFM_5B = [
-    ("qkv", "fprop", 15872, 4096, 12288),
-    ("attn_out", "fprop", 15872, 4096, 4096),
-    ("mlp_up", "fprop", 15872, 4096, 16384),
-    ("mlp_down", "fprop", 15872, 16384, 4096),
-    ("qkv", "dgrad", 15872, 12288, 4096),
-    ("attn_out", "dgrad", 15872, 4096, 4096),
-    ("mlp_up", "dgrad", 15872, 16384, 4096),
-    ("mlp_down", "dgrad", 15872, 4096, 16384),
-    ("qkv", "wgrad", 4096, 15872, 12288),
-    ("attn_out", "wgrad", 4096, 15872, 4096),
-    ("mlp_up", "wgrad", 4096, 15872, 16384),
-    ("mlp_down", "wgrad", 16384, 15872, 4096),
-]
+CODONFM_5B = [tuple(row) for row in json.loads(
+    (Path(__file__).parent / "fixtures" / "codonfm_5b_te_shapes.json").read_text())["shapes"]]
 
 
 def test_shapes_codonfm_json():
