@@ -26,12 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
+from gemmscope.profile import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
 from gemmscope.verify import RECIPES
 
-RANGE_PREFIX = "gemmscope.gemm"
-WARMUP_PREFIX = "gemmscope.warmup"
-RESULT_PREFIX = "gemmscope.result"
-PLAN_PREFIX = "gemmscope.plan|"
 
 
 @dataclass(frozen=True)
@@ -46,7 +43,7 @@ class Entry:
     iters: int
 
     def label(self, prefix: str) -> str:
-        return (f"{prefix}|op={self.op}|pass={self.pass_}|precision={self.precision}|mode={self.mode}"
+        return (f"{prefix}op={self.op}|pass={self.pass_}|precision={self.precision}|mode={self.mode}"
                 f"|m={self.m}|k={self.k}|n={self.n}|iters={self.iters}")
 
 
