@@ -81,7 +81,7 @@ def _check_and_report(trace_path: Path, expect, allow, fmt, document_fn) -> None
     sys.exit(1 if result.failed else 0)
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@main.command("verify", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--expect", type=click.Choice(verify.RECIPES),
               help="Recipe every GEMM should run at; default: the recipe the run's te.autocast asked for.")
 @click.option("--allow", multiple=True, metavar="PATTERN",
@@ -101,10 +101,6 @@ def verify_cmd(expect, allow, trace_path, out, fmt, command) -> None:
             raise InputError("nothing to verify: give a command after -- or --trace FILE")
         trace_path = _capture(list(command), out)
     _check_and_report(trace_path, expect, allow, fmt, reports.verification_document)
-
-
-verify_cmd.name = "verify"
-main.add_command(verify_cmd)
 
 
 def _capture(command: list[str], out: Path | None) -> Path:
@@ -184,8 +180,7 @@ def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
     """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout."""
     frame = kernels.decode_frame(pd.Series(list(names)))
     if fmt == "json":
-        _emit(json.dumps([{k: reports._plain(v) for k, v in r.items()} for r in frame.to_dict("records")],
-                         indent=2) + "\n")
+        _emit(json.dumps(reports.frame_records(frame), indent=2) + "\n")
     else:
         reports.print_table(frame, "kernels")
 

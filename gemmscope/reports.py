@@ -33,6 +33,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def frame_records(frame: pd.DataFrame) -> list[dict]:
+    """A DataFrame as JSON-able records."""
+    return [{k: _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
+
+
 def _gemm_fields(result: Verification) -> list[str]:
     return list(_GEMM_FIELDS) + (["expected", "verdict", "allowed"] if result.expected else [])
 
@@ -50,7 +55,7 @@ def summary_document(result: Verification) -> dict:
         "gemm_time_ns": int(g["duration_ns"].sum()) if len(g) else 0,
         "gemm_tail_time_ns": result.tails_ns,
         "by_precision": {k: int(v) for k, v in g["precision"].value_counts().items()} if len(g) else {},
-        "by_module_pass": [{k: _plain(v) for k, v in r.items()} for r in result.summary.to_dict("records")],
+        "by_module_pass": frame_records(result.summary),
     }
     if result.expected:
         doc["verdicts"] = {k: int(v) for k, v in g["verdict"].value_counts().items()} if len(g) else {}
@@ -237,17 +242,16 @@ def profile_summary_tables(run) -> list[tuple[str, pd.DataFrame]]:
 
 def results_document(run, wall_s: float | None) -> dict:
     """`results.json` of a profile run."""
-    gemms = [{k: _plain(v) for k, v in r.items()} for r in run.gemms.to_dict("records")]
     return {
         "device": run.device,
         "wall_s": wall_s,
         "model": run.plan["model"],
         "num_layers": run.plan["num_layers"],
         "speedups": {m: {p: _plain(v) for p, v in d.items()} for m, d in run.speedups().items()},
-        "per_layer": [{k: _plain(v) for k, v in r.items()} for r in run.per_layer().reset_index().to_dict("records")],
-        "full_model": [{k: _plain(v) for k, v in r.items()} for r in run.full_model().reset_index().to_dict("records")],
-        "memory": [{k: _plain(v) for k, v in r.items()} for r in run.memory.to_dict("records")],
-        "gemms": gemms,
+        "per_layer": frame_records(run.per_layer().reset_index()),
+        "full_model": frame_records(run.full_model().reset_index()),
+        "memory": frame_records(run.memory),
+        "gemms": frame_records(run.gemms),
     }
 
 
