@@ -3,8 +3,10 @@
 nsys stores the profiled process's whole environment (tokens, paths, user names) in the export:
 `TARGET_INFO_SYSTEM_ENV` row `DeviceEnvironment`, `META_DATA_CAPTURE` rows
 `PROCESS_n:ENVIRONMENT_VARIABLE`, and stray `NAME=value` strings in `StringIds`; plus the
-command line, working directory, user and host names. `scrub` writes a copy without them and
-leaves everything gemmscope reads (kernels, API calls, NVTX, GPUs, memory) untouched.
+command line, working directory, user and host names. The paths among those values also turn up
+elsewhere, e.g. as the profiled program's module path in OS-runtime call chains, so every such
+path is redacted wherever it appears. `scrub` writes a copy without them and leaves everything
+gemmscope reads (kernels, API calls, NVTX, GPUs, memory) untouched.
 """
 
 from __future__ import annotations
@@ -30,6 +32,50 @@ _REDACT = (
 _DELETE = (("META_DATA_CAPTURE", "name", "PROCESS_%:ENVIRONMENT_VARIABLE"),)
 # An environment assignment as nsys stores it among other strings: NAME=value.
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# Characters that continue a path name: a recorded path matches only where none of them is
+# just before it or just after it ("/bin" is not redacted inside "/usr/bin" or "/binaries").
+_PATH_CHAR = r"[A-Za-z0-9_.~+-]"
+
+
+def _recorded_values(conn: sqlite3.Connection, tables: set[str]) -> list[str]:
+    """The values of every environment variable, working directory and argument the export
+    recorded, read before they are redacted."""
+    values = []
+    if "TARGET_INFO_SYSTEM_ENV" in tables:
+        for (env,) in conn.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'"):
+            values += [item.partition("=")[2] for item in (env or "").split(";")]
+    if "META_DATA_CAPTURE" in tables:
+        for name, value in conn.execute(
+                "SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'"
+                " OR name LIKE 'PROCESS_%:WORKING_DIR' OR name LIKE 'PROCESS_%:ARGUMENT_%'"):
+            values.append(value.partition("=")[2] if name.endswith("ENVIRONMENT_VARIABLE") else value)
+    values += [value.partition("=")[2] for (value,) in conn.execute("SELECT value FROM StringIds")
+               if value and _ENV_ASSIGNMENT.match(value)]
+    return values
+
+
+def _path_pattern(values: list[str]) -> re.Pattern | None:
+    """A pattern matching each absolute path named in `values` (PATH-style lists split),
+    longest first so that a path is redacted whole rather than by its parent."""
+    paths = {part.rstrip("/") for value in values for part in value.strip('"').split(":")
+             if part.startswith("/")} - {""}
+    if not paths:
+        return None
+    alternatives = "|".join(re.escape(path) for path in sorted(paths, key=len, reverse=True))
+    return re.compile(f"(?<!{_PATH_CHAR})(?<!/)(?:{alternatives})(?!{_PATH_CHAR})")
+
+
+def _redact_paths(conn: sqlite3.Connection, tables: set[str], pattern: re.Pattern) -> None:
+    for table in tables:
+        for column in [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')]:
+            changed = []
+            for rowid, text in conn.execute(
+                    f'SELECT rowid, "{column}" FROM "{table}" WHERE typeof("{column}") = \'text\' '
+                    f'AND instr("{column}", \'/\') > 0'):
+                redacted = pattern.sub(REDACTED, text)
+                if redacted != text:
+                    changed.append((redacted, rowid))
+            conn.executemany(f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?', changed)
 
 
 def scrub(trace: str | Path, out: str | Path) -> Path:
@@ -49,6 +95,7 @@ def scrub(trace: str | Path, out: str | Path) -> Path:
     try:
         conn = sqlite3.connect(partial)
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        paths = _path_pattern(_recorded_values(conn, tables))
         for table, key, value, patterns in _REDACT:
             if table in tables:
                 for pattern in patterns:
@@ -62,6 +109,8 @@ def scrub(trace: str | Path, out: str | Path) -> Path:
             if value and _ENV_ASSIGNMENT.match(value)
         ]
         conn.executemany("UPDATE StringIds SET value = ? WHERE id = ?", env_strings)
+        if paths is not None:
+            _redact_paths(conn, tables, paths)
         conn.commit()
         conn.execute("VACUUM")  # freed pages would still hold the old values
         conn.close()

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from gemmscope.cli import main
 from gemmscope.errors import InputError
-from gemmscope.scrub import scrub
+from gemmscope.scrub import REDACTED, scrub
 from gemmscope.trace_parser import read_trace
 
 GPU_DIR = Path(__file__).parent / "fixtures" / "gpu"
@@ -85,7 +85,10 @@ def fresh_cpu_export(nsys_bin, tmp_path_factory):
 
 
 def _machine_values() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if len(v) > 12 and k not in _NOT_MACHINE}
+    """This process's environment, and the folder the tests run in: the cached nvtx_edge_cases
+    export lies under it, so its program's path (recorded in call chains) starts with it."""
+    values = {k: v for k, v in os.environ.items() if len(v) > 12 and k not in _NOT_MACHINE}
+    return values | {"working directory": os.getcwd()}
 
 
 @pytest.mark.parametrize("which", ["fresh capture", "nvtx_edge_cases"])
@@ -111,6 +114,18 @@ def test_cpu_export_loses_this_machines_environment(which, fresh_cpu_export, cpu
     assert query(out, "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'") == [("[redacted]",)]
     assert_no_environment_left(out)
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_recorded_paths_are_redacted_where_they_appear_and_nowhere_else(cpu_export, tmp_path):
+    """The program ran from its build folder (the recorded working directory): its path in the
+    call chains loses that folder; libc, under no recorded path, keeps its own."""
+    modules = "SELECT DISTINCT s.value FROM OSRT_CALLCHAINS c JOIN StringIds s ON s.id = c.module"
+    before = {value for (value,) in query(cpu_export, modules)}
+    (working_dir,) = query(cpu_export, "SELECT value FROM META_DATA_CAPTURE WHERE name = 'PROCESS_0:WORKING_DIR'")[0]
+    assert f"{working_dir}/nvtx_edge_cases" in before
+    after = {value for (value,) in query(scrub(cpu_export, tmp_path / "scrubbed.sqlite"), modules)}
+    assert after == {f"{REDACTED}/nvtx_edge_cases"} | (before - {f"{working_dir}/nvtx_edge_cases"})
+    assert any(value.endswith("/libc.so.6") and value.startswith("/") for value in after)
 
 
 def test_cpu_export_keeps_what_gemmscope_reads(cpu_export, tmp_path):
