@@ -3,9 +3,9 @@
 nsys stores the profiled process's whole environment (tokens, paths, user names) in the export:
 `TARGET_INFO_SYSTEM_ENV` row `DeviceEnvironment`, `META_DATA_CAPTURE` rows
 `PROCESS_n:ENVIRONMENT_VARIABLE`, and stray `NAME=value` strings in `StringIds`; plus the
-command line, working directory, user and host names. The paths among those values also turn up
-elsewhere, e.g. as the profiled program's module path in OS-runtime call chains, so every such
-path is redacted wherever it appears. `scrub` writes a copy without them and leaves everything
+command line, working directory, user and host names. The paths those values name also turn up
+elsewhere, e.g. as the profiled program's module path in OS-runtime call chains, so each of
+them is redacted wherever it appears. `scrub` writes a copy without them and leaves everything
 gemmscope reads (kernels, API calls, NVTX, GPUs, memory) untouched.
 """
 
@@ -29,36 +29,22 @@ _REDACT = (
      ("PROCESS_%:ARGUMENT_%", "PROCESS_%:WORKING_DIR", "PROCESS_%:USER_NAME", "DEVICE_DISPLAY_NAME")),
     ("META_DATA_EXPORT", "name", "value", ("EXPORT_PARAM_%PATH%", "EXPORT_HOST", "EXPORT_USER")),
 )
-_DELETE = (("META_DATA_CAPTURE", "name", "PROCESS_%:ENVIRONMENT_VARIABLE"),)
+# (table, key column, value column, SQL LIKE pattern of keys whose rows are deleted)
+_DELETE = (("META_DATA_CAPTURE", "name", "value", "PROCESS_%:ENVIRONMENT_VARIABLE"),)
 # An environment assignment as nsys stores it among other strings: NAME=value.
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-# Characters that continue a path name: a recorded path matches only where none of them is
-# just before it or just after it ("/bin" is not redacted inside "/usr/bin" or "/binaries").
+# Characters that continue a path name: a path matches only where none of them is just before
+# it or just after it ("/bin" is not redacted inside "/usr/bin" or "/binaries").
 _PATH_CHAR = r"[A-Za-z0-9_.~+-]"
+# An absolute path inside a removed value ("PATH=/a:/b", "PWD=/x;HOME=/y", 'NAME="/z"',
+# "--out=/w"; not the "/b" of "a/b"): from its slash up to the next separator.
+_PATH_IN_VALUE = re.compile(rf"(?<!{_PATH_CHAR})/[^\s;:=\"',]*")
 
 
-def _recorded_values(conn: sqlite3.Connection, tables: set[str]) -> list[str]:
-    """The values of every environment variable, working directory and argument the export
-    recorded, read before they are redacted."""
-    values = []
-    if "TARGET_INFO_SYSTEM_ENV" in tables:
-        for (env,) in conn.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'"):
-            values += [item.partition("=")[2] for item in (env or "").split(";")]
-    if "META_DATA_CAPTURE" in tables:
-        for name, value in conn.execute(
-                "SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'"
-                " OR name LIKE 'PROCESS_%:WORKING_DIR' OR name LIKE 'PROCESS_%:ARGUMENT_%'"):
-            values.append(value.partition("=")[2] if name.endswith("ENVIRONMENT_VARIABLE") else value)
-    values += [value.partition("=")[2] for (value,) in conn.execute("SELECT value FROM StringIds")
-               if value and _ENV_ASSIGNMENT.match(value)]
-    return values
-
-
-def _path_pattern(values: list[str]) -> re.Pattern | None:
-    """A pattern matching each absolute path named in `values` (PATH-style lists split),
-    longest first so that a path is redacted whole rather than by its parent."""
-    paths = {part.rstrip("/") for value in values for part in value.strip('"').split(":")
-             if part.startswith("/")} - {""}
+def _path_pattern(removed: list[str]) -> re.Pattern | None:
+    """A pattern matching each absolute path named in the `removed` values, longest first so
+    that a path is redacted whole rather than by its parent."""
+    paths = {path.rstrip("/") for text in removed if text for path in _PATH_IN_VALUE.findall(text)} - {""}
     if not paths:
         return None
     alternatives = "|".join(re.escape(path) for path in sorted(paths, key=len, reverse=True))
@@ -95,20 +81,22 @@ def scrub(trace: str | Path, out: str | Path) -> Path:
     try:
         conn = sqlite3.connect(partial)
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        paths = _path_pattern(_recorded_values(conn, tables))
+        removed = []  # every value taken out, for the paths it names
         for table, key, value, patterns in _REDACT:
             if table in tables:
                 for pattern in patterns:
+                    removed += [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,))]
                     conn.execute(f"UPDATE {table} SET {value} = ? WHERE {key} LIKE ?", (REDACTED, pattern))
-        for table, key, pattern in _DELETE:
+        for table, key, value, pattern in _DELETE:
             if table in tables:
+                removed += [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,))]
                 conn.execute(f"DELETE FROM {table} WHERE {key} LIKE ?", (pattern,))
-        env_strings = [
-            (REDACTED, string_id)
-            for string_id, value in conn.execute("SELECT id, value FROM StringIds")
-            if value and _ENV_ASSIGNMENT.match(value)
-        ]
-        conn.executemany("UPDATE StringIds SET value = ? WHERE id = ?", env_strings)
+        env_strings = [(string_id, value) for string_id, value in conn.execute("SELECT id, value FROM StringIds")
+                       if value and _ENV_ASSIGNMENT.match(value)]
+        removed += [value for _, value in env_strings]
+        conn.executemany("UPDATE StringIds SET value = ? WHERE id = ?",
+                         [(REDACTED, string_id) for string_id, _ in env_strings])
+        paths = _path_pattern(removed)
         if paths is not None:
             _redact_paths(conn, tables, paths)
         conn.commit()
