@@ -153,5 +153,6 @@ def main() -> None:
         print(f"{shape:>20} {precision:>12} {ours:>13.4f} {bare:>9.4f} {ours / bare:>6.3f} {q3 - q1:>6.3f} "
               f"{bare_kernel_ms:>15.4f} {bare_kernel_ms / bare:>6.3f}  {same}")
 
+
 if __name__ == "__main__":
     main()
