@@ -26,7 +26,8 @@ REDACTED = "[redacted]"
 _REDACT = (
     ("TARGET_INFO_SYSTEM_ENV", "name", "value", ("DeviceEnvironment", "Hostname")),
     ("META_DATA_CAPTURE", "name", "value",
-     ("PROCESS_%:ARGUMENT_%", "PROCESS_%:WORKING_DIR", "PROCESS_%:USER_NAME", "DEVICE_DISPLAY_NAME")),
+     ("PROCESS_%:COMMAND", "PROCESS_%:ARGUMENT_%", "PROCESS_%:WORKING_DIR", "PROCESS_%:USER_NAME",
+      "DEVICE_DISPLAY_NAME")),
     ("META_DATA_EXPORT", "name", "value", ("EXPORT_PARAM_%PATH%", "EXPORT_HOST", "EXPORT_USER")),
 )
 # (table, key column, value column, SQL LIKE pattern of keys whose rows are deleted)

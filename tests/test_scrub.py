@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+import gemmscope
 from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.scrub import REDACTED, scrub
@@ -56,6 +57,10 @@ def assert_no_environment_left(path):
     assert query(path, "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'") in (
         [], [("[redacted]",)])
     assert query(path, "SELECT COUNT(*) FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'") == [(0,)]
+    # the command line: the program's path and its arguments
+    assert {value for (value,) in query(
+        path, "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:COMMAND' OR name LIKE 'PROCESS_%:ARGUMENT_%'")
+    } == {REDACTED}
 
 
 @pytest.fixture
@@ -207,3 +212,13 @@ def test_damaged_export_is_one_clear_error(tmp_path):
     damaged.write_bytes(bytes(data))
     with pytest.raises(InputError, match="damaged or truncated"):
         read_trace(damaged)
+
+
+COMMITTED_TRACES = sorted(
+    [*GPU_DIR.glob("*.sqlite.xz"), *(GPU_DIR.parent / "runs").glob("*/trace.sqlite.xz"),
+     *(Path(gemmscope.__file__).parent / "examples").rglob("*.sqlite.xz")])
+
+
+@pytest.mark.parametrize("path", COMMITTED_TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_committed_trace_is_scrubbed(path):
+    assert_no_environment_left(read_trace(path).sqlite)
