@@ -141,6 +141,8 @@ def config_options(func):
         click.option("--tp", type=int, help="Tensor-parallel size."),
         click.option("--num-experts", type=int),
         click.option("--moe-top-k", type=int),
+        click.option("--mtp-layers", type=int,
+                     help="Multi-token prediction modules trained with the model (DeepSeek-V3's config: 1)."),
         click.option("--lm-head", is_flag=True, help="Include the LM head GEMMs."),
     ]
     for option in reversed(options):

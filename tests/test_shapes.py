@@ -550,6 +550,9 @@ def test_cli_shapes_prints_deepseek_v3_ops():
     assert {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "shared_expert_up",
             "shared_expert_down", "mtp_eh_proj"} <= {op for op, _ in rows}
     assert (rows["q_b_proj", "fprop"]["n"], rows["router", "fprop"]["count"]) == (24576, 59)
+    table = run_shapes("--config", HF_CONFIGS / "deepseek-v3", "--mtp-layers", "0")
+    assert table.exit_code == 0, table.output
+    assert "kv_b_proj" in table.stdout and "mtp_eh_proj" not in table.stdout
 
 
 def test_cli_shapes_prints_nemotron_h_mamba_ops():
