@@ -8,8 +8,8 @@ Y = X·Wᵀ over T = micro_batch_size·seq_len tokens with I in-features and O o
 and one launch costs 2·M·K·N FLOPs. Tensor parallelism is Megatron style without sequence
 parallelism: every rank sees all T tokens; qkv, mlp_up, expert_up and lm_head are column-parallel
 (O / tp), attn_out, mlp_down and expert_down row-parallel (I / tp), the router is replicated. The
-projections of MLA, shared experts, Mamba2 and MTP follow Megatron-Core too; each says how where
-it is planned.
+projections of MLA, shared experts, Mamba2 and MTP follow Megatron-Core's layer specs too: the
+function that plans each says how it is split.
 
 A model is a stack of layers, each a sequence of blocks written in Nemotron-H's notation (its
 `hybrid_override_pattern`): `*` attention, `-` MLP, `E` mixture of experts, `M` Mamba2. A Llama
