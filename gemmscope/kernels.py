@@ -145,7 +145,11 @@ def _nvjet_operands(name: str) -> Operands:
     return Operands(precision, a, b, out, None if scale_mode == "conflicting" else scale_mode, layout)
 
 
-# --- xmma (cuBLAS): sm<arch>_xmma_gemm_<A><B>_<math><accumulate>_<C>_<layout>_...
+# --- xmma (cuBLAS, and TensorRT's copies): sm<arch>_xmma_gemm_<AB><CD>_<math><accumulate>_<type>_<layout>_...
+# The first token is the type of A and B, then of C and D: "e4m3bf16 means tensor A/B in fp8, C/D in
+# bf16" (NVIDIA/TransformerEngine#1391, on sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_...). TensorRT's
+# sm89_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_... (FP8 out, forkni/StreamDiffusion
+# docs/profiling/unet_ncu_roofline_2026-05-24.md) reads the same way. The third token is not decoded.
 
 _XMMA = re.compile(r"sm\d+_xmma_gemm_([a-z0-9]+)_([a-z0-9]+)_([a-z0-9]+)_([nt]{2})_")
 _TYPE_WORD = re.compile(r"tf32|bf16|f16|f32|f64|e4m3|e5m2|s8|s32")
@@ -164,7 +168,10 @@ def _xmma_operands(name: str) -> Operands:
         return UNKNOWN_OPERANDS
     storage = [_DTYPE_WORDS.get(w) for w in _TYPE_WORD.findall(match[1])]
     math = [_DTYPE_WORDS.get(w) for w in _TYPE_WORD.findall(match[2])]
-    a, b = storage if len(storage) == 2 else (None, None)
+    a, out = storage if len(storage) == 2 else (None, None)
+    # One word names A and B. cuBLASLt pairs e4m3 with e5m2 in FP8 GEMMs, so for FP8 the word does
+    # not say which format B has.
+    b = None if a in _FP8 else a
     math_type = math[0] if math else None
     # The math type is what the tensor cores (or, for f32, the FFMA units) compute in.
     if math_type in {"tf32", "fp32", "bf16", "fp16", "int8"}:
@@ -173,7 +180,6 @@ def _xmma_operands(name: str) -> Operands:
         precision = "fp8"
     else:
         precision = "unknown"
-    out = _DTYPE_WORDS.get(match[3])
     return Operands(precision, a, b, out, None, match[4].upper())
 
 

@@ -303,6 +303,25 @@ def test_inductor_template_gemm_has_unknown_precision():
     assert (info.family, info.role, info.precision) == ("triton", "gemm", "unknown")
 
 
+
+# --- names beyond Hopper's nvjet, verbatim from the public sources in docs/kernel-names.md -------------
+
+
+@pytest.mark.parametrize(("name", "arch", "precision", "a_dtype", "b_dtype", "out_dtype"), [
+    # NVIDIA/TransformerEngine#1391: "e4m3bf16 means tensor A/B in fp8, C/D in bf16" (H100, TE FP8)
+    ("sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x128x128_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+     "sm90", "fp8", "e4m3", None, "bf16"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+     "sm90", "bf16", "bf16", "bf16", "bf16"),
+    # forkni/StreamDiffusion docs/profiling/unet_ncu_roofline_2026-05-24.md: TensorRT FP8 on an RTX 4090 (Ada)
+    ("sm89_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize64x64x64_stage4_warpsize2x2x1_tensor16x8x32_bias_f32_execute_kernel_trt",
+     "sm89", "fp8", "e4m3", None, "e4m3"),
+])
+def test_xmma_first_token_is_ab_then_cd(name, arch, precision, a_dtype, b_dtype, out_dtype):
+    info = decode(name)
+    assert (info.family, info.arch, info.role, info.precision, info.layout) == ("xmma", arch, "gemm", precision, "TN")
+    assert (info.a_dtype, info.b_dtype, info.out_dtype) == (a_dtype, b_dtype, out_dtype)
+
 # --- names no rule knows ------------------------------------------------------------------------------
 
 
