@@ -32,7 +32,7 @@ class KernelInfo:
     """What one kernel name says about the kernel."""
 
     name: str  # the name as given
-    family: str  # nvjet | xmma | cutlass | cublaslt | te | torch | triton | flash | cudnn | nccl | unknown
+    family: str  # nvjet | xmma | cutlass | cublas | cublaslt | te | torch | triton | flash | cudnn | nccl | unknown
     arch: str | None  # "sm90", "sm100", ... where the name encodes it
     role: str  # one of ROLES
     precision: str | None  # one of PRECISIONS for role gemm / gemm-tail, else None
@@ -181,6 +181,36 @@ def _xmma_operands(name: str) -> Operands:
     else:
         precision = "unknown"
     return Operands(precision, a, b, out, None, match[4].upper())
+
+
+# --- cuBLAS before xmma and nvjet: <generation>_[<AB>_]<accumulate><mma shape>gemm[_<CD>]_<tile>_..._<layout>
+# (ampere_bf16_s16816gemm_bf16_256x128_ldg8_f2f_stages_32x3_nn, ampere_sgemm_64x64_tn). cuBLAS does
+# not document these names; they spell types and MMA shapes with the letters of CUTLASS's names, as
+# NVIDIA/cutlass#1025 shows side by side (ampere_fp16_s16816gemm_fp16_... beside
+# cutlass_80_tensorop_f16_s16816gemm_relu_f16_...). Read are the two shapes public traces show: sgemm
+# with no operand word (FP32 on the CUDA cores) and <bf16|fp16>_s<mma>gemm_<bf16|fp16> (16-bit
+# operands, FP32 accumulate). Any other letter (h, c, d, i) stays unknown.
+
+# The GPU generations these names start with (seen: volta, turing, ampere), as the first SM of each.
+_CUBLAS_GENERATIONS = {"volta": "sm70", "turing": "sm75", "ampere": "sm80"}
+_GENERATION = r"(?<![A-Za-z0-9])(" + "|".join(_CUBLAS_GENERATIONS) + ")_"
+_CUBLAS_LEGACY = re.compile(_GENERATION + r"(?:(bf16|fp16)_)?([a-z])(\d*)gemm(?:_(bf16|fp16))?_\d+x\d+")
+_CUBLAS_LAYOUT = re.compile(r"_([nt]{2})$")
+
+
+def _cublas_legacy_operands(name: str) -> Operands:
+    match = _CUBLAS_LEGACY.search(name)
+    if not match:
+        return UNKNOWN_OPERANDS
+    _, ab_word, accumulator, mma_shape, cd_word = match.groups()
+    layout_match = _CUBLAS_LAYOUT.search(name)
+    layout = layout_match[1].upper() if layout_match else None
+    if accumulator == "s" and ab_word and mma_shape:
+        ab = ab_word  # the bf16 / fp16 words are this module's names already
+        return Operands(ab, ab, ab, cd_word, None, layout)
+    if accumulator == "s" and not (ab_word or mma_shape or cd_word):
+        return Operands("fp32", "fp32", "fp32", "fp32", None, layout)
+    return Operands("unknown", layout=layout)
 
 
 # --- CUTLASS 2.x names (cutlass_library's procedural_name for arch < 90, and cuBLAS's cutlass_<arch>_
@@ -339,6 +369,12 @@ RULES: tuple[Rule, ...] = (
     # both in the B200/H100 profile of zaitrarrio/fastvideo-rs docs/perf/datacenter-profile.md.
     Rule("xmma-conv", re.compile(r"\bsm\d+_xmma_\w*implicit_gemm"), "xmma", "other"),
     Rule("cutlass-conv", re.compile(r"\bcutlass\w*implicit_gemm"), "cutlass", "other"),
+    # cuDNN's own convolutions, which name a GEMM or a cuBLAS-like generation prefix:
+    # cudnn::detail::implicit_convolve_sgemm and turing_fp16_s1688cudnn_fp16_* (nvprof in
+    # ryujaehun/pytorch-gpu-benchmark#6), volta_fp16_s884cudnn_fp16_* (NVIDIA/apex#666), and its CUTLASS
+    # copy cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_*> (nsys in
+    # CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/sam/).
+    Rule("cudnn-conv", re.compile(r"\bimplicit_convolve_sgemm\b|" + _GENERATION + r"\w*?cudnn|\bcutlass__5x_cudnn::"), "cudnn", "other"),
     # cuBLAS nvjet GEMMs; the type code and scale tokens are decoded above (seen on H200; Blackwell
     # names in docs/kernel-names.md).
     Rule("nvjet", re.compile(r"\bnvjet_"), "nvjet", "gemm", _nvjet_operands),
@@ -351,6 +387,12 @@ RULES: tuple[Rule, ...] = (
     Rule("cutlass3x", re.compile(r"\bcutlass3x_"), "cutlass", "gemm", _cutlass3_operands),
     # CUTLASS 2.x naming, including cuBLAS's cutlass_80_tensorop_i16832gemm_s8_* (int8, seen on H200).
     Rule("cutlass2x", re.compile(r"\bcutlass(?:_\d\d)?_(?:tensorop|simt|wmma_tensorop|sptensorop)_\w*gemm"), "cutlass", "gemm", _cutlass2_operands),
+    # cuBLAS's GEMMs before xmma and nvjet, decoded above: ampere_bf16_s16816gemm_bf16_* and
+    # ampere_bf16_s1688gemm_bf16_* (RTX 3060 in karpathy/nanochat#105, RTX 4090 in pytorch/pytorch#181718),
+    # ampere_fp16_s16816gemm_fp16_* (NVIDIA/cutlass#1025), ampere_sgemm_* (Nsight Systems in
+    # forums.developer.nvidia.com/t/232209, discuss.pytorch.org/t/194741), volta_sgemm_*
+    # (official-stockfish/nnue-pytorch#96), volta_cgemm_* (NVIDIA/apex#666).
+    Rule("cublas-legacy", _CUBLAS_LEGACY, "cublas", "gemm", _cublas_legacy_operands),
     # Everything else of Transformer Engine: normalization, activations, RoPE, MoE, userbuffers, the
     # grouped-GEMM argument setup (seen on H200: ln_*_kernel, unary_kernel, unary_grad_kernel).
     Rule("te-other", re.compile(r"\btransformer_engine::|\bsetup_grouped_gemm_kernel\b|\bkuserbuffers_"), "te", "other"),
@@ -359,13 +401,18 @@ RULES: tuple[Rule, ...] = (
     Rule("unknown", re.compile(r""), "unknown", "other"),
 )
 
-_ARCH = re.compile(r"(?<![A-Za-z0-9])sm_?(\d{2,3})[a-z]?(?![0-9])|\bcutlass_(\d\d)_")
+# sm<N>, CUTLASS 2's cutlass_<N>_ and the GPU generation of cuBLAS's older names: the architecture a
+# kernel was built for, which a later GPU may run (cuBLAS runs ampere_* and cutlass_80_* kernels on an
+# RTX 4090 in pytorch/pytorch#181718).
+_ARCH = re.compile(r"(?<![A-Za-z0-9])sm_?(\d{2,3})[a-z]?(?![0-9])|\bcutlass_(\d\d)_|" + _GENERATION)
 _GEMM_ROLES = frozenset({"gemm", "gemm-tail"})
 
 
 def _arch(name: str) -> str | None:
     match = _ARCH.search(name)
-    return f"sm{match[1] or match[2]}" if match else None
+    if not match:
+        return None
+    return _CUBLAS_GENERATIONS[match[3]] if match[3] else f"sm{match[1] or match[2]}"
 
 
 @functools.lru_cache(maxsize=None)

@@ -322,6 +322,51 @@ def test_xmma_first_token_is_ab_then_cd(name, arch, precision, a_dtype, b_dtype,
     assert (info.family, info.arch, info.role, info.precision, info.layout) == ("xmma", arch, "gemm", precision, "TN")
     assert (info.a_dtype, info.b_dtype, info.out_dtype) == (a_dtype, b_dtype, out_dtype)
 
+
+@pytest.mark.parametrize(("name", "arch", "precision", "out_dtype", "layout"), [
+    # karpathy/nanochat#105 (RTX 3060, torch.profiler); pytorch/pytorch#181718 (RTX 4090)
+    ("ampere_bf16_s16816gemm_bf16_256x128_ldg8_f2f_stages_32x3_nn", "sm80", "bf16", "bf16", "NN"),
+    ("ampere_bf16_s1688gemm_bf16_128x128_ldg8_f2f_stages_32x1_nn", "sm80", "bf16", "bf16", "NN"),
+    # NVIDIA/cutlass#1025
+    ("ampere_fp16_s16816gemm_fp16_64x64_sliced1x2_ldg8_relu_f2f_stages_64x6_tn", "sm80", "fp16", "fp16", "TN"),
+    # Nsight Systems in forums.developer.nvidia.com/t/232209 and discuss.pytorch.org/t/194741
+    ("ampere_sgemm_64x64_tn", "sm80", "fp32", "fp32", "TN"),
+    ("ampere_sgemm_32x32_sliced1x4_nn", "sm80", "fp32", "fp32", "NN"),
+    # official-stockfish/nnue-pytorch#96
+    ("volta_sgemm_32x128_tn", "sm70", "fp32", "fp32", "TN"),
+])
+def test_cublas_names_before_xmma(name, arch, precision, out_dtype, layout):
+    info = decode(name)
+    assert (info.family, info.arch, info.role, info.rule) == ("cublas", arch, "gemm", "cublas-legacy")
+    assert (info.precision, info.a_dtype, info.b_dtype, info.out_dtype, info.layout) == (precision, precision, precision, out_dtype, layout)
+
+
+def test_cublas_complex_gemm_is_a_gemm_of_unknown_precision():
+    # NVIDIA/apex#666: single-precision complex GEMM, outside the precisions this tool reports
+    info = decode("volta_cgemm_32x64_tn")
+    assert (info.family, info.arch, info.role, info.precision, info.layout) == ("cublas", "sm70", "gemm", "unknown", "TN")
+
+
+def test_cublas_name_cut_by_the_profiler_keeps_its_precision_but_not_its_layout():
+    # pytorch/xla#6518: torch.profiler cuts long names
+    info = decode("ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_...")
+    assert (info.precision, info.layout) == ("bf16", None)
+
+
+@pytest.mark.parametrize("name", [
+    # ryujaehun/pytorch-gpu-benchmark#6 (nvprof)
+    "void cudnn::detail::implicit_convolve_sgemm<float, float, int=1024, int=5, int=5, int=3, int=3, int=3, int=1, bool=1, bool=0, bool=1>(int, int, int, float const *, int, float*, cudnn::detail::implicit_convolve_sgemm<float, float, int=1024, int=5, int=5, int=3, int=3, int=3, int=1, bool=1, bool=0, bool=1>*, kernel_conv_params, int, float, float, int, float, float, int, int)",
+    "turing_fp16_s1688cudnn_fp16_128x128_ldg8_relu_f2f_exp_small_nhwc_tn_v1",
+    "volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1",
+    # NVIDIA/apex#666
+    "volta_fp16_s884cudnn_fp16_256x128_ldg8_relu_f2f_exp_small_nhwc2nchw_tn_v1",
+    # CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/sam/nsys/summary_cuda_gpu_kern_sum.csv
+    "void cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_bf16_128x128_32x3_nhwc_align8>(T1::Params)",
+])
+def test_cudnn_convolutions_are_not_gemms(name):
+    info = decode(name)
+    assert (info.family, info.role, info.precision) == ("cudnn", "other", None)
+
 # --- names no rule knows ------------------------------------------------------------------------------
 
 
