@@ -214,11 +214,13 @@ def _cublas_legacy_operands(name: str) -> Operands:
 
 
 # --- CUTLASS 2.x names (cutlass_library's procedural_name for arch < 90, and cuBLAS's cutlass_<arch>_
-# copies): cutlass[_<arch>]_<opclass>_[<C>_]<accumulate><mma shape>[<math type>]gemm[_<A>]_<tile>..._<layout>_align<n>
+# copies): cutlass[_<arch>]_<opclass>_[<C>_]<accumulate><mma shape>[<math type>]gemm[_relu][_<A>]_<tile>..._<layout>_align<n>
+# cuBLAS's copies may name a fused ReLU epilogue after gemm: cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_*
+# (RTX 4090 in pytorch/pytorch#181718), cutlass_80_tensorop_f16_s16816gemm_relu_f16_* (NVIDIA/cutlass#1025).
 
 _CUTLASS2 = re.compile(
     r"cutlass(?:_\d\d)?_(tensorop|simt|wmma_tensorop|sptensorop)_"
-    r"(?:(bf16|f16|f32|s32|s8|e4m3|e5m2)_)?([sdhi])(\d*)(tf32|bf16|f16)?gemm"
+    r"(?:(bf16|f16|f32|s32|s8|e4m3|e5m2)_)?([sdhi])(\d*)(tf32|bf16|f16)?gemm(?:_relu)?"
     r"(?:_(s8|u8|bf16|f16|f32|tf32|e4m3|e5m2))?_\d+x\d+(?:_\d+x\d+)?_([nt]{2})_align"
 )
 _ACCUMULATOR_LETTERS = {"s": "fp32", "h": "fp16", "i": "int32"}

@@ -367,6 +367,26 @@ def test_cudnn_convolutions_are_not_gemms(name):
     info = decode(name)
     assert (info.family, info.role, info.precision) == ("cudnn", "other", None)
 
+
+@pytest.mark.parametrize(("name", "arch", "precision", "layout"), [
+    # pytorch/pytorch#181718: cuBLAS's CUTLASS copies on an RTX 4090, one with a fused ReLU epilogue
+    ("cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_nn_align8>", "sm80", "bf16", "NN"),
+    ("cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_nn_align1>", "sm75", "bf16", "NN"),
+    # NVIDIA/cutlass#1025, NVIDIA/cutlass#2286 (A30)
+    ("cutlass_80_tensorop_f16_s16816gemm_relu_f16_128x128_32x4_tn_align8", "sm80", "fp16", "TN"),
+    ("cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_nn_align1", "sm75", "bf16", "NN"),
+    # huggingface/blog#3408 (torch.profiler)
+    ("cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_32x1_tn_align8", "sm80", "bf16", "TN"),
+    # CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/{decode,sam}/nsys/summary_cuda_gpu_kern_sum.csv
+    # (nsys on an RTX 5090: the name carries the architecture the kernel was built for)
+    ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x1_tn_align8>(T1::Params)", "sm80", "bf16", "TN"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_256x128_32x3_tn_align8>(T1::Params)", "sm80", "bf16", "TN"),
+])
+def test_cublas_cutlass2_copies(name, arch, precision, layout):
+    info = decode(name)
+    assert (info.family, info.arch, info.role, info.precision, info.layout) == ("cutlass", arch, "gemm", precision, layout)
+    assert (info.a_dtype, info.b_dtype, info.out_dtype) == (precision, precision, precision)
+
 # --- names no rule knows ------------------------------------------------------------------------------
 
 
