@@ -290,16 +290,20 @@ def _cutlass3_operands(name: str) -> Operands:
     return Operands(precision, a, b, out, None if scale_mode == "conflicting" else scale_mode, layout)
 
 
-# --- cuBLASLt GEMM tails: split-K reduction and the bias-gradient epilogue, named by C++ template.
+# --- cuBLAS kernels named by C++ template: the cuBLASLt GEMM tails (split-K reduction, bias-gradient
+# epilogue) and cuBLAS's GEMV and small-GEMM kernels.
 
 _TEMPLATE_TYPES = {"__nv_bfloat16": "bf16", "__half": "fp16", "float": "fp32"}
 
 
-def _tail_operands(name: str) -> Operands:
-    """Precision of a tail kernel from its template arguments: the one 16-bit type among them (the
-    data it reads and writes; float beside it is the accumulator), fp32 when all are float. A short
-    name has no template arguments and says nothing."""
-    arguments = name.partition("<")[2].split(">(")[0]
+def _template_operands(name: str) -> Operands:
+    """Precision of a kernel from its template arguments: the one 16-bit type among them (the data it
+    reads and writes; float beside it is the accumulator), fp32 when all are float. A short name has
+    no template arguments, and a name cut short (as torch.profiler prints them) may have lost the
+    16-bit type: neither says anything."""
+    arguments, closed, _ = name.partition("<")[2].partition(">(")
+    if not closed:
+        return UNKNOWN_OPERANDS
     types = {_TEMPLATE_TYPES[t] for t in re.findall(r"\b(?:__nv_bfloat16|__half|float)\b", arguments)}
     data = types - {"fp32"} or types
     if len(data) != 1:
@@ -364,8 +368,11 @@ RULES: tuple[Rule, ...] = (
     # cuBLASLt split-K reduction (seen on H200 as cublasLt::splitKreduce_kernel; after nvjet
     # *_splitK_* GEMMs on B200 in Dao-AILab/quack#157) and its bias-gradient epilogue
     # (cublasLt::epilogue::impl::globalKernelBgradAB_v1, seen on H200).
-    Rule("cublaslt-splitk", re.compile(r"\bsplitKreduce_kernel\b"), "cublaslt", "gemm-tail", _tail_operands),
-    Rule("cublaslt-epilogue", re.compile(r"\bcublasLt::epilogue::|\bglobalKernelBgrad"), "cublaslt", "gemm-tail", _tail_operands),
+    Rule("cublaslt-splitk", re.compile(r"\bsplitKreduce_kernel\b"), "cublaslt", "gemm-tail", _template_operands),
+    Rule("cublaslt-epilogue", re.compile(r"\bcublasLt::epilogue::|\bglobalKernelBgrad"), "cublaslt", "gemm-tail", _template_operands),
+    # The reduction after a split cuBLAS GEMV: reduce_1Block_kernel<float, 128, 7, cublasGemvT... in
+    # vllm-project/vllm-omni#553 (torch.profiler, name cut short there).
+    Rule("cublas-gemv-splitk", re.compile(r"\breduce_1Block_kernel<[^>]*\bcublasGemv"), "cublas", "gemm-tail", _template_operands),
     # Implicit-GEMM convolutions are convolutions, not linear layers: cuDNN's
     # sm90_xmma_fprop_implicit_gemm_* and CUTLASS's cutlass3x_sm100_tensorop_*implicit_gemm_fprop_*,
     # both in the B200/H100 profile of zaitrarrio/fastvideo-rs docs/perf/datacenter-profile.md.
@@ -395,6 +402,13 @@ RULES: tuple[Rule, ...] = (
     # forums.developer.nvidia.com/t/232209, discuss.pytorch.org/t/194741), volta_sgemm_*
     # (official-stockfish/nnue-pytorch#96), volta_cgemm_* (NVIDIA/apex#666).
     Rule("cublas-legacy", _CUBLAS_LEGACY, "cublas", "gemm", _cublas_legacy_operands),
+    # cuBLAS's matrix-vector and small-GEMM kernels, which run a layer's GEMM when one side is a single
+    # row or K is 1: a GEMM of the layer, its precision in its template arguments.
+    # std::enable_if<...>::type internal::gemvx::kernel<int, int, __nv_bfloat16, ...> and
+    # gemmk1_kernel<int, float, ...> in nsys on an RTX 5090 (CodeGandee/llm-perf-opt
+    # reports/20251107-dsocr/nsys/per-stage/decode/), gemv2T_kernel_val<int, int, float, ... in
+    # official-stockfish/nnue-pytorch#96; their template arguments include cuBLAS's GEMV parameter types.
+    Rule("cublas-gemv", re.compile(r"\binternal::gemvx::kernel<|\bgemv2[NT]_kernel|\bgemmk1_kernel<|\bcublasGemv(?:TensorStridedBatched|ParamsEx)\b"), "cublas", "gemm", _template_operands),
     # Everything else of Transformer Engine: normalization, activations, RoPE, MoE, userbuffers, the
     # grouped-GEMM argument setup (seen on H200: ln_*_kernel, unary_kernel, unary_grad_kernel).
     Rule("te-other", re.compile(r"\btransformer_engine::|\bsetup_grouped_gemm_kernel\b|\bkuserbuffers_"), "te", "other"),

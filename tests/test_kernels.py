@@ -387,6 +387,32 @@ def test_cublas_cutlass2_copies(name, arch, precision, layout):
     assert (info.family, info.arch, info.role, info.precision, info.layout) == ("cutlass", arch, "gemm", precision, layout)
     assert (info.a_dtype, info.b_dtype, info.out_dtype) == (precision, precision, precision)
 
+
+# CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/decode/nsys/summary_cuda_gpu_kern_sum.csv
+# (nsys on an RTX 5090, DeepSeek-OCR decode)
+_GEMVX_BF16 = "std::enable_if<!T7, void>::type internal::gemvx::kernel<int, int, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, float, (bool)0, (bool)1, (bool)1, (bool)0, (int)7, (bool)0, cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<const __nv_bfloat16>, cublasGemvTensorStridedBatched<const __nv_bfloat16>, cublasGemvTensorStridedBatched<__nv_bfloat16>, float>>(T13)"
+_GEMMK1_FP32 = "void gemmk1_kernel<int, float, (int)256, (int)5, (bool)1, (bool)0, (bool)0, (bool)0, cublasGemvTensorStridedBatched<const float>, cublasGemvTensorStridedBatched<const float>, cublasGemvTensorStridedBatched<float>, float, (int)0>(cublasGemmk1Params<T2, T9, T10, T11, T12, biasType<T11::value_type, T12>::type>)"
+_SPLITK_BF16 = "void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, __nv_bfloat16, __nv_bfloat16, float, __nv_bfloat16, (bool)0, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, (bool)1, (bool)0, (bool)0>(cublasLt::cublasSplitKParams<T6>, const T4 *, const T10 *, T9 *, T5 *, const T6 *, const T6 *, const T11 *, const T4 *, T11 *, void *, long, T6 *, int *, T6 *, T6 *, const T6 *, const T6 *, const T6 *, const T6 *, const T6 *)"
+
+
+@pytest.mark.parametrize(("name", "role", "precision"), [
+    (_GEMVX_BF16, "gemm", "bf16"),
+    (_GEMMK1_FP32, "gemm", "fp32"),
+    # official-stockfish/nnue-pytorch#96: torch.profiler cut the template arguments, so the type is lost
+    ("void gemv2T_kernel_val<int, int, float, float, float...", "gemm", "unknown"),
+    # vllm-project/vllm-omni#553: the reduction after a split GEMV, cut the same way
+    ("void reduce_1Block_kernel<float, 128, 7, cublasGemvT...", "gemm-tail", "unknown"),
+])
+def test_cublas_gemv_kernels_are_the_layers_gemm(name, role, precision):
+    info = decode(name)
+    assert (info.family, info.role, info.precision) == ("cublas", role, precision)
+    assert info.out_dtype == (None if precision == "unknown" else precision)
+
+
+def test_split_k_reduction_with_template_arguments():
+    info = decode(_SPLITK_BF16)
+    assert (info.family, info.role, info.precision, info.out_dtype) == ("cublaslt", "gemm-tail", "bf16", "bf16")
+
 # --- names no rule knows ------------------------------------------------------------------------------
 
 
