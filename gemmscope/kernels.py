@@ -290,6 +290,31 @@ def _cutlass3_operands(name: str) -> Operands:
     return Operands(precision, a, b, out, None if scale_mode == "conflicting" else scale_mode, layout)
 
 
+# --- CUTLASS kernels named by their C++ template, as nsys demangles them: cutlass::Kernel<GemmKernel>
+# (CUTLASS 2, include/cutlass/gemm/device/gemm.h; grouped: Kernel<BaseKernel> in base_grouped.h) and
+# cutlass::device_kernel<GemmKernel> (CUTLASS 3, gemm_universal_adapter.h) in NVIDIA/cutlass@7107b05.
+# A CuTe kernel names its MMA atom: SM80_16x8x16_F32BF16BF16F32_TN or SM90::GMMA::MMA_64x16x16_F32BF16BF16_SS
+# spell <D><A><B>[<C>] (include/cute/arch/mma_sm80.hpp, mma_sm90_gmma.hpp). The A and B types give the
+# precision, except for FP8: how an FP8 GEMM is scaled (per tensor, row, block) is not in the atom.
+
+_CUTE_MMA_ATOM = re.compile(r"\b(?:SM80_|MMA_)\d+x\d+x\d+_([A-Z0-9]+)_[A-Z]{2}(?![A-Za-z0-9])")
+_CUTE_TYPE_WORD = re.compile(r"BF16|TF32|F32|F16|E4M3|E5M2|S32|S8|U8")
+_CUTE_TYPES = {
+    "BF16": "bf16", "TF32": "tf32", "F32": "fp32", "F16": "fp16", "E4M3": "e4m3", "E5M2": "e5m2",
+    "S32": "int32", "S8": "int8", "U8": "uint8",
+}
+
+
+def _cute_atom_operands(name: str) -> Operands:
+    match = _CUTE_MMA_ATOM.search(name)
+    types = [_CUTE_TYPES[w] for w in _CUTE_TYPE_WORD.findall(match[1])] if match else []
+    if len(types) < 3:
+        return UNKNOWN_OPERANDS
+    a, b = types[1], types[2]
+    precision = a if a == b and a in {"bf16", "fp16", "tf32", "int8"} else "unknown"
+    return Operands(precision, a, b)
+
+
 # --- cuBLAS kernels named by C++ template: the cuBLASLt GEMM tails (split-K reduction, bias-gradient
 # epilogue) and cuBLAS's GEMV and small-GEMM kernels.
 
@@ -390,6 +415,15 @@ RULES: tuple[Rule, ...] = (
     # cuBLAS xmma GEMMs: sm90_xmma_gemm_f32f32_tf32f32_f32_* (TF32) and
     # sm80_xmma_gemm_f32f32_f32f32_f32_*_ffma_* (FP32 on FFMA units), seen on H200.
     Rule("xmma", re.compile(r"\bsm\d+_xmma_gemm_"), "xmma", "gemm", _xmma_operands),
+    # CUTLASS GEMMs named by template, decoded above. Grouped: CUTLASS 3's GroupProblemShape (an
+    # nsys cuda_gpu_kern_sum of vLLM's MoE on H100 in gujialiang123/MOEresearch
+    # results/4way_bench/2x2_nsys/nsys_evidence/AT_OFF_CG_OFF_top10_kernels.txt; TE's
+    # NVTE_USE_CUTLASS_GROUPED_GEMM path, transformer_engine/common/gemm/cutlass_grouped_gemm.cuh) and
+    # CUTLASS 2's GemmGrouped (include/cutlass/gemm/kernel/gemm_grouped.h).
+    Rule("cutlass-grouped", re.compile(r"\bcutlass::gemm::GroupProblemShape<|\bcutlass::gemm::kernel::GemmGrouped<"), "cutlass", "gemm", _cute_atom_operands),
+    # Callers may wrap the kernel in an architecture guard, as vLLM's vllm::enable_sm80_to_sm89<Kernel>
+    # (csrc/quantization/cutlass_w8a8/scaled_mm_c2x.cuh), which then sits between the two.
+    Rule("cutlass-template", re.compile(r"\bcutlass::(?:device_kernel|Kernel2?)<(?:[\w:]+<)?cutlass::gemm::kernel::"), "cutlass", "gemm", _cute_atom_operands),
     # CUTLASS 3.x naming (python/cutlass_library/gemm_operation.py in NVIDIA/cutlass); cuBLAS runs
     # such kernels too (cutlass3x_sm100_* for a TF32 matmul on GB300 in
     # cfregly/ai-performance-engineering code/docs/gb300-upstream-patches.md).

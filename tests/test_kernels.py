@@ -413,6 +413,22 @@ def test_split_k_reduction_with_template_arguments():
     info = decode(_SPLITK_BF16)
     assert (info.family, info.role, info.precision, info.out_dtype) == ("cublaslt", "gemm-tail", "bf16", "bf16")
 
+
+# gujialiang123/MOEresearch results/4way_bench/2x2_nsys/nsys_evidence/AT_OFF_CG_OFF_top10_kernels.txt:
+# nsys cuda_gpu_kern_sum of vLLM's MoE on H100, a CUTLASS 3 grouped GEMM with a BF16 GMMA atom.
+_CUTLASS3_GROUPED_BF16 = "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProblemShape<cute::tuple<long, long, long>>, cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm90ArrayTmaGmmaWarpSpecialized<(int)12, cute::tuple<cute::C<(int)1>, cute::C<(int)1>, cute::C<(int)1>>, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>, cute::tuple<cute::C<(int)128>, cute::C<(int)16>, cute::C<(int)64>>, cutlass::bfloat16_t, cute::tuple<long, cute::C<(int)1>, cute::C<(int)0>> *, cutlass::bfloat16_t, cute::tuple<long, cute::C<(int)1>, cute::C<(int)0>> *, cute::TiledMMA<cute::MMA_Atom<cute::SM90::GMMA::MMA_64x16x16_F32BF16BF16_SS<(cute::SM90::GMMA::Major)0, (cute::SM90::GMMA::Major)0, (cute::SM90::GMMA::ScaleIn)1, (cute::SM90::GMMA::ScaleIn)1>>, cute::Layout<cute::tuple<cute::C<(int)2>, cute::C<(int)1>, cute::C<(int)1>>, cute::tuple<cute::C<(int)1>, cute::C<(int)0>, cute::C<(int)0>>>, cute::tuple<cute::Underscore, cute::Underscore, cute::Underscore>>, cute::SM90_TMA_LOAD, cute::ComposedLayout<cute::Swizzle<(int)3, (int)4, (int)3>, cute::smem_ptr_flag_bits<(int)16>, cute::Layout<cute::tuple<cute::C<(int)8>, cute::C<(int)64>>, cute::tuple<cute::C<(int)64>, cute::C<(int)1>>>>, void, cute::identity, cute::SM90_TMA_LOAD, cute::ComposedLayout<cute::Swizzle<(int)3, (int)4, (int)3>, cute::smem_ptr_flag_bits<(int)16>, cute::Layout<cute::tuple<cute::C<(int)8>, cute::C<(int)64>>, cute::tuple<cute::C<(int)64>, cute::C<(int)1>>>>, void, cute::identity>, cutlass::epilogue::collective::CollectiveEpilogue<cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<(int)1, (int)1, (int)8, (bool)0, (bool)0, (int)2>, cute::tuple<cute::C<(int)128>, cute::C<(int)16>, cute::C<(int)64>>, cute::tuple<cute::C<(int)128>, cute::C<(int)16>>, void, cute::tuple<long, cute::C<(int)1>, cute::C<(int)0>> *, cutlass::bfloat16_t, cute::tuple<long, cute::C<(int)1>, cute::C<(int)0>> *, cutlass::epilogue::fusion::FusionCallbacks<cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<(int)1, (int)1, (int)8, (bool)0, (bool)0, (int)2>, cutlass::epilogue::fusion::LinearCombination<cutlass::bfloat16_t, float, void, float, (cutlass::FloatRoundStyle)2>, cute::tuple<cute::C<(int)128>, cute::C<(int)16>, cute::C<(int)64>>, cute::tuple<cute::C<(int)128>, cute::C<(int)16>>, >, cute::SM90_TMA_LOAD, cute::ComposedLayout<cute::Swizzle<(int)1, (int)4, (int)3>, cute::smem_ptr_flag_bits<(int)16>, cute::Layout<cute::tuple<cute::C<(int)8>, cute::C<(int)16>>, cute::tuple<cute::C<(int)16>, cute::C<(int)1>>>>, cute::SM75_U32x4_LDSM_N, cute::SM90_TMA_STORE, cute::ComposedLayout<cute::Swizzle<(int)1, (int)4, (int)3>, cute::smem_ptr_flag_bits<(int)16>, cute::Layout<cute::tuple<cute::C<(int)8>, cute::C<(int)16>>, cute::tuple<cute::C<(int)16>, cute::C<(int)1>>>>, cute::SM90_U32x4_STSM_N, cute::Copy_Atom<cute::SM90_U32x4_STSM_N, cutlass::half_t>, void>, void, void>>(T1::Params)"
+
+
+def test_cutlass3_grouped_gemm_reads_its_mma_atom():
+    info = decode(_CUTLASS3_GROUPED_BF16)
+    assert (info.family, info.role, info.rule, info.precision) == ("cutlass", "gemm", "cutlass-grouped", "bf16")
+    assert (info.a_dtype, info.b_dtype, info.out_dtype, info.layout) == ("bf16", "bf16", None, None)
+
+
+def test_cutlass3_grouped_gemm_cut_before_its_atom_is_unknown():
+    info = decode(_CUTLASS3_GROUPED_BF16[:250])
+    assert (info.family, info.role, info.rule, info.precision) == ("cutlass", "gemm", "cutlass-grouped", "unknown")
+
 # --- names no rule knows ------------------------------------------------------------------------------
 
 
