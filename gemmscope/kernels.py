@@ -383,9 +383,15 @@ RULES: tuple[Rule, ...] = (
     Rule("torch-float8-copy", re.compile(r"\bfloat8_copy_kernel_cuda\b"), "torch", "quantize"),
     # PyTorch's other kernels: elementwise, reductions, copies, optimizers, softmax (seen on H200).
     Rule("torch", re.compile(r"\bat::native::|\bat::cuda::|\bsoftmax_warp_(?:forward|backward)\b|\b(?:vectorized_|unrolled_)?elementwise_kernel\b"), "torch", "other"),
-    # TorchInductor's Triton template GEMMs (triton_tem_fused_baddbmm next to nvjet in
-    # cfregly/ai-performance-engineering code/docs/gb300-upstream-patches.md): a GEMM whose name
-    # does not carry its precision.
+    # TorchInductor names a kernel triton_<category[:3]>_<fused name>_<n> (define_kernel in
+    # torch/_inductor/codegen/triton.py): "tem" for a template, "poi", "red", "per" for pointwise and
+    # reduction kernels (get_kernel_category_by_source_code in torch/_inductor/wrapper_benchmark.py), the
+    # fused name listing the aten ops fused. A template over an mm op (mm, addmm, bmm, baddbmm,
+    # _scaled_mm) is a GEMM whose precision is a template argument, not in its name: precision unknown
+    # (triton_tem_fused_baddbmm next to nvjet in cfregly/ai-performance-engineering
+    # code/docs/gb300-upstream-patches.md). FlexAttention is a template too
+    # (triton_tem_fused_flex_attention_0 in pytorch/pytorch#180278). Other kernels are not GEMMs.
+    Rule("triton-attention", re.compile(r"\btriton_tem_\w*flex_attention"), "triton", "attention"),
     Rule("triton-gemm", re.compile(r"\btriton_tem_fused_\w*mm"), "triton", "gemm"),
     Rule("triton", re.compile(r"\btriton_"), "triton", "other"),  # inductor's fused kernels (seen on H200)
     Rule("nccl", re.compile(r"nccl", re.IGNORECASE), "nccl", "other"),

@@ -429,6 +429,27 @@ def test_cutlass3_grouped_gemm_cut_before_its_atom_is_unknown():
     info = decode(_CUTLASS3_GROUPED_BF16[:250])
     assert (info.family, info.role, info.rule, info.precision) == ("cutlass", "gemm", "cutlass-grouped", "unknown")
 
+
+def test_inductor_flex_attention_template_is_attention_not_a_gemm():
+    # pytorch/pytorch#180278: Inductor's FlexAttention template kernel
+    info = decode("triton_tem_fused_flex_attention_0")
+    assert (info.family, info.role, info.precision) == ("triton", "attention", None)
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    # Inductor's pointwise, reduction and persistent-reduction kernels (seen on H200)
+    ("triton_poi_fused_add_mul_tanh_0", "triton"),
+    ("triton_red_fused_sum_1", "triton"),
+    ("triton_per_fused_sum_2", "triton"),
+    # NVIDIA/Fuser#4873 (nsys cuda_gpu_kern_sum): an NCCL collective whose name carries a data type
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)", "nccl"),
+    # CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/decode/nsys/summary_cuda_gpu_kern_sum.csv
+    ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char *, (unsigned long)3>>(int, T2, T3)", "torch"),
+])
+def test_kernels_that_are_not_gemms(name, family):
+    info = decode(name)
+    assert (info.family, info.role, info.precision) == (family, "other", None)
+
 # --- names no rule knows ------------------------------------------------------------------------------
 
 
