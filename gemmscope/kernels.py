@@ -214,9 +214,10 @@ def _cublas_legacy_operands(name: str) -> Operands:
 
 
 # --- CUTLASS 2.x names (cutlass_library's procedural_name for arch < 90, and cuBLAS's cutlass_<arch>_
-# copies): cutlass[_<arch>]_<opclass>_[<C>_]<accumulate><mma shape>[<math type>]gemm[_relu][_<A>]_<tile>..._<layout>_align<n>
-# cuBLAS's copies may name a fused ReLU epilogue after gemm: cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_*
-# (RTX 4090 in pytorch/pytorch#181718), cutlass_80_tensorop_f16_s16816gemm_relu_f16_* (NVIDIA/cutlass#1025).
+# copies): cutlass[_<arch>]_<opclass>_[<C>_]<accumulate><mma shape>[<math type>]gemm[_relu][_<A>]_<tile>..._
+# <layout>_align<n>. cuBLAS's copies may name a fused ReLU epilogue after gemm:
+# cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_* (RTX 4090 in pytorch/pytorch#181718),
+# cutlass_80_tensorop_f16_s16816gemm_relu_f16_* (NVIDIA/cutlass#1025).
 
 _CUTLASS2 = re.compile(
     r"cutlass(?:_\d\d)?_(tensorop|simt|wmma_tensorop|sptensorop)_"

@@ -1,5 +1,6 @@
 """gemmscope.kernels: every kernel name measured on this project's H200, the naming facts behind the
-rules, Blackwell names from public sources (docs/kernel-names.md), and what unknown names become."""
+rules, Blackwell, Ampere, Ada, CUTLASS-template, GEMV and Triton names from public sources
+(docs/kernel-names.md), and what unknown names become."""
 
 from dataclasses import asdict, fields
 
