@@ -32,7 +32,7 @@ class KernelInfo:
     """What one kernel name says about the kernel."""
 
     name: str  # the name as given
-    family: str  # nvjet | xmma | cutlass | cublaslt | te | torch | triton | flash | cudnn | nccl | unknown
+    family: str  # nvjet | xmma | cutlass | cublas | cublaslt | te | torch | triton | flash | cudnn | nccl | unknown
     arch: str | None  # "sm90", "sm100", ... where the name encodes it
     role: str  # one of ROLES
     precision: str | None  # one of PRECISIONS for role gemm / gemm-tail, else None
@@ -145,7 +145,11 @@ def _nvjet_operands(name: str) -> Operands:
     return Operands(precision, a, b, out, None if scale_mode == "conflicting" else scale_mode, layout)
 
 
-# --- xmma (cuBLAS): sm<arch>_xmma_gemm_<A><B>_<math><accumulate>_<C>_<layout>_...
+# --- xmma (cuBLAS, and TensorRT's copies): sm<arch>_xmma_gemm_<AB><CD>_<math><accumulate>_<type>_<layout>_...
+# The first token is the type of A and B, then of C and D: "e4m3bf16 means tensor A/B in fp8, C/D in
+# bf16" (NVIDIA/TransformerEngine#1391, on sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_...). TensorRT's
+# sm89_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_... (FP8 out, forkni/StreamDiffusion
+# docs/profiling/unet_ncu_roofline_2026-05-24.md) reads the same way. The third token is not decoded.
 
 _XMMA = re.compile(r"sm\d+_xmma_gemm_([a-z0-9]+)_([a-z0-9]+)_([a-z0-9]+)_([nt]{2})_")
 _TYPE_WORD = re.compile(r"tf32|bf16|f16|f32|f64|e4m3|e5m2|s8|s32")
@@ -164,7 +168,10 @@ def _xmma_operands(name: str) -> Operands:
         return UNKNOWN_OPERANDS
     storage = [_DTYPE_WORDS.get(w) for w in _TYPE_WORD.findall(match[1])]
     math = [_DTYPE_WORDS.get(w) for w in _TYPE_WORD.findall(match[2])]
-    a, b = storage if len(storage) == 2 else (None, None)
+    a, out = storage if len(storage) == 2 else (None, None)
+    # One word names A and B. cuBLASLt pairs e4m3 with e5m2 in FP8 GEMMs, so for FP8 the word does
+    # not say which format B has.
+    b = None if a in _FP8 else a
     math_type = math[0] if math else None
     # The math type is what the tensor cores (or, for f32, the FFMA units) compute in.
     if math_type in {"tf32", "fp32", "bf16", "fp16", "int8"}:
@@ -173,16 +180,48 @@ def _xmma_operands(name: str) -> Operands:
         precision = "fp8"
     else:
         precision = "unknown"
-    out = _DTYPE_WORDS.get(match[3])
     return Operands(precision, a, b, out, None, match[4].upper())
 
 
+# --- cuBLAS before xmma and nvjet: <generation>_[<AB>_]<accumulate><mma shape>gemm[_<CD>]_<tile>_..._<layout>
+# (ampere_bf16_s16816gemm_bf16_256x128_ldg8_f2f_stages_32x3_nn, ampere_sgemm_64x64_tn). cuBLAS does
+# not document these names; they spell types and MMA shapes with the letters of CUTLASS's names, as
+# NVIDIA/cutlass#1025 shows side by side (ampere_fp16_s16816gemm_fp16_... beside
+# cutlass_80_tensorop_f16_s16816gemm_relu_f16_...). Read are the two shapes public traces show: sgemm
+# with no operand word (FP32 on the CUDA cores) and <bf16|fp16>_s<mma>gemm_<bf16|fp16> (16-bit
+# operands, FP32 accumulate). Any other letter (h, c, d, i) stays unknown.
+
+# The GPU generations these names start with (seen: volta, turing, ampere), as the first SM of each.
+_CUBLAS_GENERATIONS = {"volta": "sm70", "turing": "sm75", "ampere": "sm80"}
+_GENERATION = r"(?<![A-Za-z0-9])(" + "|".join(_CUBLAS_GENERATIONS) + ")_"
+_CUBLAS_LEGACY = re.compile(_GENERATION + r"(?:(bf16|fp16)_)?([a-z])(\d*)gemm(?:_(bf16|fp16))?_\d+x\d+")
+_CUBLAS_LAYOUT = re.compile(r"_([nt]{2})$")
+
+
+def _cublas_legacy_operands(name: str) -> Operands:
+    match = _CUBLAS_LEGACY.search(name)
+    if not match:
+        return UNKNOWN_OPERANDS
+    _, ab_word, accumulator, mma_shape, cd_word = match.groups()
+    layout_match = _CUBLAS_LAYOUT.search(name)
+    layout = layout_match[1].upper() if layout_match else None
+    if accumulator == "s" and ab_word and mma_shape:
+        ab = ab_word  # the bf16 / fp16 words are this module's names already
+        return Operands(ab, ab, ab, cd_word, None, layout)
+    if accumulator == "s" and not (ab_word or mma_shape or cd_word):
+        return Operands("fp32", "fp32", "fp32", "fp32", None, layout)
+    return Operands("unknown", layout=layout)
+
+
 # --- CUTLASS 2.x names (cutlass_library's procedural_name for arch < 90, and cuBLAS's cutlass_<arch>_
-# copies): cutlass[_<arch>]_<opclass>_[<C>_]<accumulate><mma shape>[<math type>]gemm[_<A>]_<tile>..._<layout>_align<n>
+# copies): cutlass[_<arch>]_<opclass>_[<C>_]<accumulate><mma shape>[<math type>]gemm[_relu][_<A>]_<tile>..._
+# <layout>_align<n>. cuBLAS's copies may name a fused ReLU epilogue after gemm:
+# cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_* (RTX 4090 in pytorch/pytorch#181718),
+# cutlass_80_tensorop_f16_s16816gemm_relu_f16_* (NVIDIA/cutlass#1025).
 
 _CUTLASS2 = re.compile(
     r"cutlass(?:_\d\d)?_(tensorop|simt|wmma_tensorop|sptensorop)_"
-    r"(?:(bf16|f16|f32|s32|s8|e4m3|e5m2)_)?([sdhi])(\d*)(tf32|bf16|f16)?gemm"
+    r"(?:(bf16|f16|f32|s32|s8|e4m3|e5m2)_)?([sdhi])(\d*)(tf32|bf16|f16)?gemm(?:_relu)?"
     r"(?:_(s8|u8|bf16|f16|f32|tf32|e4m3|e5m2))?_\d+x\d+(?:_\d+x\d+)?_([nt]{2})_align"
 )
 _ACCUMULATOR_LETTERS = {"s": "fp32", "h": "fp16", "i": "int32"}
@@ -252,16 +291,45 @@ def _cutlass3_operands(name: str) -> Operands:
     return Operands(precision, a, b, out, None if scale_mode == "conflicting" else scale_mode, layout)
 
 
-# --- cuBLASLt GEMM tails: split-K reduction and the bias-gradient epilogue, named by C++ template.
+# --- CUTLASS kernels named by their C++ template, as nsys demangles them: cutlass::Kernel<GemmKernel>
+# (CUTLASS 2, include/cutlass/gemm/device/gemm.h; grouped: Kernel<BaseKernel> in base_grouped.h) and
+# cutlass::device_kernel<GemmKernel> (CUTLASS 3, gemm_universal_adapter.h) in NVIDIA/cutlass@7107b05.
+# A CuTe kernel names its MMA atom: SM80_16x8x16_F32BF16BF16F32_TN or SM90::GMMA::MMA_64x16x16_F32BF16BF16_SS
+# spell <D><A><B>[<C>] (include/cute/arch/mma_sm80.hpp, mma_sm90_gmma.hpp). The A and B types give the
+# precision, except for FP8: how an FP8 GEMM is scaled (per tensor, row, block) is not in the atom.
+
+_CUTE_MMA_ATOM = re.compile(r"\b(?:SM80_|MMA_)\d+x\d+x\d+_([A-Z0-9]+)_[A-Z]{2}(?![A-Za-z0-9])")
+_CUTE_TYPE_WORD = re.compile(r"BF16|TF32|F32|F16|E4M3|E5M2|S32|S8|U8")
+_CUTE_TYPES = {
+    "BF16": "bf16", "TF32": "tf32", "F32": "fp32", "F16": "fp16", "E4M3": "e4m3", "E5M2": "e5m2",
+    "S32": "int32", "S8": "int8", "U8": "uint8",
+}
+
+
+def _cute_atom_operands(name: str) -> Operands:
+    match = _CUTE_MMA_ATOM.search(name)
+    types = [_CUTE_TYPES[w] for w in _CUTE_TYPE_WORD.findall(match[1])] if match else []
+    if len(types) < 3:
+        return UNKNOWN_OPERANDS
+    a, b = types[1], types[2]
+    precision = a if a == b and a in {"bf16", "fp16", "tf32", "int8"} else "unknown"
+    return Operands(precision, a, b)
+
+
+# --- cuBLAS kernels named by C++ template: the cuBLASLt GEMM tails (split-K reduction, bias-gradient
+# epilogue) and cuBLAS's GEMV and small-GEMM kernels.
 
 _TEMPLATE_TYPES = {"__nv_bfloat16": "bf16", "__half": "fp16", "float": "fp32"}
 
 
-def _tail_operands(name: str) -> Operands:
-    """Precision of a tail kernel from its template arguments: the one 16-bit type among them (the
-    data it reads and writes; float beside it is the accumulator), fp32 when all are float. A short
-    name has no template arguments and says nothing."""
-    arguments = name.partition("<")[2].split(">(")[0]
+def _template_operands(name: str) -> Operands:
+    """Precision of a kernel from its template arguments: the one 16-bit type among them (the data it
+    reads and writes; float beside it is the accumulator), fp32 when all are float. A short name has
+    no template arguments, and a name cut short (as torch.profiler prints them) may have lost the
+    16-bit type: neither says anything."""
+    arguments, closed, _ = name.partition("<")[2].partition(">(")
+    if not closed:
+        return UNKNOWN_OPERANDS
     types = {_TEMPLATE_TYPES[t] for t in re.findall(r"\b(?:__nv_bfloat16|__half|float)\b", arguments)}
     data = types - {"fp32"} or types
     if len(data) != 1:
@@ -316,9 +384,15 @@ RULES: tuple[Rule, ...] = (
     Rule("torch-float8-copy", re.compile(r"\bfloat8_copy_kernel_cuda\b"), "torch", "quantize"),
     # PyTorch's other kernels: elementwise, reductions, copies, optimizers, softmax (seen on H200).
     Rule("torch", re.compile(r"\bat::native::|\bat::cuda::|\bsoftmax_warp_(?:forward|backward)\b|\b(?:vectorized_|unrolled_)?elementwise_kernel\b"), "torch", "other"),
-    # TorchInductor's Triton template GEMMs (triton_tem_fused_baddbmm next to nvjet in
-    # cfregly/ai-performance-engineering code/docs/gb300-upstream-patches.md): a GEMM whose name
-    # does not carry its precision.
+    # TorchInductor names a kernel triton_<category[:3]>_<fused name>_<n> (define_kernel in
+    # torch/_inductor/codegen/triton.py): "tem" for a template, "poi", "red", "per" for pointwise and
+    # reduction kernels (get_kernel_category_by_source_code in torch/_inductor/wrapper_benchmark.py), the
+    # fused name listing the aten ops fused. A template over an mm op (mm, addmm, bmm, baddbmm,
+    # _scaled_mm) is a GEMM whose precision is a template argument, not in its name: precision unknown
+    # (triton_tem_fused_baddbmm next to nvjet in cfregly/ai-performance-engineering
+    # code/docs/gb300-upstream-patches.md). FlexAttention is a template too
+    # (triton_tem_fused_flex_attention_0 in pytorch/pytorch#180278). Other kernels are not GEMMs.
+    Rule("triton-attention", re.compile(r"\btriton_tem_\w*flex_attention"), "triton", "attention"),
     Rule("triton-gemm", re.compile(r"\btriton_tem_fused_\w*mm"), "triton", "gemm"),
     Rule("triton", re.compile(r"\btriton_"), "triton", "other"),  # inductor's fused kernels (seen on H200)
     Rule("nccl", re.compile(r"nccl", re.IGNORECASE), "nccl", "other"),
@@ -326,25 +400,56 @@ RULES: tuple[Rule, ...] = (
     # cuBLASLt split-K reduction (seen on H200 as cublasLt::splitKreduce_kernel; after nvjet
     # *_splitK_* GEMMs on B200 in Dao-AILab/quack#157) and its bias-gradient epilogue
     # (cublasLt::epilogue::impl::globalKernelBgradAB_v1, seen on H200).
-    Rule("cublaslt-splitk", re.compile(r"\bsplitKreduce_kernel\b"), "cublaslt", "gemm-tail", _tail_operands),
-    Rule("cublaslt-epilogue", re.compile(r"\bcublasLt::epilogue::|\bglobalKernelBgrad"), "cublaslt", "gemm-tail", _tail_operands),
+    Rule("cublaslt-splitk", re.compile(r"\bsplitKreduce_kernel\b"), "cublaslt", "gemm-tail", _template_operands),
+    Rule("cublaslt-epilogue", re.compile(r"\bcublasLt::epilogue::|\bglobalKernelBgrad"), "cublaslt", "gemm-tail", _template_operands),
+    # The reduction after a split cuBLAS GEMV: reduce_1Block_kernel<float, 128, 7, cublasGemvT... in
+    # vllm-project/vllm-omni#553 (torch.profiler, name cut short there).
+    Rule("cublas-gemv-splitk", re.compile(r"\breduce_1Block_kernel<[^>]*\bcublasGemv"), "cublas", "gemm-tail", _template_operands),
     # Implicit-GEMM convolutions are convolutions, not linear layers: cuDNN's
     # sm90_xmma_fprop_implicit_gemm_* and CUTLASS's cutlass3x_sm100_tensorop_*implicit_gemm_fprop_*,
     # both in the B200/H100 profile of zaitrarrio/fastvideo-rs docs/perf/datacenter-profile.md.
     Rule("xmma-conv", re.compile(r"\bsm\d+_xmma_\w*implicit_gemm"), "xmma", "other"),
     Rule("cutlass-conv", re.compile(r"\bcutlass\w*implicit_gemm"), "cutlass", "other"),
+    # cuDNN's own convolutions, which name a GEMM or a cuBLAS-like generation prefix:
+    # cudnn::detail::implicit_convolve_sgemm and turing_fp16_s1688cudnn_fp16_* (nvprof in
+    # ryujaehun/pytorch-gpu-benchmark#6), volta_fp16_s884cudnn_fp16_* (NVIDIA/apex#666), and its CUTLASS
+    # copy cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_*> (nsys in
+    # CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/sam/).
+    Rule("cudnn-conv", re.compile(r"\bimplicit_convolve_sgemm\b|" + _GENERATION + r"\w*?cudnn|\bcutlass__5x_cudnn::"), "cudnn", "other"),
     # cuBLAS nvjet GEMMs; the type code and scale tokens are decoded above (seen on H200; Blackwell
     # names in docs/kernel-names.md).
     Rule("nvjet", re.compile(r"\bnvjet_"), "nvjet", "gemm", _nvjet_operands),
     # cuBLAS xmma GEMMs: sm90_xmma_gemm_f32f32_tf32f32_f32_* (TF32) and
     # sm80_xmma_gemm_f32f32_f32f32_f32_*_ffma_* (FP32 on FFMA units), seen on H200.
     Rule("xmma", re.compile(r"\bsm\d+_xmma_gemm_"), "xmma", "gemm", _xmma_operands),
+    # CUTLASS GEMMs named by template, decoded above. Grouped: CUTLASS 3's GroupProblemShape (an
+    # nsys cuda_gpu_kern_sum of vLLM's MoE on H100 in gujialiang123/MOEresearch
+    # results/4way_bench/2x2_nsys/nsys_evidence/AT_OFF_CG_OFF_top10_kernels.txt; TE's
+    # NVTE_USE_CUTLASS_GROUPED_GEMM path, transformer_engine/common/gemm/cutlass_grouped_gemm.cuh) and
+    # CUTLASS 2's GemmGrouped (include/cutlass/gemm/kernel/gemm_grouped.h).
+    Rule("cutlass-grouped", re.compile(r"\bcutlass::gemm::GroupProblemShape<|\bcutlass::gemm::kernel::GemmGrouped<"), "cutlass", "gemm", _cute_atom_operands),
+    # Callers may wrap the kernel in an architecture guard, as vLLM's vllm::enable_sm80_to_sm89<Kernel>
+    # (csrc/quantization/cutlass_w8a8/scaled_mm_c2x.cuh), which then sits between the two.
+    Rule("cutlass-template", re.compile(r"\bcutlass::(?:device_kernel|Kernel2?)<(?:[\w:]+<)?cutlass::gemm::kernel::"), "cutlass", "gemm", _cute_atom_operands),
     # CUTLASS 3.x naming (python/cutlass_library/gemm_operation.py in NVIDIA/cutlass); cuBLAS runs
     # such kernels too (cutlass3x_sm100_* for a TF32 matmul on GB300 in
     # cfregly/ai-performance-engineering code/docs/gb300-upstream-patches.md).
     Rule("cutlass3x", re.compile(r"\bcutlass3x_"), "cutlass", "gemm", _cutlass3_operands),
     # CUTLASS 2.x naming, including cuBLAS's cutlass_80_tensorop_i16832gemm_s8_* (int8, seen on H200).
     Rule("cutlass2x", re.compile(r"\bcutlass(?:_\d\d)?_(?:tensorop|simt|wmma_tensorop|sptensorop)_\w*gemm"), "cutlass", "gemm", _cutlass2_operands),
+    # cuBLAS's GEMMs before xmma and nvjet, decoded above: ampere_bf16_s16816gemm_bf16_* and
+    # ampere_bf16_s1688gemm_bf16_* (RTX 3060 in karpathy/nanochat#105, RTX 4090 in pytorch/pytorch#181718),
+    # ampere_fp16_s16816gemm_fp16_* (NVIDIA/cutlass#1025), ampere_sgemm_* (Nsight Systems in
+    # forums.developer.nvidia.com/t/232209, discuss.pytorch.org/t/194741), volta_sgemm_*
+    # (official-stockfish/nnue-pytorch#96), volta_cgemm_* (NVIDIA/apex#666).
+    Rule("cublas-legacy", _CUBLAS_LEGACY, "cublas", "gemm", _cublas_legacy_operands),
+    # cuBLAS's matrix-vector and small-GEMM kernels, which run a layer's GEMM when one side is a single
+    # row or K is 1: a GEMM of the layer, its precision in its template arguments.
+    # std::enable_if<...>::type internal::gemvx::kernel<int, int, __nv_bfloat16, ...> and
+    # gemmk1_kernel<int, float, ...> in nsys on an RTX 5090 (CodeGandee/llm-perf-opt
+    # reports/20251107-dsocr/nsys/per-stage/decode/), gemv2T_kernel_val<int, int, float, ... in
+    # official-stockfish/nnue-pytorch#96; their template arguments include cuBLAS's GEMV parameter types.
+    Rule("cublas-gemv", re.compile(r"\binternal::gemvx::kernel<|\bgemv2[NT]_kernel|\bgemmk1_kernel<|\bcublasGemv(?:TensorStridedBatched|ParamsEx)\b"), "cublas", "gemm", _template_operands),
     # Everything else of Transformer Engine: normalization, activations, RoPE, MoE, userbuffers, the
     # grouped-GEMM argument setup (seen on H200: ln_*_kernel, unary_kernel, unary_grad_kernel).
     Rule("te-other", re.compile(r"\btransformer_engine::|\bsetup_grouped_gemm_kernel\b|\bkuserbuffers_"), "te", "other"),
@@ -353,13 +458,18 @@ RULES: tuple[Rule, ...] = (
     Rule("unknown", re.compile(r""), "unknown", "other"),
 )
 
-_ARCH = re.compile(r"(?<![A-Za-z0-9])sm_?(\d{2,3})[a-z]?(?![0-9])|\bcutlass_(\d\d)_")
+# sm<N>, CUTLASS 2's cutlass_<N>_ and the GPU generation of cuBLAS's older names: the architecture a
+# kernel was built for, which a later GPU may run (cuBLAS runs ampere_* and cutlass_80_* kernels on an
+# RTX 4090 in pytorch/pytorch#181718).
+_ARCH = re.compile(r"(?<![A-Za-z0-9])sm_?(\d{2,3})[a-z]?(?![0-9])|\bcutlass_(\d\d)_|" + _GENERATION)
 _GEMM_ROLES = frozenset({"gemm", "gemm-tail"})
 
 
 def _arch(name: str) -> str | None:
     match = _ARCH.search(name)
-    return f"sm{match[1] or match[2]}" if match else None
+    if not match:
+        return None
+    return _CUBLAS_GENERATIONS[match[3]] if match[3] else f"sm{match[1] or match[2]}"
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,5 +1,6 @@
 """gemmscope.kernels: every kernel name measured on this project's H200, the naming facts behind the
-rules, Blackwell names from public sources (docs/kernel-names.md), and what unknown names become."""
+rules, Blackwell, Ampere, Ada, CUTLASS-template, GEMV and Triton names from public sources
+(docs/kernel-names.md), and what unknown names become."""
 
 from dataclasses import asdict, fields
 
@@ -302,6 +303,153 @@ def test_inductor_template_gemm_has_unknown_precision():
     info = decode("triton_tem_fused_baddbmm")
     assert (info.family, info.role, info.precision) == ("triton", "gemm", "unknown")
 
+
+
+# --- names beyond Hopper's nvjet, verbatim from the public sources in docs/kernel-names.md -------------
+
+
+@pytest.mark.parametrize(("name", "arch", "precision", "a_dtype", "b_dtype", "out_dtype"), [
+    # NVIDIA/TransformerEngine#1391: "e4m3bf16 means tensor A/B in fp8, C/D in bf16" (H100, TE FP8)
+    ("sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x128x128_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+     "sm90", "fp8", "e4m3", None, "bf16"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+     "sm90", "bf16", "bf16", "bf16", "bf16"),
+    # forkni/StreamDiffusion docs/profiling/unet_ncu_roofline_2026-05-24.md: TensorRT FP8 on an RTX 4090 (Ada)
+    ("sm89_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize64x64x64_stage4_warpsize2x2x1_tensor16x8x32_bias_f32_execute_kernel_trt",
+     "sm89", "fp8", "e4m3", None, "e4m3"),
+])
+def test_xmma_first_token_is_ab_then_cd(name, arch, precision, a_dtype, b_dtype, out_dtype):
+    info = decode(name)
+    assert (info.family, info.arch, info.role, info.precision, info.layout) == ("xmma", arch, "gemm", precision, "TN")
+    assert (info.a_dtype, info.b_dtype, info.out_dtype) == (a_dtype, b_dtype, out_dtype)
+
+
+@pytest.mark.parametrize(("name", "arch", "precision", "out_dtype", "layout"), [
+    # karpathy/nanochat#105 (RTX 3060, torch.profiler); pytorch/pytorch#181718 (RTX 4090)
+    ("ampere_bf16_s16816gemm_bf16_256x128_ldg8_f2f_stages_32x3_nn", "sm80", "bf16", "bf16", "NN"),
+    ("ampere_bf16_s1688gemm_bf16_128x128_ldg8_f2f_stages_32x1_nn", "sm80", "bf16", "bf16", "NN"),
+    # NVIDIA/cutlass#1025
+    ("ampere_fp16_s16816gemm_fp16_64x64_sliced1x2_ldg8_relu_f2f_stages_64x6_tn", "sm80", "fp16", "fp16", "TN"),
+    # Nsight Systems in forums.developer.nvidia.com/t/232209 and discuss.pytorch.org/t/194741
+    ("ampere_sgemm_64x64_tn", "sm80", "fp32", "fp32", "TN"),
+    ("ampere_sgemm_32x32_sliced1x4_nn", "sm80", "fp32", "fp32", "NN"),
+    # official-stockfish/nnue-pytorch#96
+    ("volta_sgemm_32x128_tn", "sm70", "fp32", "fp32", "TN"),
+])
+def test_cublas_names_before_xmma(name, arch, precision, out_dtype, layout):
+    info = decode(name)
+    assert (info.family, info.arch, info.role, info.rule) == ("cublas", arch, "gemm", "cublas-legacy")
+    assert (info.precision, info.a_dtype, info.b_dtype, info.out_dtype, info.layout) == (precision, precision, precision, out_dtype, layout)
+
+
+def test_cublas_complex_gemm_is_a_gemm_of_unknown_precision():
+    # NVIDIA/apex#666: single-precision complex GEMM, outside the precisions this tool reports
+    info = decode("volta_cgemm_32x64_tn")
+    assert (info.family, info.arch, info.role, info.precision, info.layout) == ("cublas", "sm70", "gemm", "unknown", "TN")
+
+
+def test_cublas_name_cut_by_the_profiler_keeps_its_precision_but_not_its_layout():
+    # pytorch/xla#6518: torch.profiler cuts long names
+    info = decode("ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_...")
+    assert (info.precision, info.layout) == ("bf16", None)
+
+
+@pytest.mark.parametrize("name", [
+    # ryujaehun/pytorch-gpu-benchmark#6 (nvprof)
+    "void cudnn::detail::implicit_convolve_sgemm<float, float, int=1024, int=5, int=5, int=3, int=3, int=3, int=1, bool=1, bool=0, bool=1>(int, int, int, float const *, int, float*, cudnn::detail::implicit_convolve_sgemm<float, float, int=1024, int=5, int=5, int=3, int=3, int=3, int=1, bool=1, bool=0, bool=1>*, kernel_conv_params, int, float, float, int, float, float, int, int)",
+    "turing_fp16_s1688cudnn_fp16_128x128_ldg8_relu_f2f_exp_small_nhwc_tn_v1",
+    "volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1",
+    # NVIDIA/apex#666
+    "volta_fp16_s884cudnn_fp16_256x128_ldg8_relu_f2f_exp_small_nhwc2nchw_tn_v1",
+    # CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/sam/nsys/summary_cuda_gpu_kern_sum.csv
+    "void cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_bf16_128x128_32x3_nhwc_align8>(T1::Params)",
+])
+def test_cudnn_convolutions_are_not_gemms(name):
+    info = decode(name)
+    assert (info.family, info.role, info.precision) == ("cudnn", "other", None)
+
+
+@pytest.mark.parametrize(("name", "arch", "precision", "layout"), [
+    # pytorch/pytorch#181718: cuBLAS's CUTLASS copies on an RTX 4090, one with a fused ReLU epilogue
+    ("cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_nn_align8>", "sm80", "bf16", "NN"),
+    ("cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_nn_align1>", "sm75", "bf16", "NN"),
+    # NVIDIA/cutlass#1025, NVIDIA/cutlass#2286 (A30)
+    ("cutlass_80_tensorop_f16_s16816gemm_relu_f16_128x128_32x4_tn_align8", "sm80", "fp16", "TN"),
+    ("cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_nn_align1", "sm75", "bf16", "NN"),
+    # huggingface/blog#3408 (torch.profiler)
+    ("cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_32x1_tn_align8", "sm80", "bf16", "TN"),
+    # CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/{decode,sam}/nsys/summary_cuda_gpu_kern_sum.csv
+    # (nsys on an RTX 5090: the name carries the architecture the kernel was built for)
+    ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x1_tn_align8>(T1::Params)", "sm80", "bf16", "TN"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_256x128_32x3_tn_align8>(T1::Params)", "sm80", "bf16", "TN"),
+])
+def test_cublas_cutlass2_copies(name, arch, precision, layout):
+    info = decode(name)
+    assert (info.family, info.arch, info.role, info.precision, info.layout) == ("cutlass", arch, "gemm", precision, layout)
+    assert (info.a_dtype, info.b_dtype, info.out_dtype) == (precision, precision, precision)
+
+
+# CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/decode/nsys/summary_cuda_gpu_kern_sum.csv
+# (nsys on an RTX 5090, DeepSeek-OCR decode)
+_GEMVX_BF16 = "std::enable_if<!T7, void>::type internal::gemvx::kernel<int, int, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, float, (bool)0, (bool)1, (bool)1, (bool)0, (int)7, (bool)0, cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<const __nv_bfloat16>, cublasGemvTensorStridedBatched<const __nv_bfloat16>, cublasGemvTensorStridedBatched<__nv_bfloat16>, float>>(T13)"
+_GEMMK1_FP32 = "void gemmk1_kernel<int, float, (int)256, (int)5, (bool)1, (bool)0, (bool)0, (bool)0, cublasGemvTensorStridedBatched<const float>, cublasGemvTensorStridedBatched<const float>, cublasGemvTensorStridedBatched<float>, float, (int)0>(cublasGemmk1Params<T2, T9, T10, T11, T12, biasType<T11::value_type, T12>::type>)"
+_SPLITK_BF16 = "void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, __nv_bfloat16, __nv_bfloat16, float, __nv_bfloat16, (bool)0, __nv_bfloat16, __nv_bfloat16, __nv_bfloat16, (bool)1, (bool)0, (bool)0>(cublasLt::cublasSplitKParams<T6>, const T4 *, const T10 *, T9 *, T5 *, const T6 *, const T6 *, const T11 *, const T4 *, T11 *, void *, long, T6 *, int *, T6 *, T6 *, const T6 *, const T6 *, const T6 *, const T6 *, const T6 *)"
+
+
+@pytest.mark.parametrize(("name", "role", "precision"), [
+    (_GEMVX_BF16, "gemm", "bf16"),
+    (_GEMMK1_FP32, "gemm", "fp32"),
+    # official-stockfish/nnue-pytorch#96: torch.profiler cut the template arguments, so the type is lost
+    ("void gemv2T_kernel_val<int, int, float, float, float...", "gemm", "unknown"),
+    # vllm-project/vllm-omni#553: the reduction after a split GEMV, cut the same way
+    ("void reduce_1Block_kernel<float, 128, 7, cublasGemvT...", "gemm-tail", "unknown"),
+])
+def test_cublas_gemv_kernels_are_the_layers_gemm(name, role, precision):
+    info = decode(name)
+    assert (info.family, info.role, info.precision) == ("cublas", role, precision)
+    assert info.out_dtype == (None if precision == "unknown" else precision)
+
+
+def test_split_k_reduction_with_template_arguments():
+    info = decode(_SPLITK_BF16)
+    assert (info.family, info.role, info.precision, info.out_dtype) == ("cublaslt", "gemm-tail", "bf16", "bf16")
+
+
+# gujialiang123/MOEresearch results/4way_bench/2x2_nsys/nsys_evidence/AT_OFF_CG_OFF_top10_kernels.txt:
+# nsys cuda_gpu_kern_sum of vLLM's MoE on H100, a CUTLASS 3 grouped GEMM with a BF16 GMMA atom.
+_CUTLASS3_GROUPED_BF16 = "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProblemShape<cute::tuple<long, long, long>>, cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm90ArrayTmaGmmaWarpSpecialized<(int)12, cute::tuple<cute::C<(int)1>, cute::C<(int)1>, cute::C<(int)1>>, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>, cute::tuple<cute::C<(int)128>, cute::C<(int)16>, cute::C<(int)64>>, cutlass::bfloat16_t, cute::tuple<long, cute::C<(int)1>, cute::C<(int)0>> *, cutlass::bfloat16_t, cute::tuple<long, cute::C<(int)1>, cute::C<(int)0>> *, cute::TiledMMA<cute::MMA_Atom<cute::SM90::GMMA::MMA_64x16x16_F32BF16BF16_SS<(cute::SM90::GMMA::Major)0, (cute::SM90::GMMA::Major)0, (cute::SM90::GMMA::ScaleIn)1, (cute::SM90::GMMA::ScaleIn)1>>, cute::Layout<cute::tuple<cute::C<(int)2>, cute::C<(int)1>, cute::C<(int)1>>, cute::tuple<cute::C<(int)1>, cute::C<(int)0>, cute::C<(int)0>>>, cute::tuple<cute::Underscore, cute::Underscore, cute::Underscore>>, cute::SM90_TMA_LOAD, cute::ComposedLayout<cute::Swizzle<(int)3, (int)4, (int)3>, cute::smem_ptr_flag_bits<(int)16>, cute::Layout<cute::tuple<cute::C<(int)8>, cute::C<(int)64>>, cute::tuple<cute::C<(int)64>, cute::C<(int)1>>>>, void, cute::identity, cute::SM90_TMA_LOAD, cute::ComposedLayout<cute::Swizzle<(int)3, (int)4, (int)3>, cute::smem_ptr_flag_bits<(int)16>, cute::Layout<cute::tuple<cute::C<(int)8>, cute::C<(int)64>>, cute::tuple<cute::C<(int)64>, cute::C<(int)1>>>>, void, cute::identity>, cutlass::epilogue::collective::CollectiveEpilogue<cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<(int)1, (int)1, (int)8, (bool)0, (bool)0, (int)2>, cute::tuple<cute::C<(int)128>, cute::C<(int)16>, cute::C<(int)64>>, cute::tuple<cute::C<(int)128>, cute::C<(int)16>>, void, cute::tuple<long, cute::C<(int)1>, cute::C<(int)0>> *, cutlass::bfloat16_t, cute::tuple<long, cute::C<(int)1>, cute::C<(int)0>> *, cutlass::epilogue::fusion::FusionCallbacks<cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<(int)1, (int)1, (int)8, (bool)0, (bool)0, (int)2>, cutlass::epilogue::fusion::LinearCombination<cutlass::bfloat16_t, float, void, float, (cutlass::FloatRoundStyle)2>, cute::tuple<cute::C<(int)128>, cute::C<(int)16>, cute::C<(int)64>>, cute::tuple<cute::C<(int)128>, cute::C<(int)16>>, >, cute::SM90_TMA_LOAD, cute::ComposedLayout<cute::Swizzle<(int)1, (int)4, (int)3>, cute::smem_ptr_flag_bits<(int)16>, cute::Layout<cute::tuple<cute::C<(int)8>, cute::C<(int)16>>, cute::tuple<cute::C<(int)16>, cute::C<(int)1>>>>, cute::SM75_U32x4_LDSM_N, cute::SM90_TMA_STORE, cute::ComposedLayout<cute::Swizzle<(int)1, (int)4, (int)3>, cute::smem_ptr_flag_bits<(int)16>, cute::Layout<cute::tuple<cute::C<(int)8>, cute::C<(int)16>>, cute::tuple<cute::C<(int)16>, cute::C<(int)1>>>>, cute::SM90_U32x4_STSM_N, cute::Copy_Atom<cute::SM90_U32x4_STSM_N, cutlass::half_t>, void>, void, void>>(T1::Params)"
+
+
+def test_cutlass3_grouped_gemm_reads_its_mma_atom():
+    info = decode(_CUTLASS3_GROUPED_BF16)
+    assert (info.family, info.role, info.rule, info.precision) == ("cutlass", "gemm", "cutlass-grouped", "bf16")
+    assert (info.a_dtype, info.b_dtype, info.out_dtype, info.layout) == ("bf16", "bf16", None, None)
+
+
+def test_cutlass3_grouped_gemm_cut_before_its_atom_is_unknown():
+    info = decode(_CUTLASS3_GROUPED_BF16[:250])
+    assert (info.family, info.role, info.rule, info.precision) == ("cutlass", "gemm", "cutlass-grouped", "unknown")
+
+
+def test_inductor_flex_attention_template_is_attention_not_a_gemm():
+    # pytorch/pytorch#180278: Inductor's FlexAttention template kernel
+    info = decode("triton_tem_fused_flex_attention_0")
+    assert (info.family, info.role, info.precision) == ("triton", "attention", None)
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    # Inductor's pointwise, reduction and persistent-reduction kernels (seen on H200)
+    ("triton_poi_fused_add_mul_tanh_0", "triton"),
+    ("triton_red_fused_sum_1", "triton"),
+    ("triton_per_fused_sum_2", "triton"),
+    # NVIDIA/Fuser#4873 (nsys cuda_gpu_kern_sum): an NCCL collective whose name carries a data type
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)", "nccl"),
+    # CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/decode/nsys/summary_cuda_gpu_kern_sum.csv
+    ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char *, (unsigned long)3>>(int, T2, T3)", "torch"),
+])
+def test_kernels_that_are_not_gemms(name, family):
+    info = decode(name)
+    assert (info.family, info.role, info.precision) == (family, "other", None)
 
 # --- names no rule knows ------------------------------------------------------------------------------
 
