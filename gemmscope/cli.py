@@ -1,6 +1,8 @@
 """The `gemmscope` command: a thin click layer over the library.
 
-Exit codes: 0 fine, 1 a check found mismatches, 2 bad input or usage (one line on stderr).
+Exit codes: 0 fine, 1 a check found mismatches (or a recipe was asked for and no GEMM ran), 2 bad
+input or usage (one line on stderr), 3 the command `verify` profiled exited non-zero (the verdicts on
+what it ran are still printed), 4 `verify` could not tell which recipe to check against.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import pandas as pd
 
 from gemmscope import kernels, reports, shapes, verify
 from gemmscope.errors import InputError
-from gemmscope.trace_parser import read_trace
+from gemmscope.trace_parser import read_trace, trace_paths
 
 EXAMPLE_TRACE = Path(__file__).parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
+EXIT_MISMATCH, EXIT_COMMAND_FAILED, EXIT_RECIPE_UNKNOWN = 1, 3, 4
 
 
 class _Group(click.Group):
@@ -58,52 +61,69 @@ def _emit(text: str) -> None:
 # --- analyze / verify -------------------------------------------------------------------------
 
 @main.command()
-@click.argument("trace", required=False, type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
 @click.option("--allow", multiple=True, metavar="PATTERN",
-              help="Shell pattern (kernel, TE module or NVTX range) whose mismatches are allowed; repeatable.")
+              help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are allowed; repeatable.")
 @_format_option()
-def analyze(trace: Path | None, expect: str | None, allow: tuple[str, ...], fmt: str) -> None:
-    """Every GEMM kernel of an nsys trace (.sqlite or .nsys-rep): precision, thread, NVTX ranges,
-    TE module and pass, and with --expect (or the recipe the run recorded) a verdict. Without TRACE:
-    a real H200 trace shipped with gemmscope, a small TE model trained in FP8 in which one block
-    runs with autocast disabled and the LM head is a plain torch.nn.Linear."""
-    if trace is None:
-        trace = EXAMPLE_TRACE
-        click.echo(f"(no trace given: analyzing the bundled example {trace.name})", err=True)
-    _check_and_report(trace, expect, allow, fmt, reports.analysis_document)
+def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...], fmt: str) -> None:
+    """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep; files, folders or
+    globs, e.g. one per rank): precision, rank, thread, NVTX ranges, TE module, layer and pass,
+    and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
+    trace shipped with gemmscope, a small TE model trained in FP8 in which one block runs with
+    autocast disabled and the LM head is a plain torch.nn.Linear."""
+    if not traces:
+        traces = (EXAMPLE_TRACE,)
+        click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
+    result = _check(trace_paths(traces), expect, allow)
+    _emit(reports.render_verification(result, fmt, reports.analysis_document(result)))
+    sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
-def _check_and_report(trace_path: Path, expect, allow, fmt, document_fn) -> None:
-    trace = read_trace(trace_path)
-    result = verify.check(trace, expect, allow)
-    _emit(reports.render_verification(trace, result, fmt, document_fn(trace, result)))
-    sys.exit(1 if result.failed else 0)
+def _check(paths: list[Path], expect, allow) -> verify.Verification:
+    return verify.check([read_trace(p) for p in paths], expect, allow)
 
 
 @main.command("verify", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--expect", type=click.Choice(verify.RECIPES),
               help="Recipe every GEMM should run at; default: the recipe the run's te.autocast asked for.")
 @click.option("--allow", multiple=True, metavar="PATTERN",
-              help="Shell pattern (kernel, TE module or NVTX range) whose mismatches are allowed; repeatable.")
-@click.option("--trace", "trace_path", type=click.Path(path_type=Path),
-              help="Check an existing trace instead of running a command.")
+              help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are allowed; repeatable.")
+@click.option("--trace", "trace_args", multiple=True, type=click.Path(path_type=Path),
+              help="Check existing traces instead of running a command: files, folders or globs "
+                   "(one per rank, or one holding every rank); repeatable.")
 @click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a temporary folder).")
 @_format_option()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def verify_cmd(expect, allow, trace_path, out, fmt, command) -> None:
-    """Run COMMAND (after --) under nsys with TE's NVTX ranges on, or read --trace, and check the
-    precision of every GEMM per TE module and pass. Exit 1 on any non-allowed FALLBACK."""
-    if trace_path is not None and command:
+def verify_cmd(expect, allow, trace_args, out, fmt, command) -> None:
+    """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
+    --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
+    Exit 1 on any non-allowed FALLBACK or when no GEMM ran, 3 when COMMAND failed, 4 when the
+    recipe to check against is unknown (no --expect, and the run recorded no te.autocast recipe)."""
+    if trace_args and command:
         raise InputError("give either --trace FILE or a command after --, not both")
-    if trace_path is None:
-        if not command:
-            raise InputError("nothing to verify: give a command after -- or --trace FILE")
-        trace_path = _capture(list(command), out)
-    _check_and_report(trace_path, expect, allow, fmt, reports.verification_document)
+    outcome = None
+    if trace_args:
+        paths = trace_paths(trace_args)
+    elif command:
+        path, outcome = _capture(list(command), out)
+        paths = [path]
+    else:
+        raise InputError("nothing to verify: give a command after -- or --trace FILE")
+    result = _check(paths, expect, allow)
+    _emit(reports.render_verification(result, fmt, reports.verification_document(result, outcome)))
+    if outcome is not None and outcome["exit_code"] != 0:
+        click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
+                   "a pass, whatever ran before it", err=True)
+        sys.exit(EXIT_COMMAND_FAILED)
+    if result.expected is None:
+        click.echo("gemmscope: no recipe to check against: the run recorded no enabled te.autocast "
+                   "recipe; pass --expect RECIPE (e.g. --expect bf16)", err=True)
+        sys.exit(EXIT_RECIPE_UNKNOWN)
+    sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
-def _capture(command: list[str], out: Path | None) -> Path:
+def _capture(command: list[str], out: Path | None) -> tuple[Path, dict]:
     from gemmscope import nsys_runner
 
     out = out or Path(tempfile.mkdtemp(prefix="gemmscope-verify-"))
@@ -118,7 +138,8 @@ def _capture(command: list[str], out: Path | None) -> Path:
     if done.returncode != 0:
         click.echo(f"gemmscope: note: the command exited {done.returncode}; checking what it ran", err=True)
     click.echo(f"gemmscope: trace {report}", err=True)
-    return nsys_runner.export_sqlite(report)
+    # The command line itself stays out of reports: it may hold secrets.
+    return nsys_runner.export_sqlite(report), {"exit_code": done.returncode}
 
 
 # --- shapes / kernel / scrub / doctor ------------------------------------------------------------

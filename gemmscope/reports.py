@@ -16,8 +16,9 @@ from gemmscope.verify import Verification
 
 FORMATS = ("table", "json", "csv", "markdown")
 
-_GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges",
-                "te_module", "te_pass", "origin")
+_GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "trace", "rank", "thread",
+                "ranges", "te_module", "te_name", "layer", "te_pass", "requested_a", "requested_b",
+                "requested", "origin")
 
 
 def _plain(value: Any) -> Any:
@@ -39,7 +40,7 @@ def frame_records(frame: pd.DataFrame) -> list[dict]:
 
 
 def _gemm_fields(result: Verification) -> list[str]:
-    return list(_GEMM_FIELDS) + (["expected", "verdict", "allowed"] if result.expected else [])
+    return list(_GEMM_FIELDS) + (["expected", "verdict", "cause", "allowed"] if result.expected else [])
 
 
 def gemm_records(result: Verification) -> list[dict]:
@@ -56,6 +57,9 @@ def summary_document(result: Verification) -> dict:
         "gemm_tail_time_ns": result.tails_ns,
         "by_precision": {k: int(v) for k, v in g["precision"].value_counts().items()} if len(g) else {},
         "by_module_pass": frame_records(result.summary),
+        "groups": frame_records(result.groups),
+        "ranks": sorted(int(r) for r in g["rank"].dropna().unique()) if len(g) else [],
+        "rank_comparison": frame_records(result.rank_comparison),
     }
     if result.expected:
         doc["verdicts"] = {k: int(v) for k, v in g["verdict"].value_counts().items()} if len(g) else {}
@@ -71,23 +75,37 @@ def summary_document(result: Verification) -> dict:
     return doc
 
 
-def analysis_document(trace: Trace, result: Verification) -> dict:
-    """`gemmscope analyze --format json`: meta, one object per GEMM launch, summary."""
-    meta = {
+def _trace_meta(trace: Trace) -> dict:
+    return {
         "trace": str(trace.path),
         "nsys_version": trace.meta["nsys_version"],
         "schema_version": trace.meta["schema_version"],
         "gpus": [{k: _plain(v) for k, v in g.items()} for g in trace.meta["gpus"]],
     }
-    return {"meta": meta, "gemms": gemm_records(result), "summary": summary_document(result)}
 
 
-def verification_document(trace: Trace, result: Verification) -> dict:
+def _meta(result: Verification, command: dict | None) -> dict:
+    """The first trace's meta at the top level (one trace: as before), every trace under
+    `traces`, and the profiled command's outcome when gemmscope ran it."""
+    metas = [_trace_meta(t) for t in result.traces]
+    meta = dict(metas[0]) if metas else {}
+    meta["traces"] = metas
+    if command is not None:
+        meta["command"] = command
+    return meta
+
+
+def analysis_document(result: Verification, command: dict | None = None) -> dict:
+    """`gemmscope analyze --format json`: meta, one object per GEMM launch, summary."""
+    return {"meta": _meta(result, command), "gemms": gemm_records(result), "summary": summary_document(result)}
+
+
+def verification_document(result: Verification, command: dict | None = None) -> dict:
     """`gemmscope verify --format json`: summary and the non-allowed mismatches."""
     mismatches = [r for r in gemm_records(result) if r.get("verdict") == "FALLBACK" and not r["allowed"]]
     allowed = [r for r in gemm_records(result) if r.get("verdict") == "FALLBACK" and r["allowed"]]
-    doc = analysis_document(trace, result)
-    return {"meta": doc["meta"], "summary": doc["summary"], "mismatches": mismatches, "allowed": allowed}
+    return {"meta": _meta(result, command), "summary": summary_document(result),
+            "mismatches": mismatches, "allowed": allowed}
 
 
 def _summary_frame(result: Verification) -> pd.DataFrame:
@@ -101,16 +119,21 @@ def _summary_frame(result: Verification) -> pd.DataFrame:
 
 
 def _mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
-    rows = result.allowed if allowed else result.mismatches
+    """Mismatches grouped by layer × module × pass × kernel, with counts."""
+    g = result.groups
+    rows = g[(g["verdict"] == "FALLBACK") & (g["allowed"] == allowed)]
     return pd.DataFrame(
         {
-            "kernel": rows["name"],
+            "layer": rows["layer"],
+            "module": rows["module"],
+            "pass": rows["pass"],
+            "kernel": rows["kernel"],
             "precision": rows["precision"],
-            "module": rows["te_module"].fillna(rows["origin"].map({"te": "(TE)", "outside-te": "(outside TE)"})),
-            "pass": rows["te_pass"],
-            "start_ns": rows["start"],
-            "duration_us": rows["duration_ns"] / 1e3,
-            "ranges": rows["ranges"].map(" > ".join),
+            "requested": rows["requested"],
+            "cause": rows["cause"],
+            "launches": rows["launches"],
+            "ranks": rows["ranks"],
+            "time_ms": rows["time_ns"] / 1e6,
         }
     )
 
@@ -148,10 +171,13 @@ def print_table(frame: pd.DataFrame, title: str) -> None:
     Console(width=200).print(rich_table(frame, title))
 
 
-def _headline(trace: Trace, result: Verification) -> str:
+def _headline(result: Verification) -> str:
     doc = summary_document(result)
-    gpus = ", ".join(f"{g['name']} ({g['sm']})" for g in trace.meta["gpus"]) or "GPU unknown"
-    line = (f"{trace.path.name}: nsys {trace.meta['nsys_version']}, {gpus}; "
+    first = result.traces[0]
+    names = first.path.name if len(result.traces) == 1 else f"{len(result.traces)} traces"
+    gpu_names = dict.fromkeys(f"{g['name']} ({g['sm']})" for t in result.traces for g in t.meta["gpus"])
+    ranks = f", ranks {', '.join(map(str, doc['ranks']))}" if len(doc["ranks"]) > 1 else ""
+    line = (f"{names}: nsys {first.meta['nsys_version']}, {', '.join(gpu_names) or 'GPU unknown'}{ranks}; "
             f"{doc['gemm_launches']} GEMM launches, {doc['gemm_time_ns'] / 1e6:.3f} ms of GEMM kernels")
     if result.expected:
         share = doc["expected_time_share"]
@@ -162,7 +188,7 @@ def _headline(trace: Trace, result: Verification) -> str:
     return line
 
 
-def render_verification(trace: Trace, result: Verification, fmt: str, document: dict) -> str:
+def render_verification(result: Verification, fmt: str, document: dict) -> str:
     """Text of an analyze/verify result in `fmt`; `document` is its JSON form."""
     if fmt == "json":
         return json.dumps(document, indent=2) + "\n"
@@ -177,13 +203,17 @@ def render_verification(trace: Trace, result: Verification, fmt: str, document: 
         sections.append(("Mismatches (requested precision did not run)", _mismatch_frame(result, False)))
         if len(result.allowed):
             sections.append(("Allowed mismatches", _mismatch_frame(result, True)))
+    if not result.rank_comparison.empty:
+        differing = result.rank_comparison[result.rank_comparison["differing_ranks"].map(len) > 0]
+        sections.append(("Ranks that ran other kernels than the rest", differing))
+    title = ", ".join(t.path.name for t in result.traces)
     if fmt == "markdown":
-        parts = [f"# gemmscope: {trace.path.name}\n", _headline(trace, result) + "\n"]
+        parts = [f"# gemmscope: {title}\n", _headline(result) + "\n"]
         for title, frame in sections:
             parts += [f"\n## {title}\n", markdown_table(frame)]
         return "\n".join(parts)
     console = Console(file=io.StringIO(), width=160, record=True)
-    console.print(_headline(trace, result))
+    console.print(_headline(result))
     for title, frame in sections:
         console.print(rich_table(frame, title) if not frame.empty else f"{title}: none")
     return console.export_text()

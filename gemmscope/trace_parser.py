@@ -13,20 +13,22 @@ ranges, which tell module and pass even for backward GEMMs launched from autogra
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import lzma
 import os
 import re
 import sqlite3
 import tempfile
-from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import sqlite_utils
 
-from gemmscope import kernels
+from gemmscope import kernels, te_ranges
 from gemmscope.errors import InputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -106,6 +108,32 @@ def _check_file(path: Path) -> None:
             f"{path} is not an SQLite export of Nsight Systems "
             "(give a .sqlite from `nsys export --type sqlite`, or an .nsys-rep)"
         )
+
+
+TRACE_SUFFIXES = (".sqlite", ".sqlite.xz", ".nsys-rep")
+
+
+def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
+    """The traces named by files, folders (every export inside; an .nsys-rep only where no
+    export of it is beside it) and glob patterns, in name order, each once."""
+    found: list[Path] = []
+    for argument in map(Path, arguments):
+        if argument.is_dir():
+            inside = [p for p in sorted(argument.iterdir()) if p.name.endswith(TRACE_SUFFIXES)]
+            exported = {p.name.removesuffix(".xz").removesuffix(".sqlite") for p in inside
+                        if not p.name.endswith(".nsys-rep")}
+            inside = [p for p in inside if not (p.suffix == ".nsys-rep" and p.stem in exported)]
+            if not inside:
+                raise InputError(f"no trace (.sqlite, .sqlite.xz, .nsys-rep) in folder {argument}")
+            found += inside
+        elif not argument.exists() and glob.has_magic(str(argument)):
+            matches = sorted(Path(p) for p in glob.glob(str(argument)))
+            if not matches:
+                raise InputError(f"no trace matches {argument}")
+            found += matches
+        else:
+            found.append(argument)
+    return list(dict.fromkeys(found))
 
 
 def read_trace(path: str | Path) -> Trace:
@@ -326,35 +354,33 @@ def _memory(export: _Export) -> pd.DataFrame:
 
 # --- attribution ----------------------------------------------------------------------------
 
-# Transformer Engine's NVTX ranges (pushed when NVTE_NVTX_ENABLED=1), see TE's module/*.py:
-# `transformer_engine._Linear.forward.gemm`, `….backward.dgrad_gemm`, `….backward.wgrad_gemm`
-# around each GEMM of _Linear and _LayerNormLinear (and their userbuffers variants, which add
-# a suffix), and only module-level ranges for LayerNormMLP.
-_TE_GEMM_RANGE = re.compile(
-    r"^transformer_engine\.(?P<module>_\w+)\.(?:forward|backward)\.(?P<gemm>gemm|dgrad_gemm|wgrad_gemm)\b"
-)
-_TE_PASS = {"gemm": "fprop", "dgrad_gemm": "dgrad", "wgrad_gemm": "wgrad"}
-_TE_MODULES = r"Linear|LayerNormLinear|LayerNormMLP|GroupedLinear"
-_TE_MODULE_RANGE = re.compile(rf"^(?:(?P<fwd>{_TE_MODULES}) forward|(?P<bwd>_(?:{_TE_MODULES}))_backward)$")
-# GEMMs inside one LayerNormMLP range, in launch order (TE's layernorm_mlp.py: forward fc1 then
-# fc2; backward fc2 dgrad, fc2 wgrad, fc1 dgrad, fc1 wgrad).
+# GEMMs inside one LayerNormMLP range, in launch order, when neither the hook's record nor a
+# per-GEMM TE range says their pass (TE's layernorm_mlp.py: forward fc1 then fc2; backward fc2
+# dgrad, fc2 wgrad, fc1 dgrad, fc1 wgrad).
 _TE_SEQUENCE = {
-    ("_LayerNormMLP", "forward"): ("fprop", "fprop"),
     ("_LayerNormMLP", "backward"): ("dgrad", "wgrad", "dgrad", "wgrad"),
 }
 # cuBLAS honours TE's operand layout for 16-bit GEMMs (TN fprop, NN dgrad, NT wgrad); FP8 GEMMs
 # on Hopper are always TN (TE transposes the operands first), so there the layout says nothing.
 _PASS_BY_LAYOUT = {"TN": "fprop", "NN": "dgrad", "NT": "wgrad"}
 _LAYOUT_TELLS_PASS = {"bf16", "fp16", "fp32", "tf32"}
-# TE's C library pushes this around every GEMM it launches, whatever NVTE_NVTX_ENABLED says.
-TE_GEMM_CALL = "nvte_cublas_gemm_v2"
+_FAR_FUTURE = np.int64(1 << 62)  # an unclosed range is open until the end of the capture
+
+# What `launches` adds to each kernel row from the ranges around its launch.
+ATTRIBUTION_COLUMNS = ("te_module", "te_name", "layer", "te_pass", "pass_source", "requested_a",
+                       "requested_b", "requested", "via_te", "recorded", "rank")
 
 
 def launches(trace: Trace) -> pd.DataFrame:
     """One row per kernel launch: the kernel's record, its decoded name, the API call that
-    launched it (`launch_*`, `thread`), `ranges` (NVTX ranges open around the launch on the
-    launching thread plus process-wide start/end ranges, outermost first), `via_te` (launched
-    by TE's GEMM call), `te_module` and `te_pass` (from TE's ranges; None where they are absent)."""
+    launched it (`launch_*`, `thread`), `ranges` (every NVTX range open around the launch on the
+    launching thread, from every domain, plus process-wide start/end ranges; outermost first)
+    and what they say (ATTRIBUTION_COLUMNS): the TE module, its name and layer, the pass, the
+    operand types TE was handed (`requested_*`, from gemmscope's hook), whether TE launched it
+    (`via_te`), whether the hook recorded it (`recorded`) and the process's rank. `pass_source`
+    says what told the pass: "hook", "te-range" (TE's per-GEMM range), "te-order" (the launch
+    order inside a module-level TE range) or "layout" (a 16-bit kernel's layout letters, also
+    for GEMMs outside TE such as a torch.nn.Linear)."""
     k = trace.kernels
     api = trace.api_calls[["correlation_id", "global_pid", "start", "end", "global_tid", "name"]].rename(
         columns={"start": "launch_start", "end": "launch_end", "global_tid": "launch_global_tid",
@@ -364,95 +390,183 @@ def launches(trace: Trace) -> pd.DataFrame:
     api = api.sort_values("launch_start").drop_duplicates(["correlation_id", "global_pid"])
     out = k.merge(api, on=["correlation_id", "global_pid"], how="left")
     out = out.sort_values("start", ignore_index=True)
-    threads = trace.threads.set_index("global_tid")["name"].to_dict()
-    out["thread"] = out["launch_global_tid"].map(lambda g: threads.get(g) if pd.notna(g) else None)
+    threads = trace.threads.set_index("global_tid")["name"]
+    out["thread"] = out["launch_global_tid"].map(threads)
     decoded = kernels.decode_frame(out["name"])
     for column in ("role", "precision", "family", "layout"):
         out[column] = decoded[column].values
-    range_ids = _enclosing_ranges(out, trace.nvtx)
+    launch_ids, range_ids = _enclosing_ranges(out, trace.nvtx)
     nvtx_names = trace.nvtx["name"].to_numpy()
-    out["ranges"] = range_ids.map(lambda ids: [nvtx_names[r] for r in ids])
-    out["via_te"] = out["ranges"].map(lambda names: TE_GEMM_CALL in names)
-    module, pass_ = _te_attribution(out, range_ids)
-    out["te_module"] = pd.Series(module, index=out.index, dtype="object")
-    out["te_pass"] = pd.Series(pass_, index=out.index, dtype="object")
+    out["ranges"] = _lists(launch_ids, nvtx_names[range_ids], len(out))
+    attribution = _attribute(out, launch_ids, range_ids, trace.nvtx)
+    for column in ATTRIBUTION_COLUMNS:
+        out[column] = attribution[column].array
     return out
 
 
-def _enclosing_ranges(launch: pd.DataFrame, nvtx: pd.DataFrame) -> pd.Series:
-    """Per launch, the row numbers in `nvtx` of the ranges around it, outermost first."""
-    result: list[list[tuple[int, int, int]]] = [[] for _ in range(len(launch))]
+def _lists(groups: np.ndarray, values: np.ndarray, n: int) -> list[list]:
+    """`values` split by `groups` (sorted, in 0..n-1) into n lists."""
+    bounds = np.searchsorted(groups, np.arange(n + 1))
+    return [values[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _enclosing_ranges(launch: pd.DataFrame, nvtx: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (launch row, nvtx row) of every range open around each launch, sorted by launch,
+    then outermost first. Push/pop ranges nest per thread and NVTX domain, and ranges of
+    different domains (NCCL's, TE's, the program's) interleave freely on one thread: each
+    (thread, domain) stack is resolved on its own and none overwrites another."""
     known = launch["launch_start"].notna()
     t0 = launch["launch_start"].where(known, launch["start"]).astype("int64").to_numpy()
     t1 = launch["launch_end"].where(known, launch["start"]).astype("int64").to_numpy()
-    big = 1 << 62  # an unclosed range is open until the end of the capture
-    ranges = nvtx[nvtx["kind"] != "mark"]
+    launch_tid = launch["launch_global_tid"].fillna(-1).astype("int64").to_numpy()
+    launch_pid = (launch["global_pid"].fillna(-1).astype("int64").to_numpy() >> 24) & _TID_MASK
+    r_start = nvtx["start"].astype("int64").to_numpy()
+    r_end = nvtx["end"].fillna(_FAR_FUTURE).astype("int64").to_numpy()
+    pairs_l, pairs_r = [], []
 
-    # Push/pop ranges nest on their thread, one stack per NVTX domain: a sweep per stack.
-    push_pop = ranges[ranges["kind"] == "push-pop"]
-    for (gtid, _), rows in push_pop.groupby(["global_tid", push_pop["domain"].fillna("")]):
-        mine = launch.index[(launch["launch_global_tid"] == gtid).to_numpy()]
-        if len(mine) == 0:
+    push_pop = nvtx[nvtx["kind"] == "push-pop"]
+    by_thread = pd.Series(np.arange(len(launch)), index=launch_tid).groupby(level=0)
+    launches_of = {tid: rows.to_numpy() for tid, rows in by_thread}
+    for (tid, _), rows in push_pop.groupby(["global_tid", push_pop["domain"].fillna("")], sort=False):
+        mine = launches_of.get(int(tid))
+        if mine is None:
             continue
-        starts = rows["start"].astype("int64").to_numpy()
-        ends = rows["end"].fillna(big).astype("int64").to_numpy()
-        row_ids = rows.index.to_numpy()
-        order = sorted(range(len(rows)), key=lambda i: (starts[i], -ends[i]))
-        stack: list[int] = []
-        j = 0
-        for li in sorted(mine, key=lambda i: t0[i]):
-            while j < len(order) and starts[order[j]] <= t0[li]:
-                r = order[j]
-                while stack and ends[stack[-1]] < starts[r]:
-                    stack.pop()
-                stack.append(r)
-                j += 1
-            while stack and ends[stack[-1]] < t0[li]:
-                stack.pop()
-            result[li] = [(starts[r], -ends[r], row_ids[r]) for r in stack if ends[r] >= t1[li]]
-
-    # Start/end ranges belong to the process, not a thread: containment in time.
-    start_end = ranges[ranges["kind"] == "start-end"]
-    launch_pid = launch["global_pid"].to_numpy()
-    for pid, rows in start_end.groupby("pid"):
-        mine = [i for i in range(len(launch)) if (launch_pid[i] >> 24) & _TID_MASK == pid]
-        mine.sort(key=lambda i: t0[i])
-        times = [t0[i] for i in mine]
-        for s, e, row_id in zip(rows["start"], rows["end"].fillna(big), rows.index):
-            for pos in range(bisect_left(times, s), bisect_right(times, e)):
-                li = mine[pos]
-                if t1[li] <= e:
-                    result[li].append((int(s), -int(e), row_id))
-    return pd.Series([[row for *_, row in sorted(r)] for r in result], index=launch.index, dtype="object")
-
-
-def _te_attribution(launch: pd.DataFrame, range_ids: pd.Series) -> tuple[list, list]:
-    module: list = [None] * len(launch)
-    pass_: list = [None] * len(launch)
-    is_gemm = (launch["role"] == "gemm").to_numpy()
-    # GEMMs under each module-level range instance (keyed by its NVTX row), for order-based passes.
-    sequences: dict[tuple, list[int]] = {}
-    for i, (names, ids, precision, layout) in enumerate(
-        zip(launch["ranges"], range_ids, launch["precision"], launch["layout"])
-    ):
-        if not is_gemm[i]:
-            continue
-        for depth in range(len(names) - 1, -1, -1):
-            if m := _TE_GEMM_RANGE.match(names[depth]):
-                module[i], pass_[i] = m["module"], _TE_PASS[m["gemm"]]
+        ids = rows.index.to_numpy()
+        order = np.lexsort((-r_end[ids], r_start[ids]))
+        ids = ids[order]
+        parent = _parents(r_start[ids], r_end[ids])
+        # Innermost open range: the last one pushed before the launch, or the nearest of its
+        # ancestors still open then.
+        at = np.searchsorted(r_start[ids], t0[mine], side="right") - 1
+        lo, hi = t0[mine], t1[mine]
+        while True:
+            closed = (at >= 0) & (r_end[ids[np.maximum(at, 0)]] < hi)
+            if not closed.any():
                 break
-            if m := _TE_MODULE_RANGE.match(names[depth]):
-                direction = "forward" if m["fwd"] else "backward"
-                module[i] = "_" + m["fwd"] if m["fwd"] else m["bwd"]
-                if precision in _LAYOUT_TELLS_PASS and layout in _PASS_BY_LAYOUT:
-                    pass_[i] = _PASS_BY_LAYOUT[layout]
-                sequences.setdefault((module[i], direction, ids[depth]), []).append(i)
-                break
-    for (mod, direction, _), members in sequences.items():
-        expected = _TE_SEQUENCE.get((mod, direction))
-        if expected is None and direction == "forward":
-            expected = ("fprop",) * len(members)
+            at = np.where(closed, parent[np.maximum(at, 0)], at)
+        at = np.where((at >= 0) & (r_start[ids[np.maximum(at, 0)]] <= lo), at, -1)
+        while (at >= 0).any():
+            inside = at >= 0
+            pairs_l.append(mine[inside])
+            pairs_r.append(ids[at[inside]])
+            at = np.where(inside, parent[np.maximum(at, 0)], -1)
+
+    # Start/end ranges belong to the process, not a thread, and need not nest: containment in time.
+    start_end = nvtx[nvtx["kind"] == "start-end"]
+    if len(start_end):
+        order = np.argsort(t0, kind="stable")
+        for pid, rows in start_end.groupby("pid", sort=False):
+            mine = order[launch_pid[order] == pid]
+            times = t0[mine]
+            for row in rows.index.to_numpy():
+                inside = mine[np.searchsorted(times, r_start[row], "left"):np.searchsorted(times, r_end[row], "right")]
+                inside = inside[t1[inside] <= r_end[row]]
+                pairs_l.append(inside)
+                pairs_r.append(np.full(len(inside), row))
+
+    if not pairs_l:
+        return np.empty(0, dtype="int64"), np.empty(0, dtype="int64")
+    launch_ids, range_ids = np.concatenate(pairs_l), np.concatenate(pairs_r)
+    order = np.lexsort((-r_end[range_ids], r_start[range_ids], launch_ids))
+    return launch_ids[order], range_ids[order]
+
+
+def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Position of each range's enclosing range (-1 for none), for ranges of one push/pop stack
+    sorted by (start, -end): a range's depth is how many earlier ranges are still open at its
+    start, and its parent is the last earlier range one level up."""
+    n = len(starts)
+    closed_before = np.searchsorted(np.sort(ends), starts, side="right")
+    depth = np.maximum(np.arange(n) - closed_before, 0)
+    parent = np.full(n, -1, dtype="int64")
+    positions = np.arange(n)
+    for level in range(1, int(depth.max(initial=0)) + 1):
+        above = positions[depth == level - 1]
+        here = positions[depth == level]
+        found = np.searchsorted(above, here) - 1
+        parent[here] = np.where(found >= 0, above[np.maximum(found, 0)], -1)
+    return parent
+
+
+def _innermost(launch_ids: np.ndarray, range_ids: np.ndarray, selected: np.ndarray, n: int) -> np.ndarray:
+    """Per launch, the innermost enclosing range among those `selected` (-1 where none)."""
+    out = np.full(n, -1, dtype="int64")
+    keep = selected[range_ids]
+    out[launch_ids[keep]] = range_ids[keep]  # pairs run outermost first: the last write wins
+    return out
+
+
+def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarray,
+               nvtx: pd.DataFrame) -> pd.DataFrame:
+    n = len(launch)
+    grammar = te_ranges.classify(nvtx["name"])
+    kind = grammar["kind"].to_numpy()
+
+    def field(ranges: np.ndarray, column: str) -> np.ndarray:
+        values = grammar[column].to_numpy()[np.maximum(ranges, 0)]
+        return np.where(ranges >= 0, values, None)
+
+    hook = _innermost(launch_ids, range_ids, kind == te_ranges.HOOK_GEMM, n)
+    te_gemm = _innermost(launch_ids, range_ids, kind == te_ranges.TE_GEMM, n)
+    module_range = _innermost(launch_ids, range_ids, kind == te_ranges.TE_MODULE, n)
+    c_gemm = _innermost(launch_ids, range_ids, kind == te_ranges.TE_C_GEMM, n)
+    out = pd.DataFrame(index=launch.index)
+    # The hook's record says what TE itself was doing; TE's ranges are next best.
+    out["te_module"] = _first(field(hook, "module"), field(te_gemm, "module"), field(module_range, "module"))
+    out["te_name"] = _first(field(hook, "name"), field(te_gemm, "name"))
+    out["layer"] = _first(field(hook, "layer"), out["te_name"].to_numpy())
+    hook_pass, range_pass = field(hook, "pass"), field(te_gemm, "pass")
+    out["te_pass"] = _first(hook_pass, range_pass)
+    out["pass_source"] = np.select([pd.notna(hook_pass), pd.notna(range_pass)], ["hook", "te-range"], None)
+    for column, source in (("requested_a", "operand_a"), ("requested_b", "operand_b"), ("requested", "requested")):
+        out[column] = field(hook, source)
+    out["recorded"] = hook >= 0
+    out["via_te"] = (c_gemm >= 0) | out["recorded"].to_numpy()
+    _pass_from_layout_and_order(launch, out, module_range, field(module_range, "direction"),
+                                field(module_range, "step"))
+    out["rank"] = _ranks(launch, nvtx, grammar)
+    return out
+
+
+def _first(*candidates: np.ndarray) -> np.ndarray:
+    """Element-wise, the first candidate that is not None."""
+    result = pd.Series(candidates[0], dtype="object")
+    for candidate in candidates[1:]:
+        result = result.where(result.notna(), pd.Series(candidate, dtype="object"))
+    return result.to_numpy()
+
+
+def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_range: np.ndarray,
+                                direction: np.ndarray, step: np.ndarray) -> None:
+    """Passes for GEMMs no hook record nor per-GEMM TE range names (LayerNormMLP, GroupedLinear,
+    GEMMs outside TE): inside a module-level TE range, forward GEMMs are fprop and those of a
+    deferred-wgrad range wgrad; 16-bit GEMMs' layout letters say their pass; the GEMMs of one
+    LayerNormMLP backward range follow TE's launch order."""
+    unknown = out["te_pass"].isna().to_numpy() & (launch["role"] == "gemm").to_numpy()
+    in_module = unknown & (module_range >= 0)
+    wgrad_range = in_module & (step == "wgrad")
+    forward = in_module & ~wgrad_range & (direction == "forward")
+    out.loc[wgrad_range, "te_pass"] = "wgrad"
+    out.loc[forward, "te_pass"] = "fprop"
+    out.loc[wgrad_range | forward, "pass_source"] = "te-order"
+    unknown &= ~(wgrad_range | forward)
+    by_layout = launch["layout"].map(_PASS_BY_LAYOUT).where(launch["precision"].isin(_LAYOUT_TELLS_PASS))
+    layout_known = unknown & by_layout.notna().to_numpy()
+    out.loc[layout_known, "te_pass"] = by_layout[layout_known]
+    out.loc[layout_known, "pass_source"] = "layout"
+    backward = pd.DataFrame({"range": module_range, "module": out["te_module"]})[in_module & ~(wgrad_range | forward)]
+    for (module, _), members in backward.groupby(["module", "range"], sort=False):
+        expected = _TE_SEQUENCE.get((module, "backward"))
         if expected is not None and len(expected) == len(members):
-            for i, p in zip(members, expected):
-                pass_[i] = pass_[i] or p
-    return module, pass_
+            missing = out.loc[members.index, "te_pass"].isna()
+            out.loc[members.index[missing], "te_pass"] = np.array(expected)[missing.to_numpy()]
+            out.loc[members.index[missing], "pass_source"] = "te-order"
+
+
+def _ranks(launch: pd.DataFrame, nvtx: pd.DataFrame, grammar: pd.DataFrame) -> pd.Series:
+    """Each launch's rank, from the mark gemmscope's hook leaves in every process (NA without)."""
+    marks = (grammar["kind"] == te_ranges.PROCESS).to_numpy()
+    by_pid = pd.Series(grammar["rank"].array[marks], index=nvtx["pid"].to_numpy()[marks], dtype="Int64")
+    by_pid = by_pid[~by_pid.index.duplicated(keep="last")]
+    pid = _pid(launch["global_pid"].astype("int64"))
+    return pd.Series(pid.map(by_pid).array, index=launch.index, dtype="Int64")

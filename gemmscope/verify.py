@@ -7,16 +7,29 @@ Verdicts:
   on sm100+);
 - ``UNKNOWN``: the kernel name does not say its precision.
 A FALLBACK that matches an ``--allow`` pattern keeps its verdict and is marked ``allowed``.
+
+Where gemmscope's hook recorded what TE was handed, a FALLBACK says why (``cause``): TE was handed
+operands of another precision (``requested-bf16``: a layer outside autocast, or a recipe that
+keeps this GEMM in high precision), TE was handed the requested precision and the kernel still
+ran another (``kernel-differs``), the GEMM ran outside TE (``outside-te``), or nothing recorded it
+(``no-record``).
+
+Several traces (one per rank, or one holding every rank) are checked together: each GEMM keeps
+its trace and rank, and `rank_comparison` says whether all ranks ran the same kernels for the
+same GEMM.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
+from gemmscope import te_ranges
 from gemmscope.errors import InputError
 from gemmscope.trace_parser import Trace, launches
 
@@ -42,7 +55,8 @@ RECIPE_BY_CLASS = {
     "MXFP8BlockScaling": "mxfp8",
     "NVFP4BlockScaling": "nvfp4",
 }
-_AUTOCAST_RANGE = re.compile(r"^gemmscope\.autocast\(recipe=(?P<cls>\w+)\)$")
+# A rank named in a per-rank trace's file name (nsys -o rank%q{RANK}, trace_rank3.sqlite, ...).
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
 def verdict(precision: str | None, recipe: str, sm: int | None) -> str:
@@ -56,25 +70,26 @@ def verdict(precision: str | None, recipe: str, sm: int | None) -> str:
     return "FALLBACK"
 
 
-def recorded_recipes(trace: Trace) -> list[str]:
+def recorded_recipes(traces: Sequence[Trace]) -> list[str]:
     """Recipes of the enabled `te.autocast` regions the autocast hook recorded, in order seen."""
     seen: list[str] = []
-    for name in trace.nvtx["name"].dropna():
-        m = _AUTOCAST_RANGE.match(name)
-        if m and m["cls"] != "disabled":
-            recipe = RECIPE_BY_CLASS.get(m["cls"], m["cls"])
-            if recipe not in seen:
+    for trace in traces:
+        names = pd.Series(trace.nvtx["name"].dropna().unique())
+        grammar = te_ranges.classify(names)
+        for cls in grammar.loc[grammar["kind"] == te_ranges.AUTOCAST, "recipe_class"]:
+            recipe = RECIPE_BY_CLASS.get(cls, cls)
+            if cls != "disabled" and recipe not in seen:
                 seen.append(recipe)
     return seen
 
 
-def resolve_expected(trace: Trace, expect: str | None) -> str | None:
+def resolve_expected(traces: Sequence[Trace], expect: str | None) -> str | None:
     """The recipe to check against: --expect, else the one recipe the run recorded, else None."""
     if expect is not None:
         if expect not in RECIPES:
             raise InputError(f"unknown recipe {expect!r}: choose from {', '.join(RECIPES)}")
         return expect
-    recorded = recorded_recipes(trace)
+    recorded = recorded_recipes(traces)
     unknown = [r for r in recorded if r not in RECIPES]
     if unknown:
         raise InputError(f"the run used a recipe gemmscope does not know ({', '.join(unknown)}): pass --expect")
@@ -83,8 +98,8 @@ def resolve_expected(trace: Trace, expect: str | None) -> str | None:
     return recorded[0] if recorded else None
 
 
-def _sm(trace: Trace) -> int | None:
-    majors = [(g["cc_major"], g["cc_minor"]) for g in trace.meta["gpus"] if pd.notna(g.get("cc_major"))]
+def _sm(traces: Sequence[Trace]) -> int | None:
+    majors = [(g["cc_major"], g["cc_minor"]) for t in traces for g in t.meta["gpus"] if pd.notna(g.get("cc_major"))]
     return int(majors[0][0]) * 10 + int(majors[0][1]) if majors else None
 
 
@@ -95,7 +110,10 @@ class Verification:
     expected: str | None
     gemms: pd.DataFrame
     tails_ns: int
+    traces: list[Trace] = field(default_factory=list)
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    groups: pd.DataFrame = field(default_factory=pd.DataFrame)
+    rank_comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def mismatches(self) -> pd.DataFrame:
@@ -115,44 +133,114 @@ class Verification:
         return self.expected is not None and (len(self.mismatches) > 0 or len(self.gemms) == 0)
 
 
-def check(trace: Trace, expect: str | None = None, allow: tuple[str, ...] = ()) -> Verification:
-    """Verdict per GEMM launch against `expect` (or the recipe the run recorded)."""
-    if trace.kernels.empty:
-        raise InputError(
-            f"{trace.path} holds no GPU kernels: was it captured with --trace=cuda, on a GPU?"
-        )
-    expected = resolve_expected(trace, expect)
-    all_launches = launches(trace)
-    gemms = all_launches[all_launches["role"] == "gemm"].reset_index(drop=True)
-    tails_ns = int(all_launches.loc[all_launches["role"] == "gemm-tail", "duration_ns"].sum())
-    gemms["origin"] = [
-        "te" if via_te or isinstance(module, str) else "outside-te"
-        for via_te, module in zip(gemms["via_te"], gemms["te_module"])
-    ]
+def check(traces: Trace | Sequence[Trace], expect: str | None = None, allow: tuple[str, ...] = ()) -> Verification:
+    """Verdict per GEMM launch of one or several traces against `expect` (or the recipe the run
+    recorded)."""
+    traces = [traces] if isinstance(traces, Trace) else list(traces)
+    for trace in traces:
+        if trace.kernels.empty:
+            raise InputError(
+                f"{trace.path} holds no GPU kernels: was it captured with --trace=cuda, on a GPU?"
+            )
+    expected = resolve_expected(traces, expect)
+    parts, tails_ns = [], 0
+    for index, trace in enumerate(traces):
+        all_launches = launches(trace)
+        tails_ns += int(all_launches.loc[all_launches["role"] == "gemm-tail", "duration_ns"].sum())
+        gemms = all_launches[all_launches["role"] == "gemm"].reset_index(drop=True)
+        gemms["trace"] = trace.path.name
+        gemms["rank"] = _fill_ranks(gemms, trace, index, len(traces))
+        parts.append(gemms)
+    gemms = pd.concat(parts, ignore_index=True)
+    is_te = gemms["via_te"].to_numpy(dtype=bool) | gemms["te_module"].notna().to_numpy()
+    gemms["origin"] = np.where(is_te, "te", "outside-te")
+    gemms["module"] = module_labels(gemms)
     if expected is not None:
-        sm = _sm(trace)
+        sm = _sm(traces)
         gemms["expected"] = expected
-        gemms["verdict"] = [verdict(p, expected, sm) for p in gemms["precision"]]
+        verdicts = {p: verdict(p, expected, sm) for p in gemms["precision"].dropna().unique()}
+        gemms["verdict"] = gemms["precision"].map(verdicts).fillna("UNKNOWN")
+        gemms["cause"] = _causes(gemms, expected)
         gemms["allowed"] = [
             v == "FALLBACK" and _matches(allow, row)
             for v, row in zip(gemms["verdict"], gemms.itertuples(index=False))
         ]
-    result = Verification(expected=expected, gemms=gemms, tails_ns=tails_ns)
+    result = Verification(expected=expected, gemms=gemms, tails_ns=tails_ns, traces=traces)
     result.summary = summarize(gemms, expected)
+    result.groups = group(gemms)
+    result.rank_comparison = compare_ranks(gemms)
     return result
+
+
+def _fill_ranks(gemms: pd.DataFrame, trace: Trace, index: int, count: int) -> pd.Series:
+    """The rank the hook's mark named; for a trace of one process without it, the rank in the
+    file's name, or its place among several files."""
+    rank = gemms["rank"].astype("Int64")
+    if rank.notna().all() or gemms["global_pid"].nunique() > 1:
+        return rank
+    named = _RANK_IN_NAME.search(trace.path.name)
+    fallback = int(named[1]) if named else (index if count > 1 else pd.NA)
+    return rank.fillna(fallback)
+
+
+def _causes(gemms: pd.DataFrame, expected: str) -> np.ndarray:
+    """Why a FALLBACK ran another precision (module docstring); None for other verdicts."""
+    wanted = RECIPE_PRECISIONS[expected]
+    requested = gemms["requested"]
+    cause = np.select(
+        [gemms["origin"] == "outside-te", requested.isna(), ~requested.isin(wanted)],
+        ["outside-te", "no-record", "requested-" + requested.fillna("").astype(str)],
+        default="kernel-differs",
+    )
+    return np.where(gemms["verdict"] == "FALLBACK", cause, None)
 
 
 def _matches(patterns: tuple[str, ...], row) -> bool:
     """An --allow pattern (shell-style, case-sensitive) matches the kernel name, the module label
-    (a TE module, or "(outside TE)"), or any NVTX range around the launch (e.g. '*lm_head*')."""
-    subjects = [row.name, module_label(row), *row.ranges]
+    (a TE module, or "(outside TE)"), the layer, or any NVTX range around the launch (e.g.
+    '*lm_head*')."""
+    if not patterns:
+        return False
+    subjects = [row.name, row.module, *([row.layer] if isinstance(row.layer, str) else []), *row.ranges]
     return any(fnmatch.fnmatchcase(s, p) for p in patterns for s in subjects)
 
 
-def module_label(row) -> str:
-    if isinstance(row.te_module, str):
-        return row.te_module
-    return "(TE, module unknown)" if row.origin == "te" else "(outside TE)"
+def module_labels(gemms: pd.DataFrame) -> pd.Series:
+    """The TE module of each GEMM, or "(TE, module unknown)" / "(outside TE)"."""
+    unnamed = np.where(gemms["origin"] == "te", "(TE, module unknown)", "(outside TE)")
+    return gemms["te_module"].where(gemms["te_module"].notna(), pd.Series(unnamed, index=gemms.index))
+
+
+def group(gemms: pd.DataFrame) -> pd.DataFrame:
+    """GEMM launches grouped by layer × module × pass × kernel (and verdict and cause, where
+    checked), with launch counts, ranks and kernel time: a 100-layer, 3-step run in one screen."""
+    keys = ["layer", "module", "pass", "kernel", "precision"]
+    keys += [c for c in ("requested", "verdict", "cause", "allowed") if c in gemms]
+    if gemms.empty:
+        return pd.DataFrame(columns=[*keys, "launches", "ranks", "time_ns"])
+    g = gemms.assign(**{"pass": gemms["te_pass"], "kernel": gemms["name"]})
+    grouped = g.groupby(keys, dropna=False, sort=False)
+    out = grouped.agg(launches=("duration_ns", "size"), ranks=("rank", "nunique"),
+                      time_ns=("duration_ns", "sum"))
+    return out.reset_index()
+
+
+def compare_ranks(gemms: pd.DataFrame) -> pd.DataFrame:
+    """With several ranks: per layer × module × pass, the kernels each rank ran, and which ranks
+    differ from the most common set. Empty with one rank."""
+    ranked = gemms[gemms["rank"].notna()]
+    if ranked["rank"].nunique() < 2:
+        return pd.DataFrame(columns=["layer", "module", "pass", "ranks", "kernels", "differing_ranks"])
+    keys = ["layer", "module", "pass"]
+    r = ranked.assign(**{"pass": ranked["te_pass"]})
+    per_rank = (r.groupby([*keys, "rank"], dropna=False, sort=False)["name"]
+                .agg(lambda names: " + ".join(sorted(set(names)))).rename("kernels").reset_index())
+    rows = []
+    for key, part in per_rank.groupby(keys, dropna=False, sort=False):
+        common = part["kernels"].mode().iloc[0]
+        differing = part.loc[part["kernels"] != common, "rank"].tolist()
+        rows.append((*key, part["rank"].nunique(), common, differing))
+    return pd.DataFrame(rows, columns=[*keys, "ranks", "kernels", "differing_ranks"])
 
 
 def summarize(gemms: pd.DataFrame, expected: str | None) -> pd.DataFrame:
@@ -161,10 +249,7 @@ def summarize(gemms: pd.DataFrame, expected: str | None) -> pd.DataFrame:
     columns = ["module", "pass", "gemms", "gemm_time_ns"]
     if gemms.empty:
         return pd.DataFrame(columns=columns)
-    g = gemms.assign(
-        module=[module_label(r) for r in gemms.itertuples(index=False)],
-        **{"pass": gemms["te_pass"].fillna("?")},
-    )
+    g = gemms.assign(**{"pass": gemms["te_pass"].fillna("?")})
     grouped = g.groupby(["module", "pass"], sort=False)
     out = grouped.agg(gemms=("duration_ns", "size"), gemm_time_ns=("duration_ns", "sum"))
     if expected is not None:

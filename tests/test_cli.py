@@ -120,8 +120,11 @@ def test_analyze_markdown(gpu_xz):
     assert "## GEMMs per module and pass" in text
     assert "## Mismatches (requested precision did not run)" in text
     assert "| _Linear | fprop |" in text
-    mismatch_rows = [line for line in text.split("## Mismatches")[1].splitlines() if "(outside TE)" in line]
-    assert len(mismatch_rows) == 9
+    # grouped: one row per layer × module × pass × kernel, with its launch count
+    mismatch_rows = [line.split(" | ") for line in text.split("## Mismatches")[1].splitlines() if "(outside TE)" in line]
+    assert len(mismatch_rows) == 3
+    assert {row[2] for row in mismatch_rows} == {"fprop", "dgrad", "wgrad"}
+    assert sum(int(row[7]) for row in mismatch_rows) == 9
 
 
 def test_analyze_table(gpu_xz):
@@ -266,7 +269,8 @@ def test_verify_trace_json(gpu_xz):
     for m in doc["mismatches"]:
         assert MISMATCH_FIELDS <= set(m)
         assert m["precision"] == "bf16"
-        assert m["te_module"] is None and m["te_pass"] is None
+        assert m["te_module"] is None and m["cause"] == "outside-te"
+        assert m["te_pass"] in ("fprop", "dgrad", "wgrad")  # from the BF16 kernel's layout letters
         assert isinstance(m["ranges"], list)
     assert doc["allowed"] == []
 

@@ -1,24 +1,57 @@
-"""Records every Transformer Engine autocast region as an NVTX range.
+"""Records, inside a profiled program, what Transformer Engine was asked to run.
 
 `gemmscope verify` puts this folder first on PYTHONPATH of the command it profiles, so Python
-imports this file at start-up. Once `transformer_engine.pytorch.quantization` is imported, the
-entry and exit of every `te.autocast` region push and pop an NVTX range named
-``gemmscope.autocast(recipe=<RecipeClass>)`` (``recipe=disabled`` for ``enabled=False``), which
-tells the verifier which recipe the run asked for when the user gives no ``--expect``.
-The interpreter's own sitecustomize, if any, is still run afterwards.
+imports this file at start-up in every process of the command (a launcher's too). It waits for
+TE's modules to be imported, then patches them so that the trace holds (labels in
+gemmscope_protocol.py beside this file):
+
+- every ``te.autocast`` region, with its recipe (what the run asked for);
+- every GEMM call of TE's Python (``general_gemm`` and the grouped entry points): the TE module
+  or operation that made it, its name and place in the model, the pass and the operand types TE
+  was handed, as a range on the thread that launches the kernels;
+- the process's rank, once.
+
+It never changes what TE computes. On a TE that lacks an entry point it says so once on stderr
+and the trace falls back to TE's own NVTX ranges. The interpreter's own sitecustomize, if any, is
+still run afterwards.
 """
 
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import os
 import sys
+import threading
 
-_TARGET = "transformer_engine.pytorch.quantization"
-RANGE_PREFIX = "gemmscope.autocast(recipe="
+from gemmscope_protocol import (
+    AUTOCAST_PREFIX,
+    GEMM_PREFIX,
+    PASS_BY_LAYOUT,
+    PROCESS_PREFIX,
+    UNKNOWN,
+    format_record,
+)
+
+_QUANTIZATION = "transformer_engine.pytorch.quantization"
+_GEMM = "transformer_engine.pytorch.cpp_extensions.gemm"
+# TE's Python GEMM entry points (transformer_engine/pytorch/cpp_extensions/gemm.py); the grouped
+# ones may call general_gemm per group, which then records nothing of its own.
+_GEMM_ENTRY_POINTS = ("general_gemm", "general_grouped_gemm", "general_grouped_gemm_for_grouped_tensor")
+# Attributes through which wrappers hold the module they wrap, and wrapper classes (DDP holds it
+# as `module`): left out of layer paths.
+_WRAPPER_ATTRIBUTES = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"}
+_WRAPPER_CLASSES = {"FullyShardedDataParallel", "DistributedDataParallel", "CheckpointWrapper",
+                    "OptimizedModule", "FSDPModule"}
 
 
-def _patch(quantization_module) -> None:
+def _note(message: str) -> None:
+    print(f"gemmscope hook: {message}", file=sys.stderr, flush=True)
+
+
+# --- te.autocast ------------------------------------------------------------------------------
+
+def _patch_quantization(quantization_module) -> None:
     import torch
 
     manager = quantization_module.FP8GlobalStateManager
@@ -29,7 +62,7 @@ def _patch(quantization_module) -> None:
         original_enter(cls, *args, **kwargs)
         recipe = cls.get_fp8_recipe() if cls.is_fp8_enabled() else None
         name = type(recipe).__name__ if recipe is not None else "disabled"
-        torch.cuda.nvtx.range_push(f"{RANGE_PREFIX}{name})")
+        torch.cuda.nvtx.range_push(f"{AUTOCAST_PREFIX}{name})")
 
     def autocast_exit(cls, *args, **kwargs):
         torch.cuda.nvtx.range_pop()
@@ -37,28 +70,201 @@ def _patch(quantization_module) -> None:
 
     manager.autocast_enter = classmethod(autocast_enter)
     manager.autocast_exit = classmethod(autocast_exit)
+    _mark_process(torch)
+
+
+def _mark_process(torch) -> None:
+    env = os.environ
+    rank = env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", env.get("SLURM_PROCID", UNKNOWN)))
+    local_rank = env.get("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("SLURM_LOCALID", UNKNOWN)))
+    world_size = env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", env.get("SLURM_NTASKS", UNKNOWN)))
+    torch.cuda.nvtx.mark(format_record(PROCESS_PREFIX, {
+        "rank": rank, "local_rank": local_rank, "world_size": world_size, "pid": os.getpid()}))
+
+
+# --- which module: layer paths ----------------------------------------------------------------
+
+def _name_tree(module, _args) -> None:
+    """Global forward pre-hook: the first module whose forward runs without a path is the
+    outermost one; every module under it gets its attribute path (wrappers left out), once.
+    Later calls cost one dict lookup. Walks `_modules` itself, since containers such as
+    ModuleList are iterated, never called, and so never reach this hook."""
+    if "_gemmscope_path" in module.__dict__:
+        return
+    module.__dict__["_gemmscope_path"] = ""
+    stack = [(module, "")]
+    while stack:
+        parent, path = stack.pop()
+        wrapper = type(parent).__name__ in _WRAPPER_CLASSES
+        for attribute, child in parent._modules.items():
+            if child is None or "_gemmscope_path" in child.__dict__:
+                continue
+            if wrapper or attribute in _WRAPPER_ATTRIBUTES:
+                child_path = path
+            else:
+                child_path = f"{path}.{attribute}" if path else attribute
+            child.__dict__["_gemmscope_path"] = child_path
+            stack.append((child, child_path))
+
+
+# --- which module: at the GEMM call -----------------------------------------------------------
+
+_TE_FILES = os.sep + "transformer_engine" + os.sep
+_MAX_FRAMES = 40
+
+
+def _is_te_module(obj, torch) -> bool:
+    return isinstance(obj, torch.nn.Module) and type(obj).__module__.startswith("transformer_engine")
+
+
+def _module_record(module) -> dict:
+    state = module.__dict__
+    name = state.get("name") or state.get("ub_name") or ""
+    path = state.get("_gemmscope_path")
+    if path is None:  # a te.ops fused operation, made by the fuser: where its basic ops are
+        parts = [op.__dict__.get("_gemmscope_path") for op in getattr(module, "basic_ops", ())]
+        path = "+".join(p for p in parts if p)
+    return {"module": type(module).__name__, "name": name, "layer": path}
+
+
+def _calling_module(torch, function_ctx_type) -> dict:
+    """The innermost TE module or fusible operation among the TE frames calling this GEMM. In a
+    forward pass it is the `self` of a frame; an autograd context met on the way is stamped
+    with it, and in the backward pass (autograd's thread, where no module frame is on the
+    stack) the same context says which module's GEMM this is."""
+    frame = sys._getframe(2)
+    contexts = []
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            break
+        if _TE_FILES in frame.f_code.co_filename:
+            local = frame.f_locals
+            owner = local.get("self")
+            if owner is not None and _is_te_module(owner, torch):
+                record = _module_record(owner)
+                for ctx in contexts:
+                    ctx._gemmscope_module = record
+                return record
+            ctx = local.get("ctx")
+            if isinstance(ctx, function_ctx_type):
+                stamped = getattr(ctx, "_gemmscope_module", None)
+                if stamped is not None:
+                    return stamped
+                contexts.append(ctx)
+        frame = frame.f_back
+    return {"module": UNKNOWN, "name": "", "layer": ""}
+
+
+# --- what TE was handed -----------------------------------------------------------------------
+
+_BY_QUANTIZER = {
+    "Float8Quantizer": "fp8-delayed",
+    "Float8CurrentScalingQuantizer": "fp8-current",
+    "Float8BlockQuantizer": "fp8-block",
+    "MXFP8Quantizer": "mxfp8",
+    "NVFP4Quantizer": "nvfp4",
+}
+_BY_STORAGE = {
+    "Float8TensorStorage": "fp8",
+    "Float8BlockwiseQTensorStorage": "fp8-block",
+    "MXFP8TensorStorage": "mxfp8",
+    "NVFP4TensorStorage": "nvfp4",
+}
+_BY_DTYPE = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+
+
+def operand_type(operand) -> str:
+    """One of gemmscope_protocol.OPERAND_TYPES, or the class / dtype as found when TE hands over
+    something else. A list (grouped GEMM) is typed by its first member."""
+    if isinstance(operand, (list, tuple)):
+        operand = operand[0] if operand else None
+    if operand is None:
+        return UNKNOWN
+    quantizer = getattr(operand, "_quantizer", None) or getattr(operand, "quantizer", None)
+    if quantizer is not None and type(quantizer).__name__ in _BY_QUANTIZER:
+        return _BY_QUANTIZER[type(quantizer).__name__]
+    for cls in type(operand).__mro__:
+        if cls.__name__ in _BY_STORAGE:
+            return _BY_STORAGE[cls.__name__]
+    dtype = str(getattr(operand, "dtype", ""))
+    return _BY_DTYPE.get(dtype, dtype or type(operand).__name__)
+
+
+_in_gemm_call = threading.local()
+
+
+def _recording(entry: str, original, torch):
+    signature = inspect.signature(original)
+    function_ctx_type = torch.autograd.function.FunctionCtx
+
+    def recorded(*args, **kwargs):
+        if getattr(_in_gemm_call, "inside", False):  # a grouped entry point calling general_gemm
+            return original(*args, **kwargs)
+        try:
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            layout = bound.get("layout", signature.parameters["layout"].default)
+            record = {"entry": entry, **_calling_module(torch, function_ctx_type),
+                      "pass": PASS_BY_LAYOUT.get(layout, UNKNOWN),
+                      "a": operand_type(bound.get("A")), "b": operand_type(bound.get("B"))}
+            label = format_record(GEMM_PREFIX, record)
+        except Exception as exc:  # never break the program being checked
+            label = format_record(GEMM_PREFIX, {"entry": entry, "error": type(exc).__name__})
+        torch.cuda.nvtx.range_push(label)
+        _in_gemm_call.inside = True
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _in_gemm_call.inside = False
+            torch.cuda.nvtx.range_pop()
+
+    recorded.__wrapped__ = original
+    return recorded
+
+
+def _patch_gemm(gemm_module) -> None:
+    import torch
+
+    missing = [entry for entry in _GEMM_ENTRY_POINTS if not callable(getattr(gemm_module, entry, None))]
+    if "general_gemm" in missing:
+        _note(f"{_GEMM}.general_gemm not found: GEMM records off, TE's own NVTX ranges only")
+        return
+    for entry in _GEMM_ENTRY_POINTS:
+        if entry not in missing:
+            setattr(gemm_module, entry, _recording(entry, getattr(gemm_module, entry), torch))
+    torch.nn.modules.module.register_module_forward_pre_hook(_name_tree)
+
+
+# --- installing the patches on import ---------------------------------------------------------
+
+_PATCHES = {_QUANTIZATION: _patch_quantization, _GEMM: _patch_gemm}
 
 
 class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader):
+    def __init__(self, loader, patch):
         self._loader = loader
+        self._patch = patch
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        _patch(module)
+        self._patch(module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
-        if fullname != _TARGET:
+        patch = _PATCHES.pop(fullname, None)
+        if patch is None:
             return None
-        sys.meta_path.remove(self)  # one patch per process, and no recursion into ourselves
-        spec = importlib.util.find_spec(fullname)
+        sys.meta_path.remove(self)  # no recursion into ourselves
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            if _PATCHES:
+                sys.meta_path.insert(0, self)
         if spec is not None and spec.loader is not None:
-            spec.loader = _PatchingLoader(spec.loader)
+            spec.loader = _PatchingLoader(spec.loader, patch)
         return spec
 
 

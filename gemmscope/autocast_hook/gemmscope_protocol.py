@@ -1,0 +1,51 @@
+"""The NVTX ranges and marks gemmscope's start-up hook records in a profiled program.
+
+This file is imported both by the hook (``sitecustomize`` beside it, inside the profiled program,
+which must not import gemmscope) and by gemmscope's trace reader, so that the labels are written
+and read from one definition. It has no side effects and imports nothing.
+
+A record is a prefix followed by ``key=value`` fields separated by ``|``:
+
+- ``gemmscope.autocast(recipe=<RecipeClass>)``: a range around each ``te.autocast`` region
+  (``disabled`` for ``enabled=False``);
+- ``gemmscope.te_gemm|entry=…|module=…|name=…|layer=…|pass=…|a=…|b=…``: a range around every GEMM
+  call Transformer Engine's Python makes, pushed on the launching thread, so that the kernels it
+  launches sit inside it. ``module`` is the TE module or fusible operation class that called it,
+  ``name`` its own name (``name=`` or userbuffers name) when it has one, ``layer`` its place in
+  the model (the attribute path from the outermost module, wrappers such as FSDP's left out),
+  ``pass`` follows from the GEMM's layout (TE calls fprop TN, dgrad NN, wgrad NT), and ``a`` /
+  ``b`` are the operand types TE was handed (see OPERAND_TYPES);
+- ``gemmscope.process|rank=…|local_rank=…|world_size=…``: a mark once per process that imports
+  TE, naming its rank when a launcher (torchrun, mpirun, SLURM) set one.
+"""
+
+AUTOCAST_PREFIX = "gemmscope.autocast(recipe="
+GEMM_PREFIX = "gemmscope.te_gemm|"
+PROCESS_PREFIX = "gemmscope.process|"
+FIELD_SEPARATOR = "|"
+UNKNOWN = "?"
+
+# TE's GEMM layouts per pass (transformer_engine/pytorch/module/linear.py: general_gemm(weight,
+# inp, layout="TN"), (weight, grad_output, layout="NN", grad=True), (inp, grad_output, "NT")).
+PASS_BY_LAYOUT = {"TN": "fprop", "NN": "dgrad", "NT": "wgrad"}
+
+# What an operand handed to a TE GEMM can be: a plain tensor's dtype, or a quantized tensor named
+# after the quantizer that made it (the recipe), or after its storage class when it has none.
+OPERAND_TYPES = (
+    "bf16", "fp16", "fp32", "fp8-delayed", "fp8-current", "fp8", "fp8-block", "mxfp8", "nvfp4",
+)
+
+
+def format_record(prefix: str, fields: dict) -> str:
+    return prefix + FIELD_SEPARATOR.join(f"{key}={value}" for key, value in fields.items())
+
+
+def parse_record(prefix: str, label: str) -> dict | None:
+    """The fields of a record, or None when `label` is not one of this kind."""
+    if not label.startswith(prefix):
+        return None
+    fields = {}
+    for item in label[len(prefix):].split(FIELD_SEPARATOR):
+        key, _, value = item.partition("=")
+        fields[key] = value
+    return fields

@@ -1,0 +1,139 @@
+"""The grammar of the NVTX ranges Transformer Engine and gemmscope's hook push, in one place.
+
+`classify` reads each distinct range name once and says what it is. The forms, from TE 2.x's
+source (transformer_engine/pytorch/module/*.py, module/base.py, attention/, common/):
+
+- ``transformer_engine.<_Fn>.<forward|backward>[.<name>].<step>``, pushed by _Linear and
+  _LayerNormLinear with ``NVTE_NVTX_ENABLED=1``. ``<name>`` is the module's userbuffers name
+  (TransformerLayer sets qkv/proj/fc1/fc2 even without userbuffers); ``<step>`` is a GEMM (`gemm`,
+  `dgrad_gemm`, `wgrad_gemm`) or another step of the pass (STEPS).
+- ``<Class> forward`` (module/base.py, every TE module's forward), ``_<Class>_backward`` and
+  ``_<Class>_wgrad`` (module-level only: the only ranges LayerNormMLP and GroupedLinear push).
+- ``transformer_engine.<AttnFn>.<forward|backward>`` and ``<AttnFn>.backward``: attention.
+- ``nvte_<api>``: TE's C library, around every API call whatever NVTE_NVTX_ENABLED says
+  (common/common.h NVTE_API_CALL); the GEMM ones (C_GEMM_CALLS) say a GEMM was launched by TE.
+- gemmscope's own hook records (autocast_hook/gemmscope_protocol.py).
+te.ops fusible operations push no ranges of their own: only the hook's record names them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from gemmscope.autocast_hook.gemmscope_protocol import (
+    AUTOCAST_PREFIX,
+    GEMM_PREFIX,
+    PROCESS_PREFIX,
+    UNKNOWN,
+    parse_record,
+)
+
+# Kinds of range, from the most to the least specific about a GEMM.
+HOOK_GEMM = "hook-gemm"  # gemmscope's record of one TE GEMM call
+TE_GEMM = "te-gemm"  # TE's range around one GEMM of _Linear / _LayerNormLinear
+TE_STEP = "te-step"  # another step of a TE pass (cast, norm, communication, ...)
+TE_MODULE = "te-module"  # a TE module's whole forward, backward or wgrad
+TE_ATTENTION = "te-attention"
+TE_C_GEMM = "te-c-gemm"  # TE's C library launching a GEMM
+TE_C_API = "te-c-api"  # any other TE C library call (quantize, norm, ...)
+AUTOCAST = "autocast"
+PROCESS = "process"
+
+# TE's per-GEMM range suffixes and the pass each is (module/linear.py, layernorm_linear.py).
+GEMM_STEPS = {"gemm": "fprop", "dgrad_gemm": "dgrad", "wgrad_gemm": "wgrad"}
+# The other steps those modules push (same files): quantization, norm, communication, FSDP.
+STEPS = frozenset({
+    "input_cast_comm", "norm_input_cast", "norm", "gemm_input_cast_comm", "row_parallel_comm",
+    "fsdp_scatter", "fsdp_gather", "grad_output_preprocess", "column_parallel_comm_input",
+    "column_parallel_comm_dgrad", "reduce_and_update_fp8_tensors",
+})
+# TE modules whose forward goes through TransformerEngineBaseModule (module/base.py).
+TE_MODULE_CLASSES = ("Linear", "LayerNormLinear", "LayerNormMLP", "GroupedLinear")
+# TE's C API calls that launch GEMMs (common/gemm/*.cpp, comm_gemm/*.cpp, NVTE_API_CALL).
+C_GEMM_CALLS = frozenset({
+    "nvte_cublas_gemm", "nvte_cublas_gemm_v2", "nvte_cublas_atomic_gemm",
+    "nvte_multi_stream_cublas_gemm", "nvte_multi_tensor_gemm", "nvte_grouped_gemm",
+    "nvte_grouped_gemm_with_discrete_out", "nvte_all_gather_gemm", "nvte_gemm_reduce_scatter",
+    "nvte_gemm_all_reduce",
+})
+
+_CLASSES = "|".join(TE_MODULE_CLASSES)
+_TE_PASS_RANGE = re.compile(r"^transformer_engine\.(?P<fn>_\w+)\.(?P<direction>forward|backward)\.(?P<rest>.+)$")
+_TE_MODULE_RANGE = re.compile(
+    rf"^(?:(?P<fwd>{_CLASSES}) forward|_(?P<bwd>{_CLASSES})_backward|_(?P<wgrad>{_CLASSES})_wgrad)$")
+_TE_ATTENTION_RANGE = re.compile(
+    r"^(?:transformer_engine\.)?(?P<fn>(?:FusedAttnFunc|AttnFuncWithCP\w*))\.(?P<direction>forward|backward)$")
+_AUTOCAST_RANGE = re.compile(r"^" + re.escape(AUTOCAST_PREFIX) + r"(?P<cls>\w+)\)$")
+
+# Operand types the hook records -> the kernel precision (kernels.PRECISIONS) that runs them.
+PRECISION_OF_OPERAND = {
+    "bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8-delayed": "fp8", "fp8-current": "fp8",
+    "fp8": "fp8", "fp8-block": "fp8-block", "mxfp8": "mxfp8", "nvfp4": "nvfp4",
+}
+
+COLUMNS = ("kind", "module", "name", "layer", "pass", "direction", "step", "operand_a", "operand_b",
+           "requested", "recipe_class", "rank")
+
+
+def requested_precision(a: str | None, b: str | None) -> str | None:
+    """The precision TE was asked to run a GEMM at, from its two operands' types: the one both
+    share, or "a×b" when they differ (TE does not run such a mix natively)."""
+    if a is None or b is None:
+        return None
+    pa, pb = PRECISION_OF_OPERAND.get(a, a), PRECISION_OF_OPERAND.get(b, b)
+    return pa if pa == pb else f"{pa}×{pb}"
+
+
+def _module_label(cls: str) -> str:
+    """TE's own convention for module labels (its ranges name the autograd function `_Linear`)."""
+    return cls if cls.startswith("_") or cls == UNKNOWN else "_" + cls
+
+
+def parse(label: str) -> dict:
+    """What one range name says (keys of COLUMNS; `kind` None when it is none of TE's or ours)."""
+    out: dict = dict.fromkeys(COLUMNS)
+    if (record := parse_record(GEMM_PREFIX, label)) is not None:
+        a, b = record.get("a"), record.get("b")
+        out.update(kind=HOOK_GEMM, module=_module_label(record.get("module", UNKNOWN)),
+                   name=record.get("name") or None, layer=record.get("layer") or None,
+                   operand_a=a, operand_b=b, requested=requested_precision(a, b))
+        out["pass"] = None if record.get("pass", UNKNOWN) == UNKNOWN else record["pass"]
+        if out["module"] == UNKNOWN:
+            out["module"] = None
+        return out
+    if (record := parse_record(PROCESS_PREFIX, label)) is not None:
+        rank = record.get("rank", UNKNOWN)
+        out.update(kind=PROCESS, rank=int(rank) if rank.isdigit() else None)
+        return out
+    if m := _AUTOCAST_RANGE.match(label):
+        out.update(kind=AUTOCAST, recipe_class=m["cls"])
+        return out
+    if m := _TE_PASS_RANGE.match(label):
+        *name, step = m["rest"].split(".")
+        if step in GEMM_STEPS or step in STEPS:
+            out.update(kind=TE_GEMM if step in GEMM_STEPS else TE_STEP, module=m["fn"],
+                       name=".".join(name) or None, direction=m["direction"], step=step)
+            out["pass"] = GEMM_STEPS.get(step)
+            return out
+    if m := _TE_MODULE_RANGE.match(label):
+        cls = m["fwd"] or m["bwd"] or m["wgrad"]
+        direction = "forward" if m["fwd"] else "backward"
+        out.update(kind=TE_MODULE, module=_module_label(cls), direction=direction,
+                   step="wgrad" if m["wgrad"] else None)
+        return out
+    if m := _TE_ATTENTION_RANGE.match(label):
+        out.update(kind=TE_ATTENTION, module=m["fn"], direction=m["direction"])
+        return out
+    if label.startswith("nvte_"):
+        out.update(kind=TE_C_GEMM if label in C_GEMM_CALLS else TE_C_API, step=label)
+    return out
+
+
+def classify(names: pd.Series) -> pd.DataFrame:
+    """`parse` of every name, index aligned with `names`; each distinct name is parsed once."""
+    distinct = pd.unique(names.dropna())
+    table = pd.DataFrame([parse(str(n)) for n in distinct], columns=list(COLUMNS), index=distinct)
+    table["rank"] = table["rank"].astype("Int64")
+    return table.reindex(names.to_numpy()).set_index(names.index)
