@@ -86,3 +86,45 @@ def test_verify_small_training_run(tmp_path, scenario, exit_code):
     assert len(report["mismatches"]) == bf16
     outside = [m for m in report["mismatches"] if m["te_module"] is None]
     assert len(outside) == sum(expected["bf16"]["outside_te"].values())
+
+
+CORPUS = FIXTURES / "corpus"
+_MXFP8_ON_HOPPER = """
+import torch, transformer_engine.pytorch as te
+from transformer_engine.common.recipe import MXFP8BlockScaling
+layer = te.Linear(256, 256, params_dtype=torch.bfloat16)
+with te.autocast(recipe=MXFP8BlockScaling()):
+    layer(torch.randn(256, 256, device="cuda", dtype=torch.bfloat16))
+"""
+
+
+def test_verify_of_a_crashing_command_fails(tmp_path):
+    """MXFP8 asked on Hopper: TE raises mid-run. A CI gate must not pass that run."""
+    import torch
+
+    if torch.cuda.get_device_capability()[0] >= 10:
+        pytest.skip("MXFP8 runs on this GPU")
+    done = gemmscope("verify", "--format", "json", "--out", str(tmp_path), "--",
+                     sys.executable, "-c", _MXFP8_ON_HOPPER)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "the command failed (exit 1)" in done.stderr
+    assert json.loads(done.stdout)["meta"]["command"] == {"exit_code": 1}
+
+
+def test_verify_transformer_layer_stack(tmp_path):
+    """te.TransformerLayer stack under DDP and FP8 block scaling, layer 2 outside autocast and a
+    plain torch LM head: every GEMM has module and pass; the flagged ones are exactly that
+    layer's and the head's."""
+    done = gemmscope("verify", "--format", "json", "--out", str(tmp_path), "--",
+                     "torchrun", "--standalone", "--nproc-per-node", "1", str(CORPUS / "te_stack.py"),
+                     "--expected-out", str(tmp_path / "expected.json"))
+    assert done.returncode == 1, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    assert report["summary"]["expected"] == expected["recipe"]
+    groups = report["summary"]["groups"]
+    assert all(g["pass"] in ("fprop", "dgrad", "wgrad") for g in groups)
+    flagged = {g["layer"] or "(head)" for g in groups if g["verdict"] == "FALLBACK"}
+    layer = f"layers.{expected['outside_layer']}."
+    assert all(name.startswith(layer) for name in flagged - {"(head)"}) and "(head)" in flagged
+    assert len(report["mismatches"]) == sum(sum(p.values()) for p in expected["bf16"].values())

@@ -215,7 +215,8 @@ def test_damaged_export_is_one_clear_error(tmp_path):
 
 
 COMMITTED_TRACES = sorted(
-    [*GPU_DIR.glob("*.sqlite.xz"), *(GPU_DIR.parent / "runs").glob("*/trace.sqlite.xz"),
+    [*GPU_DIR.glob("*.sqlite.xz"), *(GPU_DIR / "corpus").glob("*.sqlite.xz"),
+     *(GPU_DIR.parent / "runs").glob("*/trace.sqlite.xz"),
      *(Path(gemmscope.__file__).parent / "examples").rglob("*.sqlite.xz")])
 
 

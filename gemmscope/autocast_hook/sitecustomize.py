@@ -41,6 +41,7 @@ _GEMM_ENTRY_POINTS = ("general_gemm", "general_grouped_gemm", "general_grouped_g
 # Attributes through which wrappers hold the module they wrap, and wrapper classes (DDP holds it
 # as `module`): left out of layer paths.
 _WRAPPER_ATTRIBUTES = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"}
+_BASIC_OPS = "basic_ops"  # te.ops FusedOperation's list of the basic operations it fuses
 _WRAPPER_CLASSES = {"FullyShardedDataParallel", "DistributedDataParallel", "CheckpointWrapper",
                     "OptimizedModule", "FSDPModule"}
 
@@ -88,23 +89,24 @@ def _name_tree(module, _args) -> None:
     """Global forward pre-hook: the first module whose forward runs without a path is the
     outermost one; every module under it gets its attribute path (wrappers left out), once.
     Later calls cost one dict lookup. Walks `_modules` itself, since containers such as
-    ModuleList are iterated, never called, and so never reach this hook."""
+    ModuleList are iterated, never called, and so never reach this hook. The basic operations
+    a te.ops operation is made of share its path."""
     if "_gemmscope_path" in module.__dict__:
         return
     module.__dict__["_gemmscope_path"] = ""
-    stack = [(module, "")]
+    stack = [(module, "", False)]
     while stack:
-        parent, path = stack.pop()
-        wrapper = type(parent).__name__ in _WRAPPER_CLASSES
+        parent, path, transparent = stack.pop()
+        wrapper = transparent or type(parent).__name__ in _WRAPPER_CLASSES
         for attribute, child in parent._modules.items():
             if child is None or "_gemmscope_path" in child.__dict__:
                 continue
-            if wrapper or attribute in _WRAPPER_ATTRIBUTES:
+            if wrapper or attribute in _WRAPPER_ATTRIBUTES or attribute == _BASIC_OPS:
                 child_path = path
             else:
                 child_path = f"{path}.{attribute}" if path else attribute
             child.__dict__["_gemmscope_path"] = child_path
-            stack.append((child, child_path))
+            stack.append((child, child_path, attribute == _BASIC_OPS))
 
 
 # --- which module: at the GEMM call -----------------------------------------------------------
@@ -123,7 +125,7 @@ def _module_record(module) -> dict:
     path = state.get("_gemmscope_path")
     if path is None:  # a te.ops fused operation, made by the fuser: where its basic ops are
         parts = [op.__dict__.get("_gemmscope_path") for op in getattr(module, "basic_ops", ())]
-        path = "+".join(p for p in parts if p)
+        path = "+".join(dict.fromkeys(p for p in parts if p))
     return {"module": type(module).__name__, "name": name, "layer": path}
 
 

@@ -1,0 +1,180 @@
+"""Conformance on programs this project did not write: Transformer Engine's own FSDP example and
+GroupedLinear benchmark, unmodified, plus a TransformerLayer stack under DDP and a te.ops model,
+captured on H100 / 2×H200 (tests/fixtures/gpu/corpus/README.md says how).
+
+Ground truth comes from outside the parser: GEMM counts derived here from each model's structure
+(layers × GEMMs × iterations per pass), the per-rank counts each of our programs wrote from its
+own structure, and the hook's per-GEMM records counted straight from the SQLite export.
+"""
+
+import lzma
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
+from gemmscope.trace_parser import read_trace
+from gemmscope.verify import check
+
+CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+PASSES = ("fprop", "dgrad", "wgrad")
+
+# TE's fsdp.py as run (commands.txt): --num-layers 2 --num-iters 3, the default TransformerLayer,
+# whose GEMMs per pass are LayerNormLinear qkv, Linear proj and LayerNormMLP fc1 + fc2.
+FSDP_LAYERS, FSDP_ITERS = 2, 3
+TRANSFORMER_LAYER_GEMMS = {"_LayerNormLinear": 1, "_Linear": 1, "_LayerNormMLP": 2}
+TRANSFORMER_LAYER_PATHS = ("self_attention.layernorm_qkv", "self_attention.proj", "layernorm_mlp")
+# benchmark_grouped_linear.py --profile: one GroupedLinear of 8 GEMMs, one fwd + bwd step captured.
+GROUPED_GEMMS = 8
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    cache: dict = {}
+
+    def load(*names, expect=None):
+        key = (names, expect)
+        if key not in cache:
+            cache[key] = check([read_trace(CORPUS / f"{n}.sqlite.xz") for n in names], expect)
+        return cache[key]
+
+    return load
+
+
+def hook_records(name: str) -> Counter:
+    """(module, pass) of every GEMM call the hook recorded, read straight from the export."""
+    db = sqlite3.connect(":memory:")
+    db.deserialize(lzma.decompress((CORPUS / f"{name}.sqlite.xz").read_bytes()))
+    labels = [row[0] for row in db.execute(
+        "SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id")]
+    records = [parse_record(GEMM_PREFIX, label) for label in labels if label]
+    return Counter(("_" + r["module"], r["pass"]) for r in records if r is not None)
+
+
+def counts(gemms) -> Counter:
+    return Counter(zip(gemms["te_module"], gemms["te_pass"]))
+
+
+def transformer_layer_counts(layers: int, steps: int) -> Counter:
+    return Counter({(m, p): n * layers * steps for m, n in TRANSFORMER_LAYER_GEMMS.items() for p in PASSES})
+
+
+@pytest.mark.parametrize("names, ranks", [
+    (("fsdp_fp8_1gpu",), [0]),
+    (("fsdp_fp8_2gpu",), [0, 1]),  # nsys over torchrun: both ranks in one trace
+    (("fsdp_fp8_2gpu_rank0", "fsdp_fp8_2gpu_rank1"), [0, 1]),  # nsys inside each rank
+])
+def test_fsdp_fp8_every_gemm_in_its_module_layer_and_pass(corpus, names, ranks):
+    result = corpus(*names)
+    assert result.expected == "fp8-delayed"  # the recipe fsdp.py's --precision fp8 builds
+    gemms = result.gemms
+    assert sorted(gemms["rank"].unique()) == ranks
+    for rank in ranks:
+        mine = gemms[gemms["rank"] == rank]
+        assert counts(mine) == transformer_layer_counts(FSDP_LAYERS, FSDP_ITERS)
+        assert set(mine["layer"]) == {f"{i}.{p}" for i in range(FSDP_LAYERS) for p in TRANSFORMER_LAYER_PATHS}
+    assert set(gemms["verdict"]) == {"OK"} and set(gemms["requested"]) == {"fp8"}
+    assert not result.failed
+    assert (result.rank_comparison["differing_ranks"].map(len) == 0).all()
+    if len(ranks) > 1:
+        assert len(result.rank_comparison) == FSDP_LAYERS * len(TRANSFORMER_LAYER_PATHS) * len(PASSES)
+
+
+def test_fsdp_without_fp8_is_flagged_in_its_modules(corpus):
+    result = corpus("fsdp_no-fp8_1gpu", expect="fp8-delayed")
+    gemms = result.gemms
+    assert counts(gemms) == transformer_layer_counts(FSDP_LAYERS, FSDP_ITERS)
+    assert set(gemms["verdict"]) == {"FALLBACK"} and result.failed
+    # TE was handed BF16 operands (autocast disabled): not a kernel that fell back
+    assert set(gemms["cause"]) == {"requested-bf16"}
+    assert set(gemms["precision"]) == {"bf16"}
+
+
+@pytest.mark.parametrize("name, module, dgrad_layers", [
+    # fsdp.py feeds the first layer an input without grad: a plain Linear then has no dgrad
+    ("fsdp_linear_fp8_1gpu", "_Linear", FSDP_LAYERS - 1),
+    # LayerNormLinear's dgrad feeds its own norm's weight gradient, so every layer runs it
+    ("fsdp_layernormlinear_fp8_1gpu", "_LayerNormLinear", FSDP_LAYERS),
+])
+def test_fsdp_other_layer_types(corpus, name, module, dgrad_layers):
+    result = corpus(name)
+    per_pass = {"fprop": FSDP_LAYERS, "dgrad": dgrad_layers, "wgrad": FSDP_LAYERS}
+    assert counts(result.gemms) == {(module, p): n * FSDP_ITERS for p, n in per_pass.items()}
+    assert set(result.gemms["layer"]) == {str(i) for i in range(FSDP_LAYERS)}
+    assert set(result.gemms["verdict"]) == {"OK"}
+
+
+def test_fsdp_layernormmlp_crash_keeps_what_ran(corpus):
+    """fsdp.py --layer-type layernormmlp hits a TE assertion mid-run (commands.txt, exit 1):
+    what ran before it is attributed, and the hook recorded exactly those GEMMs."""
+    result = corpus("fsdp_layernormmlp_fp8_1gpu")
+    assert 0 < len(result.gemms) < FSDP_LAYERS * 2 * FSDP_ITERS * len(PASSES)
+    assert counts(result.gemms) == hook_records("fsdp_layernormmlp_fp8_1gpu")
+    assert set(result.gemms["te_module"]) == {"_LayerNormMLP"}
+
+
+def test_fsdp_mxfp8_on_hopper_ran_no_gemm(corpus):
+    result = corpus("fsdp_mxfp8_1gpu", expect="mxfp8")
+    assert result.gemms.empty and result.failed
+
+
+def test_grouped_linear_benchmark(corpus):
+    result = corpus("grouped_linear_fp8-block", expect="fp8-block")
+    assert counts(result.gemms) == {("_GroupedLinear", p): GROUPED_GEMMS for p in PASSES}
+    # one record per grouped call, around the 8 kernels it launched
+    assert hook_records("grouped_linear_fp8-block") == {("_GroupedLinear", p): 1 for p in PASSES}
+    assert set(result.gemms["verdict"]) == {"OK"}
+
+
+@pytest.mark.parametrize("name", ["te_stack_fp8-block_1gpu", "te_stack_fp8-block_2gpu"])
+def test_transformer_layer_stack_flags_exactly_the_layer_outside_autocast_and_the_head(corpus, name):
+    import json
+
+    expected = json.loads((CORPUS / f"{name}.expected.json").read_text())
+    result = corpus(name)
+    assert result.expected == expected["recipe"]
+    gemms = result.gemms
+    assert sorted(gemms["rank"].unique()) == list(range(expected["ranks"]))
+    assert gemms["te_pass"].isin(PASSES).all()  # every GEMM, the torch head's too, has its pass
+    outside = f"layers.{expected['outside_layer']}."
+    for rank in range(expected["ranks"]):
+        mine = gemms[gemms["rank"] == rank]
+        fp8 = mine[mine["verdict"] == "OK"]
+        flagged = mine[mine["verdict"] == "FALLBACK"]
+        assert counts(fp8) == {(m, p): n for m, per in expected["fp8"].items() for p, n in per.items()}
+        in_te = flagged[flagged["origin"] == "te"]
+        assert counts(in_te) == {(m, p): n for m, per in expected["bf16"].items() if m != "outside_te"
+                                 for p, n in per.items()}
+        assert in_te["layer"].str.startswith(outside).all() and set(in_te["cause"]) == {"requested-bf16"}
+        head = flagged[flagged["origin"] == "outside-te"]
+        assert Counter(head["te_pass"]) == expected["bf16"]["outside_te"]
+        assert set(head["cause"]) == {"outside-te"}
+        assert not fp8["layer"].str.startswith(outside).any()
+    # grouped: a row per layer × module × pass × kernel, not a row per launch
+    flagged_groups = result.groups[result.groups["verdict"] == "FALLBACK"]
+    assert flagged_groups["launches"].sum() == (gemms["verdict"] == "FALLBACK").sum()
+    assert len(flagged_groups) < (gemms["verdict"] == "FALLBACK").sum()
+
+
+def test_te_ops_sequential(corpus):
+    import json
+
+    expected = json.loads((CORPUS / "te_ops_sequential_fp8-current.expected.json").read_text())
+    result = corpus("te_ops_sequential_fp8-current")
+    gemms = result.gemms
+    assert Counter(gemms["te_pass"]) == {p: expected["gemms_per_pass"] for p in PASSES}
+    assert gemms["te_module"].notna().all() and gemms["layer"].notna().all()
+    assert set(gemms["verdict"]) == {"OK"}
+
+
+@pytest.mark.parametrize("name", [
+    "fsdp_fp8_1gpu", "fsdp_no-fp8_1gpu", "fsdp_linear_fp8_1gpu", "fsdp_layernormlinear_fp8_1gpu",
+    "fsdp_fp8_2gpu", "fsdp_fp8_2gpu_rank0", "te_stack_fp8-block_1gpu", "te_ops_sequential_fp8-current",
+])
+def test_every_recorded_gemm_call_is_one_attributed_kernel(corpus, name):
+    """Non-grouped TE GEMM calls launch one kernel each: the kernels attributed to each module
+    and pass are exactly the calls the hook recorded."""
+    gemms = corpus(name).gemms
+    assert counts(gemms[gemms["recorded"]]) == hook_records(name)

@@ -1,0 +1,91 @@
+"""TE's NVTX range grammar, on labels built the way TE 2.x's source builds them."""
+
+import pandas as pd
+import pytest
+
+from gemmscope import te_ranges
+from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, PROCESS_PREFIX, format_record
+
+
+def te_pass_label(fn: str, direction: str, ub_name: str | None, step: str) -> str:
+    """As module/linear.py and layernorm_linear.py build it: nvtx_label, then `.{ub_name}` when
+    the module has one, then `.{step}`."""
+    nvtx_label = f"transformer_engine.{fn}.{direction}"
+    if ub_name is not None:
+        nvtx_label = f"{nvtx_label}.{ub_name}"
+    return f"{nvtx_label}.{step}"
+
+
+@pytest.mark.parametrize("fn", ["_Linear", "_LayerNormLinear"])
+@pytest.mark.parametrize("ub_name", [None, "qkv", "proj", "fc1", "fc2"])
+@pytest.mark.parametrize("direction, step, pass_", [
+    ("forward", "gemm", "fprop"), ("backward", "dgrad_gemm", "dgrad"), ("backward", "wgrad_gemm", "wgrad")])
+def test_te_gemm_ranges_with_and_without_a_name(fn, ub_name, direction, step, pass_):
+    got = te_ranges.parse(te_pass_label(fn, direction, ub_name, step))
+    assert (got["kind"], got["module"], got["name"], got["pass"], got["direction"]) == (
+        te_ranges.TE_GEMM, fn, ub_name, pass_, direction)
+
+
+@pytest.mark.parametrize("step", sorted(te_ranges.STEPS))
+@pytest.mark.parametrize("ub_name", [None, "proj"])
+def test_te_step_ranges_are_not_gemms(step, ub_name):
+    got = te_ranges.parse(te_pass_label("_Linear", "forward", ub_name, step))
+    assert (got["kind"], got["step"], got["name"], got["pass"]) == (te_ranges.TE_STEP, step, ub_name, None)
+
+
+@pytest.mark.parametrize("cls", te_ranges.TE_MODULE_CLASSES)
+def test_module_level_ranges(cls):
+    # module/base.py: self.__class__.__name__ + " forward"; f"_{cls}_backward"; f"_{cls}_wgrad"
+    forward = te_ranges.parse(f"{cls} forward")
+    backward = te_ranges.parse(f"_{cls}_backward")
+    wgrad = te_ranges.parse(f"_{cls}_wgrad")
+    assert {forward["kind"], backward["kind"], wgrad["kind"]} == {te_ranges.TE_MODULE}
+    assert forward["module"] == backward["module"] == wgrad["module"] == f"_{cls}"
+    assert (forward["direction"], backward["direction"], wgrad["step"]) == ("forward", "backward", "wgrad")
+
+
+@pytest.mark.parametrize("label", [
+    "transformer_engine.FusedAttnFunc.forward", "FusedAttnFunc.backward",
+    "transformer_engine.AttnFuncWithCPAndKVP2P.forward", "transformer_engine.AttnFuncWithCPAndQKVOA2A.backward"])
+def test_attention_ranges(label):
+    assert te_ranges.parse(label)["kind"] == te_ranges.TE_ATTENTION
+
+
+@pytest.mark.parametrize("label, kind", [
+    ("nvte_cublas_gemm_v2", te_ranges.TE_C_GEMM), ("nvte_multi_stream_cublas_gemm", te_ranges.TE_C_GEMM),
+    ("nvte_grouped_gemm", te_ranges.TE_C_GEMM), ("nvte_quantize_v2", te_ranges.TE_C_API),
+    ("nvte_compute_amax", te_ranges.TE_C_API)])
+def test_c_library_ranges(label, kind):
+    assert te_ranges.parse(label)["kind"] == kind
+
+
+@pytest.mark.parametrize("label", [
+    "ncclAllReduce", "ncclGroupEnd", "step_0", "forward", "Linear", "transformer_engine._Linear.forward",
+    "transformer_engine._Linear.forward.qkv.not_a_step", "MyLinear forward", "aten::mm, seq = 12"])
+def test_other_ranges_are_none_of_ours(label):
+    assert te_ranges.parse(label)["kind"] is None
+
+
+def test_hook_records_round_trip():
+    label = format_record(GEMM_PREFIX, {"entry": "general_gemm", "module": "LayerNormMLP", "name": "fc1",
+                                        "layer": "3.layernorm_mlp", "pass": "dgrad",
+                                        "a": "fp8-delayed", "b": "fp8-current"})
+    got = te_ranges.parse(label)
+    assert (got["kind"], got["module"], got["name"], got["layer"], got["pass"]) == (
+        te_ranges.HOOK_GEMM, "_LayerNormMLP", "fc1", "3.layernorm_mlp", "dgrad")
+    assert got["requested"] == "fp8"  # delayed and current scaling both run tensor-scaled FP8 kernels
+    assert te_ranges.parse(format_record(PROCESS_PREFIX, {"rank": "3", "pid": 9}))["rank"] == 3
+    assert te_ranges.parse(format_record(PROCESS_PREFIX, {"rank": "?"}))["rank"] is None
+
+
+@pytest.mark.parametrize("a, b, want", [("bf16", "bf16", "bf16"), ("fp8-block", "fp8-block", "fp8-block"),
+                                         ("fp8-current", "bf16", "fp8×bf16"), (None, "bf16", None)])
+def test_requested_precision(a, b, want):
+    assert te_ranges.requested_precision(a, b) == want
+
+
+def test_classify_parses_each_distinct_name_once_and_keeps_the_index():
+    names = pd.Series(["nvte_cublas_gemm_v2", None, "nvte_cublas_gemm_v2", "Linear forward"], index=[7, 8, 9, 10])
+    table = te_ranges.classify(names)
+    assert list(table.index) == [7, 8, 9, 10]
+    assert list(table["kind"].fillna("-")) == [te_ranges.TE_C_GEMM, "-", te_ranges.TE_C_GEMM, te_ranges.TE_MODULE]
