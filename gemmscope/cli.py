@@ -110,9 +110,17 @@ def verify_cmd(expect, allow, trace_args, out, fmt, command) -> None:
         paths = [path]
     else:
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
-    result = _check(paths, expect, allow)
-    _emit(reports.render_verification(result, fmt, reports.verification_document(result, outcome)))
-    if outcome is not None and outcome["exit_code"] != 0:
+    failed_command = outcome is not None and outcome["exit_code"] != 0
+    try:
+        result = _check(paths, expect, allow)
+    except InputError as exc:
+        if not failed_command:
+            raise
+        click.echo(f"gemmscope: nothing to check in what the command ran: {exc}", err=True)
+        result = None
+    if result is not None:
+        _emit(reports.render_verification(result, fmt, reports.verification_document(result, outcome)))
+    if failed_command:
         click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
                    "a pass, whatever ran before it", err=True)
         sys.exit(EXIT_COMMAND_FAILED)

@@ -301,6 +301,47 @@ def test_verify_trace_clean(gpu_xz):
     assert doc["summary"]["verdicts"] == {"OK": 81}
 
 
+def test_verify_trace_without_a_known_recipe_says_so_and_exits_4(gpu_xz):
+    result = invoke("verify", "--trace", gpu_xz("te_linear_fp8-current"))  # made without the hook
+    assert result.exit_code == 4
+    assert "no recipe to check against" in result.stderr
+
+
+def test_verify_of_a_failed_command_exits_3(nsys_bin, tmp_path):
+    """A real capture (nsys on this CPU machine) of a command that fails: never a pass, even
+    when it ran nothing to check."""
+    done = gemmscope("verify", "--expect", "fp8-current", "--out", tmp_path, "--",
+                     sys.executable, "-c", "import sys; sys.exit(5)", timeout=300)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "the command failed (exit 5)" in done.stderr
+    assert done.stdout == ""
+
+
+CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+
+
+@pytest.mark.parametrize("traces", [
+    [CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz", CORPUS / "fsdp_fp8_2gpu_rank1.sqlite.xz"],
+    [CORPUS / "fsdp_fp8_2gpu_rank*.sqlite.xz"],  # a glob, as a shell would leave it quoted
+])
+def test_verify_several_rank_traces(traces):
+    result = invoke("verify", *[a for t in traces for a in ("--trace", t)], "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["summary"]["ranks"] == [0, 1]
+    assert [Path(t["trace"]).name for t in doc["meta"]["traces"]] == [
+        "fsdp_fp8_2gpu_rank0.sqlite.xz", "fsdp_fp8_2gpu_rank1.sqlite.xz"]
+    assert all(not row["differing_ranks"] for row in doc["summary"]["rank_comparison"])
+
+
+def test_analyze_a_folder_of_traces_and_a_glob_that_matches_nothing(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a trace")
+    result = gemmscope("analyze", tmp_path)
+    assert result.returncode == 2 and "no trace" in result.stderr
+    result = gemmscope("analyze", tmp_path / "rank*.sqlite")
+    assert result.returncode == 2 and "no trace matches" in result.stderr
+
+
 # --- shapes / kernel ------------------------------------------------------------------------------
 
 # Transformer Engine's CodonFM-5B benchmark shapes (hidden 4096, FFN 16384, 24 layers), micro-batch
