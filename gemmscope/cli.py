@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from gemmscope import kernels, reports, shapes, verify
+from gemmscope import diagnose, kernels, reports, shapes, verify
 from gemmscope.errors import InputError
 from gemmscope.trace_parser import read_trace, trace_paths
 
@@ -65,8 +65,12 @@ def _emit(text: str) -> None:
 @click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
 @click.option("--allow", multiple=True, metavar="PATTERN",
               help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are allowed; repeatable.")
+@click.option("--step-range", metavar="PATTERN",
+              help="NVTX range (shell pattern) that marks one training step: the breakdown covers the steps "
+                   "after the first. Default: ranges named like 'step 3' or 'iteration 3', when they repeat.")
 @_format_option()
-def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...], fmt: str) -> None:
+def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...], step_range: str | None,
+            fmt: str) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep; files, folders or
     globs, e.g. one per rank): precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
@@ -76,7 +80,8 @@ def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...]
         traces = (EXAMPLE_TRACE,)
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
     result = _check(trace_paths(traces), expect, allow)
-    _emit(reports.render_verification(result, fmt, reports.analysis_document(result)))
+    diagnosis = diagnose.diagnose(result, step_range)
+    _emit(reports.render_verification(result, fmt, reports.analysis_document(result, None, diagnosis), diagnosis))
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
@@ -93,9 +98,12 @@ def _check(paths: list[Path], expect, allow) -> verify.Verification:
               help="Check existing traces instead of running a command: files, folders or globs "
                    "(one per rank, or one holding every rank); repeatable.")
 @click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a temporary folder).")
+@click.option("--step-range", metavar="PATTERN",
+              help="NVTX range (shell pattern) that marks one training step: the breakdown covers the steps "
+                   "after the first. Default: ranges named like 'step 3' or 'iteration 3', when they repeat.")
 @_format_option()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def verify_cmd(expect, allow, trace_args, out, fmt, command) -> None:
+def verify_cmd(expect, allow, trace_args, out, step_range, fmt, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
     --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
     Exit 1 on any non-allowed FALLBACK or when no GEMM ran, 3 when COMMAND failed, 4 when the
@@ -119,7 +127,9 @@ def verify_cmd(expect, allow, trace_args, out, fmt, command) -> None:
         click.echo(f"gemmscope: nothing to check in what the command ran: {exc}", err=True)
         result = None
     if result is not None:
-        _emit(reports.render_verification(result, fmt, reports.verification_document(result, outcome)))
+        diagnosis = diagnose.diagnose(result, step_range)
+        document = reports.verification_document(result, outcome, diagnosis)
+        _emit(reports.render_verification(result, fmt, document, diagnosis))
     if failed_command:
         click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
                    "a pass, whatever ran before it", err=True)
@@ -148,6 +158,19 @@ def _capture(command: list[str], out: Path | None) -> tuple[Path, dict]:
     click.echo(f"gemmscope: trace {report}", err=True)
     # The command line itself stays out of reports: it may hold secrets.
     return nsys_runner.export_sqlite(report), {"exit_code": done.returncode}
+
+
+@main.command("compare")
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
+@_format_option(("table", "json", "markdown"))
+def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None:
+    """Two traces of one program (BF16 vs FP8, before vs after an upgrade): where NEW gained or
+    lost time against BASE, per category and per module/pass, which GEMM kernels changed, and
+    each run's findings. The differences add up to the difference in GPU window."""
+    runs = [verify.check([read_trace(p)], None, ()) for p in (base, new)]
+    _emit(reports.render_comparison(diagnose.compare(*runs, step_range=step_range), fmt))
 
 
 # --- shapes / kernel / scrub / doctor ------------------------------------------------------------

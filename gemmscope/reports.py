@@ -11,6 +11,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from gemmscope.diagnose import CATEGORIES, Diagnosis
 from gemmscope.trace_parser import Trace
 from gemmscope.verify import Verification
 
@@ -22,9 +23,11 @@ _GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "trace
 
 
 def _plain(value: Any) -> Any:
-    """numpy/pandas scalars → JSON-able Python values (NaN → None)."""
+    """numpy/pandas scalars → JSON-able Python values (NaN → None), inside lists and dicts too."""
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
     if value is None or value is pd.NA:
         return None
     if hasattr(value, "item"):
@@ -95,17 +98,52 @@ def _meta(result: Verification, command: dict | None) -> dict:
     return meta
 
 
-def analysis_document(result: Verification, command: dict | None = None) -> dict:
-    """`gemmscope analyze --format json`: meta, one object per GEMM launch, summary."""
-    return {"meta": _meta(result, command), "gemms": gemm_records(result), "summary": summary_document(result)}
+def diagnosis_document(diagnosis: Diagnosis) -> dict:
+    """`breakdown` (per rank: GPU window, busy, idle, launches, time per category, in ns; the
+    steps it covers) and `findings` (code, statement, explains_ns, figures, concerns; most time
+    at stake first)."""
+    steps = diagnosis.steps
+    return {
+        "breakdown": {
+            "step_range": diagnosis.step_range,
+            "per_rank": frame_records(diagnosis.breakdown),
+            "steps": frame_records(steps[["trace", "pid", "name", "index", "wall_ns", "gpu_kernel_ns"]])
+            if "wall_ns" in steps else [],
+        },
+        "findings": _plain(diagnosis.findings),
+    }
 
 
-def verification_document(result: Verification, command: dict | None = None) -> dict:
-    """`gemmscope verify --format json`: summary and the non-allowed mismatches."""
+def analysis_document(result: Verification, command: dict | None = None, diagnosis: Diagnosis | None = None) -> dict:
+    """`gemmscope analyze --format json`: meta, one object per GEMM launch, summary, and the
+    breakdown and findings."""
+    doc = {"meta": _meta(result, command), "gemms": gemm_records(result), "summary": summary_document(result)}
+    return doc | (diagnosis_document(diagnosis) if diagnosis else {})
+
+
+def verification_document(result: Verification, command: dict | None = None,
+                          diagnosis: Diagnosis | None = None) -> dict:
+    """`gemmscope verify --format json`: summary, the non-allowed mismatches, the breakdown and
+    findings."""
     mismatches = [r for r in gemm_records(result) if r.get("verdict") == "FALLBACK" and not r["allowed"]]
     allowed = [r for r in gemm_records(result) if r.get("verdict") == "FALLBACK" and r["allowed"]]
-    return {"meta": _meta(result, command), "summary": summary_document(result),
-            "mismatches": mismatches, "allowed": allowed}
+    doc = {"meta": _meta(result, command), "summary": summary_document(result),
+           "mismatches": mismatches, "allowed": allowed}
+    return doc | (diagnosis_document(diagnosis) if diagnosis else {})
+
+
+def breakdown_frame(breakdown: pd.DataFrame) -> pd.DataFrame:
+    """The per-rank breakdown for people: milliseconds and shares."""
+    out = pd.DataFrame({"rank": breakdown["rank"], "window_ms": breakdown["window_ns"] / 1e6,
+                        "idle": (breakdown["idle_share"] * 100).round(1).astype(str) + " %",
+                        "launches": breakdown["kernel_launches"]})
+    for category in CATEGORIES:
+        out[f"{category}_ms"] = breakdown[f"{category}_ns"] / 1e6
+    return out
+
+
+def findings_frame(findings: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame({"finding": [f["code"] for f in findings], "what it says": [f["statement"] for f in findings]})
 
 
 def _summary_frame(result: Verification) -> pd.DataFrame:
@@ -188,7 +226,7 @@ def _headline(result: Verification) -> str:
     return line
 
 
-def render_verification(result: Verification, fmt: str, document: dict) -> str:
+def render_verification(result: Verification, fmt: str, document: dict, diagnosis: Diagnosis | None = None) -> str:
     """Text of an analyze/verify result in `fmt`; `document` is its JSON form."""
     if fmt == "json":
         return json.dumps(document, indent=2) + "\n"
@@ -206,6 +244,10 @@ def render_verification(result: Verification, fmt: str, document: dict) -> str:
     if not result.rank_comparison.empty:
         differing = result.rank_comparison[result.rank_comparison["differing_ranks"].map(len) > 0]
         sections.append(("Ranks that ran other kernels than the rest", differing))
+    if diagnosis is not None:
+        window = f" (steps matching {diagnosis.step_range}, after the first)" if diagnosis.step_range else ""
+        sections.append((f"Where the GPU time went{window}", breakdown_frame(diagnosis.breakdown)))
+        sections.append(("Findings, most time at stake first", findings_frame(diagnosis.findings)))
     title = ", ".join(t.path.name for t in result.traces)
     if fmt == "markdown":
         parts = [f"# gemmscope: {title}\n", _headline(result) + "\n"]
@@ -214,6 +256,36 @@ def render_verification(result: Verification, fmt: str, document: dict) -> str:
         return "\n".join(parts)
     console = Console(file=io.StringIO(), width=160, record=True)
     console.print(_headline(result))
+    for title, frame in sections:
+        console.print(rich_table(frame, title) if not frame.empty else f"{title}: none")
+    return console.export_text()
+
+
+def render_comparison(comparison: dict, fmt: str) -> str:
+    """`gemmscope compare`: totals and categories, modules that changed most, kernels that
+    changed, and each run's findings."""
+    totals = pd.DataFrame([{"figure": k, **v} for k, v in comparison["totals"].items()])
+    by_module = comparison["by_module"]
+    if fmt == "json":
+        return json.dumps(_plain({"statement": comparison["statement"], "totals": comparison["totals"],
+                                  "by_module": frame_records(by_module),
+                                  "kernels_changed": frame_records(comparison["kernels_changed"]),
+                                  "base_findings": comparison["base_findings"],
+                                  "new_findings": comparison["new_findings"]}), indent=2) + "\n"
+    ms = totals.assign(**{c: totals[c].where(totals["figure"] == "kernel_launches", totals[c] / 1e6)
+                          for c in ("base", "new", "difference")})
+    ms["figure"] = ms["figure"].str.replace("_ns", " (ms)")
+    moved = by_module.head(15).assign(**{c: by_module[c].head(15) / 1e6 for c in ("base", "new", "difference")})
+    sections = [("Totals: NEW − BASE (window = busy + idle; busy = categories − overlap)", ms),
+                ("Modules and passes that moved most (ms)", moved),
+                ("GEMM kernels that changed", comparison["kernels_changed"]),
+                ("Findings, BASE", findings_frame(comparison["base_findings"])),
+                ("Findings, NEW", findings_frame(comparison["new_findings"]))]
+    if fmt == "markdown":
+        return comparison["statement"] + "\n\n" + "\n".join(
+            f"## {title}\n\n{markdown_table(frame)}" for title, frame in sections)
+    console = Console(file=io.StringIO(), width=160, record=True)
+    console.print(comparison["statement"])
     for title, frame in sections:
         console.print(rich_table(frame, title) if not frame.empty else f"{title}: none")
     return console.export_text()

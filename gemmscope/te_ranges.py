@@ -74,7 +74,12 @@ PRECISION_OF_OPERAND = {
 }
 
 COLUMNS = ("kind", "module", "name", "layer", "pass", "direction", "step", "operand_a", "operand_b",
-           "requested", "recipe_class", "rank")
+           "requested", "m", "n", "k", "flops", "recipe_class", "rank")
+_INTEGER_COLUMNS = ("m", "n", "k", "flops", "rank")
+
+
+def _integer(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def requested_precision(a: str | None, b: str | None) -> str | None:
@@ -98,14 +103,14 @@ def parse(label: str) -> dict:
         a, b = record.get("a"), record.get("b")
         out.update(kind=HOOK_GEMM, module=_module_label(record.get("module", UNKNOWN)),
                    name=record.get("name") or None, layer=record.get("layer") or None,
-                   operand_a=a, operand_b=b, requested=requested_precision(a, b))
+                   operand_a=a, operand_b=b, requested=requested_precision(a, b),
+                   **{key: _integer(record.get(key)) for key in ("m", "n", "k", "flops")})
         out["pass"] = None if record.get("pass", UNKNOWN) == UNKNOWN else record["pass"]
         if out["module"] == UNKNOWN:
             out["module"] = None
         return out
     if (record := parse_record(PROCESS_PREFIX, label)) is not None:
-        rank = record.get("rank", UNKNOWN)
-        out.update(kind=PROCESS, rank=int(rank) if rank.isdigit() else None)
+        out.update(kind=PROCESS, rank=_integer(record.get("rank")))
         return out
     if m := _AUTOCAST_RANGE.match(label):
         out.update(kind=AUTOCAST, recipe_class=m["cls"])
@@ -135,5 +140,6 @@ def classify(names: pd.Series) -> pd.DataFrame:
     """`parse` of every name, index aligned with `names`; each distinct name is parsed once."""
     distinct = pd.unique(names.dropna())
     table = pd.DataFrame([parse(str(n)) for n in distinct], columns=list(COLUMNS), index=distinct)
-    table["rank"] = table["rank"].astype("Int64")
+    for column in _INTEGER_COLUMNS:
+        table[column] = table[column].astype("Int64")
     return table.reindex(names.to_numpy()).set_index(names.index)

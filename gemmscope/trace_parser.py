@@ -368,7 +368,8 @@ _FAR_FUTURE = np.int64(1 << 62)  # an unclosed range is open until the end of th
 
 # What `launches` adds to each kernel row from the ranges around its launch.
 ATTRIBUTION_COLUMNS = ("te_module", "te_name", "layer", "te_pass", "pass_source", "requested_a",
-                       "requested_b", "requested", "via_te", "recorded", "rank")
+                       "requested_b", "requested", "gemm_m", "gemm_n", "gemm_k", "call_flops", "via_te",
+                       "recorded", "rank")
 
 
 def launches(trace: Trace) -> pd.DataFrame:
@@ -376,7 +377,8 @@ def launches(trace: Trace) -> pd.DataFrame:
     launched it (`launch_*`, `thread`), `ranges` (every NVTX range open around the launch on the
     launching thread, from every domain, plus process-wide start/end ranges; outermost first)
     and what they say (ATTRIBUTION_COLUMNS): the TE module, its name and layer, the pass, the
-    operand types TE was handed (`requested_*`, from gemmscope's hook), whether TE launched it
+    operand types TE was handed (`requested_*`) and the call's shape (`gemm_m/n/k`, `call_flops`),
+    both from gemmscope's hook, whether TE launched it
     (`via_te`), whether the hook recorded it (`recorded`) and the process's rank. `pass_source`
     says what told the pass: "hook", "te-range" (TE's per-GEMM range), "te-order" (the launch
     order inside a module-level TE range) or "layout" (a 16-bit kernel's layout letters, also
@@ -520,6 +522,10 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     out["pass_source"] = np.select([pd.notna(hook_pass), pd.notna(range_pass)], ["hook", "te-range"], None)
     for column, source in (("requested_a", "operand_a"), ("requested_b", "operand_b"), ("requested", "requested")):
         out[column] = field(hook, source)
+    # The GEMM call's shape and FLOPs, as the hook read them from TE's operands (a grouped call's
+    # FLOPs are its members' sum, shared by the kernels it launched: `call_flops`).
+    for column, source in (("gemm_m", "m"), ("gemm_n", "n"), ("gemm_k", "k"), ("call_flops", "flops")):
+        out[column] = pd.array(field(hook, source), dtype="Int64")
     out["recorded"] = hook >= 0
     out["via_te"] = (c_gemm >= 0) | out["recorded"].to_numpy()
     _pass_from_layout_and_order(launch, out, module_range, field(module_range, "direction"),

@@ -111,6 +111,8 @@ class Verification:
     gemms: pd.DataFrame
     tails_ns: int
     traces: list[Trace] = field(default_factory=list)
+    kernels: pd.DataFrame = field(default_factory=pd.DataFrame)  # every launch; gemms' kernel_row indexes it
+    memops: pd.DataFrame = field(default_factory=pd.DataFrame)  # memcpy / memset, with trace and rank
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     groups: pd.DataFrame = field(default_factory=pd.DataFrame)
     rank_comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -143,15 +145,19 @@ def check(traces: Trace | Sequence[Trace], expect: str | None = None, allow: tup
                 f"{trace.path} holds no GPU kernels: was it captured with --trace=cuda, on a GPU?"
             )
     expected = resolve_expected(traces, expect)
-    parts, tails_ns = [], 0
+    kernel_parts, memop_parts = [], []
     for index, trace in enumerate(traces):
         all_launches = launches(trace)
-        tails_ns += int(all_launches.loc[all_launches["role"] == "gemm-tail", "duration_ns"].sum())
-        gemms = all_launches[all_launches["role"] == "gemm"].reset_index(drop=True)
-        gemms["trace"] = trace.path.name
-        gemms["rank"] = _fill_ranks(gemms, trace, index, len(traces))
-        parts.append(gemms)
-    gemms = pd.concat(parts, ignore_index=True)
+        all_launches["trace"] = trace.path.name
+        all_launches["rank"] = _fill_ranks(all_launches, trace, index, len(traces))
+        kernel_parts.append(all_launches)
+        rank_of_pid = all_launches.drop_duplicates("global_pid").set_index("global_pid")["rank"]
+        memop_parts.append(trace.memops.assign(trace=trace.path.name,
+                                               rank=trace.memops["global_pid"].map(rank_of_pid).astype("Int64")))
+    all_kernels = pd.concat(kernel_parts, ignore_index=True)
+    memops = pd.concat(memop_parts, ignore_index=True)
+    tails_ns = int(all_kernels.loc[all_kernels["role"] == "gemm-tail", "duration_ns"].sum())
+    gemms = all_kernels[all_kernels["role"] == "gemm"].rename_axis("kernel_row").reset_index()
     is_te = gemms["via_te"].to_numpy(dtype=bool) | gemms["te_module"].notna().to_numpy()
     gemms["origin"] = np.where(is_te, "te", "outside-te")
     gemms["module"] = module_labels(gemms)
@@ -165,7 +171,8 @@ def check(traces: Trace | Sequence[Trace], expect: str | None = None, allow: tup
             v == "FALLBACK" and _matches(allow, row)
             for v, row in zip(gemms["verdict"], gemms.itertuples(index=False))
         ]
-    result = Verification(expected=expected, gemms=gemms, tails_ns=tails_ns, traces=traces)
+    result = Verification(expected=expected, gemms=gemms, tails_ns=tails_ns, traces=traces,
+                          kernels=all_kernels, memops=memops)
     result.summary = summarize(gemms, expected)
     result.groups = group(gemms)
     result.rank_comparison = compare_ranks(gemms)

@@ -391,3 +391,38 @@ def test_kernel_table():
     result = invoke("kernel", "nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT")
     assert result.exit_code == 0
     assert "bf16" in result.stdout
+
+
+# --- breakdown, findings, compare -------------------------------------------------------------------
+
+def test_analyze_json_has_breakdown_and_findings():
+    result = invoke("analyze", CORPUS / "fsdp_small_fp8_1gpu.sqlite.xz", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    (rank,) = doc["breakdown"]["per_rank"]
+    assert rank["window_ns"] == rank["busy_ns"] + rank["idle_ns"]
+    assert doc["findings"][0]["code"] == "gpu-idle"
+    assert all({"code", "statement", "explains_ns", "figures", "concerns"} <= set(f) for f in doc["findings"])
+    explains = [f["explains_ns"] for f in doc["findings"]]
+    assert explains == sorted(explains, reverse=True)
+
+
+def test_verify_table_ends_with_breakdown_and_findings():
+    result = invoke("verify", "--trace", CORPUS / "te_stack_large_fp8-block_1gpu.sqlite.xz", "--step-range", "step *")
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert "Where the GPU time went (steps matching step *, after the first)" in text
+    findings = text.split("Findings, most time at stake first")[1]
+    assert findings.index("gemms-healthy") < findings.index("gemm-share")
+
+
+def test_compare_cli():
+    result = invoke("compare", CORPUS / "fsdp_small_bf16_1gpu.sqlite.xz", CORPUS / "fsdp_small_fp8_1gpu.sqlite.xz",
+                    "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    t = doc["totals"]
+    assert t["window_ns"]["difference"] == t["busy_ns"]["difference"] + t["idle_ns"]["difference"]
+    assert t["quantize_ns"]["base"] == 0 < t["quantize_ns"]["new"]
+    text = invoke("compare", CORPUS / "fsdp_small_bf16_1gpu.sqlite.xz", CORPUS / "fsdp_small_fp8_1gpu.sqlite.xz").stdout
+    assert text.startswith("NEW's GPU window is +")

@@ -13,8 +13,10 @@ A record is a prefix followed by ``key=value`` fields separated by ``|``:
   launches sit inside it. ``module`` is the TE module or fusible operation class that called it,
   ``name`` its own name (``name=`` or userbuffers name) when it has one, ``layer`` its place in
   the model (the attribute path from the outermost module, wrappers such as FSDP's left out),
-  ``pass`` follows from the GEMM's layout (TE calls fprop TN, dgrad NN, wgrad NT), and ``a`` /
-  ``b`` are the operand types TE was handed (see OPERAND_TYPES);
+  ``pass`` follows from the GEMM's layout (TE calls fprop TN, dgrad NN, wgrad NT), ``a`` /
+  ``b`` are the operand types TE was handed (see OPERAND_TYPES), ``m``, ``n``, ``k`` the GEMM's
+  shape (output M×N, K contracted; absent for grouped calls) and ``flops`` its 2·M·N·K (summed
+  over a grouped call's members);
 - ``gemmscope.process|rank=…|local_rank=…|world_size=…``: a mark once per process that imports
   TE, naming its rank when a launcher (torchrun, mpirun, SLURM) set one.
 """

@@ -195,6 +195,44 @@ def operand_type(operand) -> str:
 _in_gemm_call = threading.local()
 
 
+def _matrix(operand) -> tuple[int, int] | None:
+    """An operand as the 2-D matrix the GEMM sees: leading dimensions folded into rows."""
+    shape = getattr(operand, "shape", None)
+    if shape is None and callable(getattr(operand, "size", None)):
+        shape = operand.size()
+    if shape is None or len(shape) < 2:
+        return None
+    rows = 1
+    for dim in shape[:-1]:
+        rows *= int(dim)
+    return rows, int(shape[-1])
+
+
+def gemm_shape(a, b, layout: str) -> tuple[int, int, int] | None:
+    """(M, N, K) of one TE GEMM from its operands and layout: TE contracts A's second dimension
+    when A is transposed ("T"), else its first, and B's second when B is not ("N") -- fprop
+    (weight, input, TN), dgrad (weight, grad_output, NN), wgrad (input, grad_output, NT)."""
+    ma, mb = _matrix(a), _matrix(b)
+    if ma is None or mb is None or len(layout) != 2:
+        return None
+    ka = 1 if layout[0] == "T" else 0
+    kb = 1 if layout[1] == "N" else 0
+    return mb[1 - kb], ma[1 - ka], ma[ka]
+
+
+def gemm_flops(a, b, layout: str) -> int | None:
+    """2·M·N·K summed over a grouped GEMM's members (None when a shape cannot be read)."""
+    pairs = zip(a, b) if isinstance(a, (list, tuple)) else [(a, b)]
+    total = 0
+    for x, y in pairs:
+        shape = gemm_shape(x, y, layout)
+        if shape is None:
+            return None
+        m, n, k = shape
+        total += 2 * m * n * k
+    return total
+
+
 def _recording(entry: str, original, torch):
     signature = inspect.signature(original)
     function_ctx_type = torch.autograd.function.FunctionCtx
@@ -205,9 +243,16 @@ def _recording(entry: str, original, torch):
         try:
             bound = signature.bind_partial(*args, **kwargs).arguments
             layout = bound.get("layout", signature.parameters["layout"].default)
+            a, b = bound.get("A"), bound.get("B")
             record = {"entry": entry, **_calling_module(torch, function_ctx_type),
                       "pass": PASS_BY_LAYOUT.get(layout, UNKNOWN),
-                      "a": operand_type(bound.get("A")), "b": operand_type(bound.get("B"))}
+                      "a": operand_type(a), "b": operand_type(b)}
+            # A GroupedTensor operand's shape is not its members' (grouped_tensor entry point).
+            shape = gemm_shape(a, b, layout) if entry == "general_gemm" else None
+            if shape is not None:
+                record.update(zip(("m", "n", "k"), shape))
+            flops = gemm_flops(a, b, layout) if entry != "general_grouped_gemm_for_grouped_tensor" else None
+            record["flops"] = flops or UNKNOWN
             label = format_record(GEMM_PREFIX, record)
         except Exception as exc:  # never break the program being checked
             label = format_record(GEMM_PREFIX, {"entry": entry, "error": type(exc).__name__})

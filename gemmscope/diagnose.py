@@ -1,0 +1,402 @@
+"""Why low precision did or did not pay: where a trace's time went, and findings that say why.
+
+`breakdown` splits each rank's GPU window (first to last GPU activity) into busy time (the union of
+kernel and memory-operation intervals) and idle time, and busy kernel time into categories taken
+from the kernel-name rule table (`kernels`): GEMMs at the requested precision, GEMMs that fell
+back, GEMM tails (split-K reduce, bias gradients), quantization, attention, communication (NCCL),
+memcpy, memset, other. Category times are kernel durations; where kernels overlap (several
+streams) they add up to more than the busy time, and the JSON says both.
+
+`findings` turns a breakdown and the GEMM verdicts into statements, each with a code, its figures
+and the time at stake (`explains_ns`), ordered by that time:
+
+- ``gpu-idle``: the GPU idles for this share of the window; with the GEMM share and the Amdahl
+  bound 1 / ((1 − W) + W / s) on what faster GEMMs can give end to end;
+- ``launch-bound``: the median kernel is shorter than the median CUDA launch call;
+- ``gemm-share``: GEMMs are W of the window, and the bound for s = 2 and for the GEMM speedup
+  measured in the trace, when the trace says it;
+- ``fallback``: GEMM time at another precision than requested, and where;
+- ``quantize-overhead``: quantization kernels against the low-precision GEMM time they feed;
+- ``small-gemm``: GEMMs far below their precision's dense peak (the hook's shape record needed);
+- ``tails``: split-K reduce and bias-gradient kernels;
+- ``gemms-healthy``: GEMMs ran at the requested precision near their expected throughput;
+- ``unsupported``: the requested recipe cannot run on this GPU.
+
+Steps: with `step_range` (a shell pattern, e.g. ``"step *"``), or by default NVTX ranges named
+like ``step 3`` / ``step_3`` / ``iteration 3`` that repeat, the breakdown covers the GPU work the
+steps launched, leaving out the first step (warm-up: allocation, autotuning, lazy init) and
+everything before it (start-up); each step's own figures are kept in `Diagnosis.steps`.
+
+`compare` puts two traces of one program side by side (BF16 vs FP8, before vs after): per
+category and per module/pass, each run's time and the difference, which add up to the
+difference in busy time; the window's difference is that plus the idle difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gemmscope.profile import peak_tflops
+from gemmscope.verify import RECIPE_PRECISIONS, Verification
+
+CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",
+              "memcpy", "memset", "other")
+# Kernel roles (the rule table's) that are a category of their own; NCCL's kernels are
+# communication whatever their role.
+_CATEGORY_OF_ROLE = {"gemm": "gemm", "gemm-tail": "gemm-tail", "quantize": "quantize", "attention": "attention"}
+# The lowest SM generation each recipe runs on (TE: MXFP8 and NVFP4 need compute capability 10.0).
+RECIPE_MIN_SM = {"mxfp8": 100, "nvfp4": 100}
+# What "near the expected throughput" means for gemms-healthy, and "far below" for small-gemm.
+HEALTHY_SHARE_OF_PEAK = 0.5
+SMALL_SHARE_OF_PEAK = 0.25
+ASSUMED_SPEEDUP = 2.0  # the s of the Amdahl bound people ask about: FP8 over BF16 on paper
+# Step ranges found without --step-range: "step 3", "step_3", "iteration-3", "train_step 3".
+_DEFAULT_STEP = re.compile(r"^(?:train[ _-]?)?(?:step|iteration|iter)[ _-]?\d+$", re.IGNORECASE)
+
+
+@dataclass
+class Diagnosis:
+    """Per-rank time breakdown and the findings drawn from it."""
+
+    breakdown: pd.DataFrame  # one row per rank: window, busy, idle, launches, category times
+    findings: list[dict]
+    steps: pd.DataFrame  # one row per step range instance (empty when no steps were found)
+    step_range: str | None  # the pattern the window was cut by, or None for the whole trace
+
+
+def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame:
+    """Instances of the step range per trace and process (push/pop ranges whose name matches the
+    shell `pattern`, or the default step names), in time order, with the kernels each launched."""
+    parts = []
+    for trace in result.traces:
+        n = trace.nvtx[(trace.nvtx["kind"] == "push-pop") & trace.nvtx["name"].notna()]
+        names = n["name"].astype(str)
+        matched = names.map(lambda x: fnmatch.fnmatchcase(x, pattern)) if pattern else names.str.match(_DEFAULT_STEP)
+        parts.append(n[matched.to_numpy(dtype=bool)].assign(trace=trace.path.name))
+    steps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if steps.empty:
+        return pd.DataFrame(columns=["trace", "pid", "name", "start", "end", "index"])
+    steps = steps.sort_values(["trace", "pid", "start"], ignore_index=True)
+    steps["index"] = steps.groupby(["trace", "pid"]).cumcount()
+    return steps[["trace", "pid", "name", "start", "end", "index"]]
+
+
+def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verification, pd.DataFrame]:
+    """The checked run cut to the GPU work of its steps after the first, and per step: wall time
+    on the CPU and the GPU time of the kernels it launched."""
+    k = result.kernels
+    pid = (k["global_pid"].astype("int64") // (1 << 24)) & 0xFFFFFF
+    launched = k["launch_start"].fillna(k["start"])
+    step_of = pd.Series(-1, index=k.index)
+    for row in steps.itertuples(index=False):  # a row per step: a handful, not per launch
+        inside = (k["trace"] == row.trace) & (pid == row.pid) & (launched >= row.start) & (launched <= row.end)
+        step_of[inside.to_numpy()] = row.index
+    per_step = steps.assign(
+        wall_ns=steps["end"] - steps["start"],
+        gpu_kernel_ns=[int(k.loc[(step_of == i) & (k["trace"] == t), "duration_ns"].sum())
+                       for t, i in zip(steps["trace"], steps["index"])])
+    measured = step_of >= 1
+    if not measured.any():
+        return result, per_step
+    window_start, window_end = k.loc[measured, "start"].min(), k.loc[measured, "end"].max()
+    kernels = k[(k["start"] >= window_start) & (k["start"] <= window_end)]
+    memops = result.memops[(result.memops["start"] >= window_start) & (result.memops["start"] <= window_end)]
+    gemms = result.gemms[result.gemms["kernel_row"].isin(kernels.index)]
+    return dataclasses.replace(result, kernels=kernels, memops=memops, gemms=gemms), per_step
+
+
+def _rank_key(frame: pd.DataFrame) -> pd.Series:
+    """The rank where known, else the trace and process: one GPU timeline each."""
+    pid = ((frame["global_pid"].astype("int64") // (1 << 24)) & 0xFFFFFF).astype(str)
+    fallback = frame["trace"].astype(str) + " pid " + pid
+    return frame["rank"].astype("string").fillna(fallback) if "rank" in frame else fallback
+
+
+def categorize(result: Verification) -> pd.DataFrame:
+    """Every kernel and memory operation of the checked traces with its category and rank key."""
+    k = result.kernels
+    category = k["role"].map(_CATEGORY_OF_ROLE).fillna("other")
+    category = category.where(k["family"] != "nccl", "communication")
+    if "verdict" in result.gemms:
+        fell_back = pd.Series(False, index=k.index)
+        fell_back.loc[result.gemms.loc[result.gemms["verdict"] == "FALLBACK", "kernel_row"]] = True
+        category = category.where(~fell_back, "gemm-fallback")
+    kernels = k.assign(category=category, rank_key=_rank_key(k))
+    memops = result.memops.assign(category=result.memops["kind"], rank_key=_rank_key(result.memops))
+    columns = ["rank_key", "start", "end", "duration_ns", "category"]
+    return pd.concat([kernels[columns], memops[columns]], ignore_index=True)
+
+
+def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """Length of the union of intervals [start, end)."""
+    if len(start) == 0:
+        return 0
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    reach = np.maximum.accumulate(e)
+    new_block = np.r_[True, s[1:] > reach[:-1]]
+    block = np.cumsum(new_block) - 1
+    block_start = s[new_block]
+    block_end = pd.Series(reach).groupby(block).max().to_numpy()
+    return int((block_end - block_start).sum())
+
+
+def breakdown(result: Verification) -> pd.DataFrame:
+    """Per rank: GPU window, busy and idle time, kernel launches, time per category."""
+    activity = categorize(result)
+    rows = []
+    for key, part in activity.groupby("rank_key", sort=True):
+        start, end = part["start"].to_numpy("int64"), part["end"].to_numpy("int64")
+        window = int(end.max() - start.min())
+        busy = busy_ns(start, end)
+        row = {"rank": key, "window_ns": window, "busy_ns": busy, "idle_ns": window - busy,
+               "idle_share": (window - busy) / window if window else None,
+               "kernel_launches": int((~part["category"].isin(("memcpy", "memset"))).sum())}
+        times = part.groupby("category")["duration_ns"].sum()
+        row.update({f"{c}_ns": int(times.get(c, 0)) for c in CATEGORIES})
+        # kernels of several streams at once: category times add up to busy time plus this
+        row["overlap_ns"] = int(times.sum()) - busy
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _amdahl(share: float, speedup: float) -> float:
+    return 1.0 / ((1.0 - share) + share / speedup)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.3g} %"
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms" if ns < 1e9 else f"{ns / 1e9:.2f} s"
+
+
+def _gemm_throughput(result: Verification) -> pd.DataFrame:
+    """GEMM launches whose call shape the hook recorded (one kernel per call), with TFLOP/s and
+    the share of their precision's dense peak on this GPU."""
+    g = result.gemms
+    if "gemm_m" not in g:
+        return g.iloc[0:0]
+    g = g[g["gemm_m"].notna() & (g["duration_ns"] > 0)].copy()
+    g["tflops"] = g["call_flops"].astype("float64") / g["duration_ns"] / 1e3
+    device = _device_name(result)
+    peaks = {p: peak_tflops(device, p) for p in g["precision"].dropna().unique()} if device else {}
+    g["peak_tflops"] = g["precision"].map(peaks).astype("float64")
+    g["share_of_peak"] = g["tflops"] / g["peak_tflops"]
+    return g
+
+
+def _device_name(result: Verification) -> str | None:
+    names = [gpu["name"] for t in result.traces for gpu in t.meta["gpus"] if gpu.get("name")]
+    return names[0] if names else None
+
+
+def _sm(result: Verification) -> int | None:
+    sms = [gpu["sm"] for t in result.traces for gpu in t.meta["gpus"] if gpu.get("sm")]
+    return int(sms[0][2:]) if sms else None
+
+
+def findings(result: Verification, times: pd.DataFrame) -> list[dict]:
+    """The findings (module docstring) over all ranks, most time at stake first."""
+    out: list[dict] = []
+    window, busy, idle = (int(times[c].sum()) for c in ("window_ns", "busy_ns", "idle_ns"))
+    gemm_ns = int(times["gemm_ns"].sum() + times["gemm-fallback_ns"].sum())
+    share = gemm_ns / window if window else 0.0
+    throughput = _gemm_throughput(result)
+    measured_speedup = _measured_gemm_speedup(throughput)
+    bounds = {"s=2": _amdahl(share, ASSUMED_SPEEDUP)}
+    if measured_speedup:
+        bounds[f"s={measured_speedup:.2f} (measured)"] = _amdahl(share, measured_speedup)
+    bound_text = ", ".join(f"{k}: at most {v:.3f}× end to end" for k, v in bounds.items())
+    device = _device_name(result)
+    sm = _sm(result)
+
+    if result.expected in RECIPE_MIN_SM and sm is not None and sm < RECIPE_MIN_SM[result.expected]:
+        out.append({"code": "unsupported", "explains_ns": window,
+                    "statement": f"{result.expected} cannot run on {device} (sm{sm}): TE needs compute "
+                                 f"capability {RECIPE_MIN_SM[result.expected] / 10:.1f} or higher",
+                    "figures": {"sm": sm, "min_sm": RECIPE_MIN_SM[result.expected]}, "concerns": []})
+    if window and idle / window >= 0.3:
+        out.append({"code": "gpu-idle", "explains_ns": idle,
+                    "statement": f"the GPU is idle {_pct(idle / window)} of its {_ms(window)} window; GEMMs are "
+                                 f"{_pct(share)} of it, so faster GEMMs cannot pay much ({bound_text})",
+                    "figures": {"window_ns": window, "busy_ns": busy, "idle_ns": idle, "gemm_ns": gemm_ns,
+                                "gemm_share": share, "amdahl": bounds}, "concerns": []})
+        launch = result.kernels["launch_end"] - result.kernels["launch_start"]
+        median_kernel, median_launch = result.kernels["duration_ns"].median(), launch.median()
+        if pd.notna(median_launch) and median_kernel < median_launch:
+            out.append({"code": "launch-bound", "explains_ns": int(idle * 0.99),
+                        "statement": f"the median kernel runs {median_kernel / 1e3:.1f} µs, less than the "
+                                     f"{median_launch / 1e3:.1f} µs the CPU takes to launch one: the GPU waits on the CPU",
+                        "figures": {"median_kernel_ns": float(median_kernel), "median_launch_ns": float(median_launch),
+                                    "kernel_launches": int(times["kernel_launches"].sum()),
+                                    "launches_per_s": times["kernel_launches"].sum() / (window / 1e9)},
+                        "concerns": []})
+    if gemm_ns:
+        out.append({"code": "gemm-share", "explains_ns": max(busy - gemm_ns, 0),
+                    "statement": f"GEMMs are {_pct(share)} of the GPU window ({_ms(gemm_ns)}): {bound_text}",
+                    "figures": {"gemm_ns": gemm_ns, "gemm_share": share, "amdahl": bounds,
+                                "measured_gemm_speedup": measured_speedup}, "concerns": []})
+    out += _verdict_findings(result, times, throughput)
+    return sorted(out, key=lambda f: -f["explains_ns"])
+
+
+def _measured_gemm_speedup(throughput: pd.DataFrame) -> float | None:
+    """Median TFLOP/s of low-precision GEMMs over that of BF16 GEMMs of the same shapes, when
+    one trace holds both (e.g. a layer outside autocast)."""
+    if throughput.empty:
+        return None
+    keyed = throughput.assign(shape=list(zip(throughput["gemm_m"], throughput["gemm_n"], throughput["gemm_k"])))
+    high = keyed[keyed["precision"] == "bf16"].groupby("shape")["tflops"].median()
+    low = keyed[keyed["precision"] != "bf16"].groupby("shape")["tflops"].median()
+    both = high.index.intersection(low.index)
+    return float((low[both] / high[both]).median()) if len(both) else None
+
+
+def _top(frame: pd.DataFrame, n: int = 3) -> list[dict]:
+    keys = ["layer", "module", "pass"]
+    g = frame.assign(**{"pass": frame["te_pass"]}).groupby(keys, dropna=False)["duration_ns"].sum()
+    return [{"layer": k[0] if pd.notna(k[0]) else None, "module": k[1], "pass": k[2] if pd.notna(k[2]) else None,
+             "time_ns": int(v)} for k, v in g.sort_values(ascending=False).head(n).items()]
+
+
+def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.DataFrame) -> list[dict]:
+    out = []
+    g = result.gemms
+    gemm_ns = int(g["duration_ns"].sum())
+    if "verdict" in g and gemm_ns:
+        fallback = g[(g["verdict"] == "FALLBACK") & ~g["allowed"]]
+        if len(fallback):
+            t = int(fallback["duration_ns"].sum())
+            causes = fallback.groupby("cause")["duration_ns"].sum().sort_values(ascending=False)
+            out.append({"code": "fallback", "explains_ns": int(t * (1 - 1 / ASSUMED_SPEEDUP)),
+                        "statement": f"{_pct(t / gemm_ns)} of GEMM time ({_ms(t)}, {len(fallback)} launches) ran at "
+                                     f"another precision than {result.expected} ("
+                                     + ", ".join(f"{c}: {_ms(v)}" for c, v in causes.items()) + ")",
+                        "figures": {"fallback_ns": t, "gemm_ns": gemm_ns, "share": t / gemm_ns,
+                                    "by_cause_ns": {c: int(v) for c, v in causes.items()}},
+                        "concerns": _top(fallback)})
+    quantize_ns = int(times["quantize_ns"].sum())
+    low = g[~g["precision"].isin(["bf16", "fp16", "fp32", "tf32"])]
+    low_ns = int(low["duration_ns"].sum())
+    if quantize_ns and low_ns:
+        k = result.kernels
+        quant = k[k["role"] == "quantize"]
+        by_module = quant.groupby(quant["te_module"].fillna("(module unknown)"))["duration_ns"].sum()
+        out.append({"code": "quantize-overhead", "explains_ns": quantize_ns,
+                    "statement": f"quantization kernels take {_ms(quantize_ns)}, {quantize_ns / low_ns:.2f}× the "
+                                 f"{_ms(low_ns)} of low-precision GEMMs they feed",
+                    "figures": {"quantize_ns": quantize_ns, "low_precision_gemm_ns": low_ns,
+                                "ratio": quantize_ns / low_ns,
+                                "by_module_ns": {m: int(v) for m, v in by_module.sort_values(ascending=False).items()}},
+                    "concerns": []})
+    tails_ns = int(times["gemm-tail_ns"].sum())
+    if tails_ns and gemm_ns:
+        out.append({"code": "tails", "explains_ns": tails_ns,
+                    "statement": f"split-K reduce and bias-gradient kernels add {_ms(tails_ns)}, "
+                                 f"{_pct(tails_ns / gemm_ns)} of GEMM time",
+                    "figures": {"tails_ns": tails_ns, "gemm_ns": gemm_ns}, "concerns": []})
+    rated = throughput[throughput["share_of_peak"].notna()]
+    if len(rated):
+        small = rated[rated["share_of_peak"] < SMALL_SHARE_OF_PEAK]
+        if len(small):
+            ideal = small["call_flops"].astype("float64") / (small["peak_tflops"] * 1e3)
+            lost = int((small["duration_ns"] - ideal).clip(lower=0).sum())
+            shapes = (small.assign(shape=[f"{m}×{n}×{k}" for m, n, k in zip(small["gemm_m"], small["gemm_n"], small["gemm_k"])])
+                      .groupby("shape")["share_of_peak"].median().sort_values().head(5))
+            out.append({"code": "small-gemm", "explains_ns": lost,
+                        "statement": f"{len(small)} GEMM launches run below {_pct(SMALL_SHARE_OF_PEAK)} of their "
+                                     f"precision's dense peak (M×N×K, median share: "
+                                     + ", ".join(f"{s} {_pct(v)}" for s, v in shapes.items()) + ")",
+                        "figures": {"launches": len(small), "time_ns": int(small["duration_ns"].sum()),
+                                    "time_above_peak_ns": lost}, "concerns": _top(small)})
+        wanted = RECIPE_PRECISIONS.get(result.expected or "", set())
+        at_request = rated[rated["precision"].isin(wanted)] if wanted else rated.iloc[0:0]
+        if len(at_request):
+            weighted = float(at_request["call_flops"].astype("float64").sum()
+                             / (at_request["duration_ns"].sum() * 1e3) / at_request["peak_tflops"].median())
+            if weighted >= HEALTHY_SHARE_OF_PEAK:
+                t = int(at_request["duration_ns"].sum())
+                out.append({"code": "gemms-healthy", "explains_ns": t,
+                            "statement": f"GEMMs ran at {result.expected} as requested, at {_pct(weighted)} of the "
+                                         f"GPU's dense {', '.join(sorted(wanted))} peak ({_ms(t)})",
+                            "figures": {"share_of_peak": weighted, "time_ns": t}, "concerns": []})
+    return out
+
+
+def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
+    """Breakdown and findings of a checked run, over its steps after the first when steps are
+    found (`step_range`, or the default step names), else over the whole trace."""
+    steps = find_steps(result, step_range)
+    window, per_step = within_steps(result, steps) if len(steps) > 1 else (result, steps)
+    times = breakdown(window)
+    cut = step_range or ("(default step names)" if len(steps) > 1 else None)
+    return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step,
+                     step_range=cut if window is not result else None)
+
+
+def compare(base: Verification, new: Verification, step_range: str | None = None) -> dict:
+    """Two runs of one program side by side: per category and per module/pass, each run's time
+    and NEW − BASE. The differences add up: window = busy + idle, and busy = the categories'
+    kernel time − overlap."""
+    cut = []
+    for result in (base, new):
+        steps = find_steps(result, step_range)
+        cut.append(within_steps(result, steps)[0] if len(steps) > 1 else result)
+    base, new = cut
+    b, n = breakdown(base), breakdown(new)
+    totals = {}
+    for column in ("window_ns", "busy_ns", "idle_ns", "kernel_launches", *(f"{c}_ns" for c in CATEGORIES),
+                   "overlap_ns"):
+        totals[column] = {"base": int(b[column].sum()), "new": int(n[column].sum()),
+                          "difference": int(n[column].sum() - b[column].sum())}
+
+    def per_module(result: Verification) -> pd.Series:
+        k = categorize_modules(result)
+        return k.groupby(["module", "pass", "category"], dropna=False)["duration_ns"].sum()
+
+    modules = pd.concat({"base": per_module(base), "new": per_module(new)}, axis=1).fillna(0).astype("int64")
+    modules["difference"] = modules["new"] - modules["base"]
+    modules = modules.reset_index().sort_values("difference", key=abs, ascending=False)
+    kernels_changed = _kernels_changed(base, new)
+    return {"statement": _comparison_statement(totals), "totals": totals, "by_module": modules,
+            "kernels_changed": kernels_changed, "base_findings": findings(base, b), "new_findings": findings(new, n)}
+
+
+def _comparison_statement(totals: dict) -> str:
+    """One line: the window's difference and what it is made of, largest parts first."""
+    d = {k: v["difference"] for k, v in totals.items()}
+    base_window = totals["window_ns"]["base"]
+    categories = sorted(((c, d[f"{c}_ns"]) for c in CATEGORIES if d[f"{c}_ns"]), key=lambda cv: -abs(cv[1]))
+    parts = ", ".join(f"{c} {v / 1e6:+.3f}" for c, v in categories[:4])
+    relative = f" ({d['window_ns'] / base_window:+.1%})" if base_window else ""
+    return (f"NEW's GPU window is {d['window_ns'] / 1e6:+.3f} ms{relative} against BASE: busy "
+            f"{d['busy_ns'] / 1e6:+.3f} ms ({parts}; overlap {d['overlap_ns'] / 1e6:+.3f}), idle "
+            f"{d['idle_ns'] / 1e6:+.3f} ms; {d['kernel_launches']:+d} kernel launches")
+
+
+def categorize_modules(result: Verification) -> pd.DataFrame:
+    """Kernels with their TE module (or "(outside TE)"), pass and category."""
+    activity = categorize(result)
+    k = result.kernels
+    module = k["te_module"].fillna("(outside TE)")
+    kernels = activity.iloc[: len(k)].assign(module=module.to_numpy(), **{"pass": k["te_pass"].to_numpy()})
+    memops = activity.iloc[len(k):].assign(module="(memory operations)", **{"pass": None})
+    return pd.concat([kernels, memops], ignore_index=True)
+
+
+def _kernels_changed(base: Verification, new: Verification) -> pd.DataFrame:
+    """Per layer × module × pass, the GEMM kernels each run used, where they differ."""
+    def kernels_of(result: Verification) -> pd.Series:
+        g = result.gemms.assign(**{"pass": result.gemms["te_pass"]})
+        return g.groupby(["layer", "module", "pass"], dropna=False)["name"].agg(lambda s: " + ".join(sorted(set(s))))
+
+    both = pd.concat({"base": kernels_of(base), "new": kernels_of(new)}, axis=1)
+    return both[both["base"] != both["new"]].reset_index()

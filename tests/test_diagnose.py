@@ -1,0 +1,149 @@
+"""Breakdown, findings and compare on real GPU traces (tests/fixtures/gpu/corpus), each figure
+checked against sums computed here straight from the SQLite export."""
+
+import lzma
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gemmscope import diagnose
+from gemmscope.kernels import decode
+from gemmscope.trace_parser import read_trace
+from gemmscope.verify import check
+
+CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+
+
+def export(name: str) -> sqlite3.Connection:
+    db = sqlite3.connect(":memory:")
+    db.deserialize(lzma.decompress((CORPUS / f"{name}.sqlite.xz").read_bytes()))
+    return db
+
+
+def gpu_activity(db) -> list[tuple[int, int, str]]:
+    """(start, end, kernel name or memop kind) of every kernel, memset and memcpy."""
+    rows = list(db.execute("SELECT k.start, k.end, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                           "JOIN StringIds s ON s.id = k.demangledName"))
+    rows += [(s, e, "memset") for s, e in db.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET")]
+    rows += [(s, e, "memcpy") for s, e in db.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY")]
+    return rows
+
+
+def union_length(intervals) -> int:
+    """Plain sweep, as a person would write it."""
+    total, current_start, current_end = 0, None, None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    return total + (current_end - current_start if current_end is not None else 0)
+
+
+@pytest.fixture(scope="module")
+def checked():
+    cache = {}
+
+    def load(name):
+        if name not in cache:
+            cache[name] = check([read_trace(CORPUS / f"{name}.sqlite.xz")])
+        return cache[name]
+
+    return load
+
+
+def test_busy_ns_is_the_union_of_intervals():
+    rng = np.random.default_rng(7)
+    start = rng.integers(0, 10_000, 500)
+    end = start + rng.integers(0, 300, 500)
+    assert diagnose.busy_ns(start, end) == union_length(zip(start.tolist(), end.tolist()))
+    assert diagnose.busy_ns(np.array([], dtype="int64"), np.array([], dtype="int64")) == 0
+
+
+@pytest.mark.parametrize("name", ["fsdp_small_fp8_1gpu", "fsdp_small_bf16_1gpu"])
+def test_breakdown_against_the_export(checked, name):
+    activity = gpu_activity(export(name))
+    window = max(e for _, e, _ in activity) - min(s for s, _, _ in activity)
+    busy = union_length((s, e) for s, e, _ in activity)
+    quantize = sum(e - s for s, e, n in activity if n not in ("memset", "memcpy") and decode(n).role == "quantize")
+    gemm = sum(e - s for s, e, n in activity if n not in ("memset", "memcpy") and decode(n).role == "gemm")
+    row = diagnose.breakdown(checked(name)).iloc[0]
+    assert (row["window_ns"], row["busy_ns"], row["idle_ns"]) == (window, busy, window - busy)
+    assert row["quantize_ns"] == quantize and row["gemm_ns"] + row["gemm-fallback_ns"] == gemm
+    categories = sum(row[f"{c}_ns"] for c in diagnose.CATEGORIES)
+    assert categories - row["overlap_ns"] == busy
+    assert row["kernel_launches"] == sum(n not in ("memset", "memcpy") for _, _, n in activity)
+
+
+def test_small_model_fp8_top_finding_is_an_idle_gpu_with_the_amdahl_bound(checked):
+    """TE's FSDP example, hidden 256: FP8 ran 2.80 s per iteration against BF16's 1.96 s."""
+    activity = gpu_activity(export("fsdp_small_fp8_1gpu"))
+    window = max(e for _, e, _ in activity) - min(s for s, _, _ in activity)
+    gemm = sum(e - s for s, e, n in activity if n not in ("memset", "memcpy") and decode(n).role == "gemm")
+    result = checked("fsdp_small_fp8_1gpu")
+    found = diagnose.diagnose(result).findings
+    top = found[0]
+    assert top["code"] == "gpu-idle"
+    assert top["figures"]["idle_ns"] / top["figures"]["window_ns"] > 0.99
+    share = gemm / window
+    assert top["figures"]["gemm_share"] == pytest.approx(share)
+    assert top["figures"]["amdahl"]["s=2"] == pytest.approx(1 / ((1 - share) + share / 2))
+    assert "idle 99.5 %" in top["statement"] and "at most 1.000×" in top["statement"]
+    codes = [f["code"] for f in found]
+    assert {"gemm-share", "quantize-overhead", "small-gemm"} <= set(codes)
+
+
+def test_compare_small_model_bf16_against_fp8_adds_up(checked):
+    base, new = checked("fsdp_small_bf16_1gpu"), checked("fsdp_small_fp8_1gpu")
+    comparison = diagnose.compare(base, new)
+    totals = {k: v["difference"] for k, v in comparison["totals"].items()}
+    windows = []
+    for name in ("fsdp_small_bf16_1gpu", "fsdp_small_fp8_1gpu"):
+        activity = gpu_activity(export(name))
+        windows.append(max(e for _, e, _ in activity) - min(s for s, _, _ in activity))
+    assert totals["window_ns"] == windows[1] - windows[0]
+    assert totals["window_ns"] == totals["busy_ns"] + totals["idle_ns"]
+    assert totals["busy_ns"] == sum(totals[f"{c}_ns"] for c in diagnose.CATEGORIES) - totals["overlap_ns"]
+    # where FP8's extra time went: quantization kernels, more launches, and an idle GPU
+    assert totals["quantize_ns"] > 0 and totals["kernel_launches"] > 0
+    assert totals["idle_ns"] > 0.99 * totals["window_ns"]
+    modules = comparison["by_module"]
+    assert modules["difference"].sum() == totals["busy_ns"] + totals["overlap_ns"]
+    assert "kernel launches" in comparison["statement"]
+    assert len(comparison["kernels_changed"]) > 0  # BF16 nvjet_*_tst_* became FP8 *_qqtst_* / *_qrtst_*
+
+
+def test_large_fp8_training_top_finding_is_healthy_gemms(checked):
+    """Large TransformerLayers in FP8 block scaling, steps in NVTX ranges: the window is cut to
+    the steps after the first, and nothing invents a problem."""
+    result = checked("te_stack_large_fp8-block_1gpu")
+    found = diagnose.diagnose(result)
+    assert found.step_range is not None and len(found.steps) == 8
+    assert found.breakdown["idle_share"].iloc[0] < 0.2
+    top = found.findings[0]
+    assert top["code"] == "gemms-healthy"
+    assert top["figures"]["share_of_peak"] > diagnose.HEALTHY_SHARE_OF_PEAK
+    assert not {"gpu-idle", "fallback"} & {f["code"] for f in found.findings}
+
+
+def test_step_range_pattern_and_no_steps(checked):
+    result = checked("te_stack_large_fp8-block_1gpu")
+    assert len(diagnose.find_steps(result, "step *")) == 8
+    assert diagnose.find_steps(result, "no such range").empty
+    whole = diagnose.diagnose(result, "no such range")
+    assert whole.step_range is None
+    assert whole.breakdown["window_ns"].iloc[0] > diagnose.diagnose(result).breakdown["window_ns"].iloc[0]
+
+
+def test_fallback_finding_names_where(checked):
+    result = check([read_trace(CORPUS / "te_stack_fp8-block_1gpu.sqlite.xz")])
+    found = {f["code"]: f for f in diagnose.diagnose(result).findings}
+    fallback = found["fallback"]
+    t = int(result.mismatches["duration_ns"].sum())
+    assert fallback["figures"]["fallback_ns"] == t
+    assert set(fallback["figures"]["by_cause_ns"]) == {"requested-bf16", "outside-te"}
+    assert all(c["layer"] is None or c["layer"].startswith("layers.2.") for c in fallback["concerns"])
