@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from gemmscope import shapes
+from gemmscope import devices, shapes
 from gemmscope.errors import InputError
 from gemmscope.trace_parser import Trace, launches, read_trace
-from gemmscope.verify import RECIPES, verdict
+from gemmscope.verify import RECIPE_PRECISIONS, RECIPES, verdict
 
 RANGE_PREFIX = "gemmscope.gemm|"
 WARMUP_PREFIX = "gemmscope.warmup|"
@@ -29,24 +29,16 @@ RESULT_PREFIX = "gemmscope.result|"
 PLAN_PREFIX = "gemmscope.plan|"
 MODES = ("autocast", "prequant")
 
-# Dense tensor-core peaks (TFLOP/s) from NVIDIA's datasheets, by device and operand width; the
-# first device whose name contains the key applies (so "H100 PCIe" before "H100").
-DEVICE_PEAKS = (
-    ("H100 PCIe", {"tf32": 378.0, "16-bit": 756.0, "8-bit": 1513.0}),
-    ("H100", {"tf32": 494.7, "16-bit": 989.4, "8-bit": 1978.9}),
-    ("H200", {"tf32": 494.7, "16-bit": 989.4, "8-bit": 1978.9}),
-    ("GB200", {"tf32": 1250.0, "16-bit": 2500.0, "8-bit": 5000.0, "4-bit": 10000.0}),
-    ("B200", {"tf32": 1100.0, "16-bit": 2250.0, "8-bit": 4500.0, "4-bit": 9000.0}),
-)
-_WIDTH = {"tf32": "tf32", "bf16": "16-bit", "fp16": "16-bit", "fp8": "8-bit", "fp8-rowwise": "8-bit",
-          "fp8-block": "8-bit", "mxfp8": "8-bit", "nvfp4": "4-bit", "mxfp4": "4-bit"}
 
 
-def peak_tflops(device_name: str, precision: str) -> float | None:
-    for key, peaks in DEVICE_PEAKS:
-        if key in device_name:
-            return peaks.get(_WIDTH.get(precision, ""))
-    return None
+def recipe_precision(recipe: str) -> str:
+    """The kernel precision a recipe's GEMMs run at (verify.RECIPE_PRECISIONS): the precision
+    whose peak, ridge point and operand size apply to the recipe's rows."""
+    if recipe not in RECIPE_PRECISIONS:
+        raise InputError(f"the run used recipe {recipe!r}, which gemmscope does not know ({', '.join(RECIPES)})")
+    # One precision per recipe today; a recipe with several would need a rule for which peak applies.
+    (precision,) = RECIPE_PRECISIONS[recipe]
+    return precision
 
 
 def parse_label(text: str) -> dict:
@@ -157,7 +149,7 @@ def _run_from(plan: dict, result_marks: list[str], device: dict, measured: dict,
         # A verdict needs the trace's kernels; an entry that did not run has none.
         row["verdict"] = verdict(m.get("precision"), r["precision"], sm) if r["status"] == "ok" and m else None
         row["tflops"] = flops / (row["e2e_ms"] * 1e-3) / 1e12 if r["status"] == "ok" else math.nan
-        peak = peak_tflops(device["name"], r["precision"])
+        peak = devices.peak_tflops(device["name"], recipe_precision(r["precision"]))
         row["pct_of_peak"] = 100 * row["tflops"] / peak if peak else math.nan
         rows.append(row)
     if not rows:
