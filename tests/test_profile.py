@@ -119,6 +119,14 @@ def test_reports_render(run, tmp_path):
     reports.write_profile_reports(run, tmp_path, 40.0)
     markdown = (tmp_path / "report.md").read_text()
     assert "| autocast | fp8-delayed |" in markdown and "unsupported: Device compute capability" in markdown
+    assert "| kernel % peak | quant % | FLOP/B | speedup reason | verdict |" in markdown
+    assert "| mlp_down | 15872x16384x4096 | fp8-current |" in markdown and "| quantization " in markdown
+    for recipe in ("MXFP8", "NVFP4"):  # TE's reason once per recipe, not once per GEMM
+        assert markdown.count(f"required for {recipe} execution") == 1
+    assert f"= {'H200 SXM' if 'H200' in run.device['name'] else 'H100 SXM'}: dense peaks" in markdown
+    document = json.loads((tmp_path / "results.json").read_text())
+    assert document["device_figures"]["dense_peak_tflops"]["FP8"] == 3958 / 2
+    assert {"speedup_reason", "kernel_tflops", "quantization_pct", "intensity", "ridge"} <= set(document["gemms"][0])
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -217,6 +225,10 @@ def test_unknown_gpu_is_named_unknown_and_gets_no_peak(run):
     mlp_down = g[(g["op"] == "mlp_down") & (g["pass"] == "fprop") & (g["precision"] == "fp8-current")
                  & (g["mode"] == "autocast")]
     assert mlp_down["speedup_reason"].str.startswith("quantization").all()  # what the trace says still holds
+    unknown = profile.ProfileRun(device={"name": "NVIDIA GH200 480GB", "sm": "sm90"}, plan=run.plan, gemms=g,
+                                 memory=run.memory)
+    assert reports.device_line(unknown).startswith("NVIDIA GH200 480GB is not in gemmscope's device table")
+    assert reports.results_document(unknown, None)["device_figures"] is None
 
 
 def test_fallback_and_memory_bound_rules(run):
@@ -264,3 +276,5 @@ def test_profile_without_gpu_shows_the_shipped_run():
     assert done.returncode == 0, done.stderr
     assert "no CUDA GPU here" in done.stderr
     assert "codonfm-5b on NVIDIA H200" in done.stdout and "1.66x" in done.stdout
+    assert "speedup reason" in done.stdout and "quantization 24 % of e2e" in done.stdout
+    assert "NVIDIA H200 = H200 SXM: dense peaks" in done.stdout
