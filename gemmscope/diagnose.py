@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gemmscope.profile import peak_tflops
+from gemmscope.devices import lookup, peak_tflops
 from gemmscope.verify import RECIPE_PRECISIONS, Verification
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",

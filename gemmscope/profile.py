@@ -16,37 +16,35 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from gemmscope import shapes
+from gemmscope import devices, shapes
 from gemmscope.errors import InputError
 from gemmscope.trace_parser import Trace, launches, read_trace
-from gemmscope.verify import RECIPES, verdict
+from gemmscope.verify import RECIPE_PRECISIONS, RECIPES, verdict
 
 RANGE_PREFIX = "gemmscope.gemm|"
 WARMUP_PREFIX = "gemmscope.warmup|"
 RESULT_PREFIX = "gemmscope.result|"
 PLAN_PREFIX = "gemmscope.plan|"
 MODES = ("autocast", "prequant")
-
-# Dense tensor-core peaks (TFLOP/s) from NVIDIA's datasheets, by device and operand width; the
-# first device whose name contains the key applies (so "H100 PCIe" before "H100").
-DEVICE_PEAKS = (
-    ("H100 PCIe", {"tf32": 378.0, "16-bit": 756.0, "8-bit": 1513.0}),
-    ("H100", {"tf32": 494.7, "16-bit": 989.4, "8-bit": 1978.9}),
-    ("H200", {"tf32": 494.7, "16-bit": 989.4, "8-bit": 1978.9}),
-    ("GB200", {"tf32": 1250.0, "16-bit": 2500.0, "8-bit": 5000.0, "4-bit": 10000.0}),
-    ("B200", {"tf32": 1100.0, "16-bit": 2250.0, "8-bit": 4500.0, "4-bit": 9000.0}),
-)
-_WIDTH = {"tf32": "tf32", "bf16": "16-bit", "fp16": "16-bit", "fp8": "8-bit", "fp8-rowwise": "8-bit",
-          "fp8-block": "8-bit", "mxfp8": "8-bit", "nvfp4": "4-bit", "mxfp4": "4-bit"}
+# The GEMMs' output is BF16 whatever the recipe (the workload asks TE for out_dtype=bfloat16).
+OUTPUT_BYTES = 2
+# A factor of a GEMM's speedup that costs less than this is within run-to-run noise (the example
+# runs' IQRs are 1-3 % of e2e), so the speedup reason does not name it.
+NEGLIGIBLE_LOSS = 0.05
 
 
-def peak_tflops(device_name: str, precision: str) -> float | None:
-    for key, peaks in DEVICE_PEAKS:
-        if key in device_name:
-            return peaks.get(_WIDTH.get(precision, ""))
-    return None
+
+def recipe_precision(recipe: str) -> str:
+    """The kernel precision a recipe's GEMMs run at (verify.RECIPE_PRECISIONS): the precision
+    whose peak, ridge point and operand size apply to the recipe's rows."""
+    if recipe not in RECIPE_PRECISIONS:
+        raise InputError(f"the run used recipe {recipe!r}, which gemmscope does not know ({', '.join(RECIPES)})")
+    # One precision per recipe today; a recipe with several would need a rule for which peak applies.
+    (precision,) = RECIPE_PRECISIONS[recipe]
+    return precision
 
 
 def parse_label(text: str) -> dict:
@@ -156,13 +154,109 @@ def _run_from(plan: dict, result_marks: list[str], device: dict, measured: dict,
         }
         # A verdict needs the trace's kernels; an entry that did not run has none.
         row["verdict"] = verdict(m.get("precision"), r["precision"], sm) if r["status"] == "ok" and m else None
-        row["tflops"] = flops / (row["e2e_ms"] * 1e-3) / 1e12 if r["status"] == "ok" else math.nan
-        peak = peak_tflops(device["name"], r["precision"])
-        row["pct_of_peak"] = 100 * row["tflops"] / peak if peak else math.nan
         rows.append(row)
     if not rows:
         raise InputError("the run holds no gemmscope results: the workload stopped before its first GEMM")
-    return ProfileRun(device=device, plan=plan, gemms=pd.DataFrame(rows), memory=memory)
+    return ProfileRun(device=device, plan=plan, gemms=with_speed_figures(pd.DataFrame(rows), device["name"]),
+                      memory=memory)
+
+
+def with_speed_figures(gemms: pd.DataFrame, device_name: str) -> pd.DataFrame:
+    """The profile rows with, per GEMM shape and recipe, what its time is made of and the reason
+    its speedup over BF16 is what it is. Columns added:
+
+    - `peak_tflops`: the GPU's dense tensor-core peak at the recipe's kernel precision
+      (`devices`; NaN on a GPU not in the table);
+    - `tflops`, `pct_of_peak`: end-to-end (CUDA-event) throughput and its % of that peak;
+    - `kernel_tflops`, `kernel_pct_of_peak`: the same for the GEMM kernels alone (flops / kernel_ms);
+    - `quantization_pct`: the other kernels TE ran in the timed range (overhead_ms), % of e2e_trace_ms;
+    - `idle_pct`: the time in the timed range with no kernel running (launch gaps), % of e2e_trace_ms;
+    - `intensity`: FLOP per byte, 2MNK over A (M x K) and B (K x N) at the recipe's operand size
+      (FP8 1 byte, NVFP4 0.5, block scales left out) plus the BF16 output (M x N);
+    - `ridge`: the GPU's ridge point at that precision (peak / memory bandwidth, FLOP/B);
+    - `speedup`: the BF16 row's e2e_ms for the same GEMM and mode over this row's;
+    - `speedup_reason`: one line, from the first of these rules that applies:
+
+      1. the entry did not run: none (TE's own reason is in `reason`);
+      2. verdict FALLBACK: "kernel fell back to BF16" (the precision that ran);
+      3. intensity below the ridge point: "memory-bound: intensity 210 < ridge 590 FLOP/B" (memory
+         bandwidth, not the tensor cores, sets the time);
+      4. no trace (a run made without nsys): "no trace: e2e at 58 % of FP8 peak";
+      5. the speedup over BF16 is the peak ratio x kernel factor x kernel share, where kernel
+         factor = this kernel's % of peak / the BF16 kernel's % of BF16 peak for the same GEMM
+         and mode (/ 100 % when the run has no BF16 row for it) and kernel share = kernel_ms /
+         e2e_trace_ms. When the kernel share is the smaller of the two and costs more than
+         NEGLIGIBLE_LOSS, the larger of quantization and idle time is the reason: "quantization
+         24 % of e2e", "GPU idle 44 % of e2e (launch gaps)";
+      6. otherwise the kernel: "kernel at 54 % of FP8 peak (BF16 kernel at 70 %)"; on a GPU not
+         in the table, "kernel 1388 TFLOP/s (GPU not in the device table: no peak)".
+    """
+    kernel_precisions = {recipe: recipe_precision(recipe) for recipe in gemms["precision"].unique()}
+    precision = gemms["precision"].map(kernel_precisions)
+
+    def per_precision(figure) -> pd.Series:  # one figure per kernel precision, spread over the rows
+        return precision.map({p: figure(p) for p in set(kernel_precisions.values())}).astype(float)
+
+    peak = per_precision(lambda p: devices.peak_tflops(device_name, p))
+    tflops = (gemms["flops"] / (gemms["e2e_ms"] * 1e9)).where(gemms["status"] == "ok")
+    kernel_tflops = gemms["flops"] / (gemms["kernel_ms"] * 1e9)
+    idle_ms = (gemms["e2e_trace_ms"] - gemms["kernel_ms"] - gemms["overhead_ms"]).clip(lower=0)
+    m, k, n = gemms["m"], gemms["k"], gemms["n"]
+    moved_bytes = per_precision(devices.operand_bytes) * (m * k + k * n) + OUTPUT_BYTES * m * n
+    figures = pd.DataFrame({
+        "peak_tflops": peak,
+        "tflops": tflops,
+        "pct_of_peak": 100 * tflops / peak,
+        "kernel_tflops": kernel_tflops,
+        "kernel_pct_of_peak": 100 * kernel_tflops / peak,
+        "quantization_pct": 100 * gemms["overhead_ms"] / gemms["e2e_trace_ms"],
+        "idle_pct": 100 * idle_ms / gemms["e2e_trace_ms"],
+        "intensity": gemms["flops"] / moved_bytes,
+        "ridge": per_precision(lambda p: devices.ridge_point(device_name, p)),
+    }, index=gemms.index)
+    out = pd.concat([gemms, figures], axis=1)
+    baseline = _bf16_baseline(out)
+    out["speedup"] = baseline["e2e_ms"] / out["e2e_ms"]
+    out["speedup_reason"] = _speedup_reasons(out, baseline, precision.map(devices.peak_label))
+    return out
+
+
+def _bf16_baseline(rows: pd.DataFrame) -> pd.DataFrame:
+    """For each row, the BF16 row of the same GEMM and mode (NaN where the run has none)."""
+    same_gemm = ["op", "pass", "mode", "m", "k", "n"]
+    bf16 = rows.loc[rows["precision"] == "bf16", same_gemm + ["e2e_ms", "kernel_pct_of_peak"]]
+    baseline = rows[same_gemm].merge(bf16.drop_duplicates(same_gemm), on=same_gemm, how="left")
+    return baseline.set_axis(rows.index)
+
+
+def _speedup_reasons(rows: pd.DataFrame, baseline: pd.DataFrame, peak_label: pd.Series) -> pd.Series:
+    """The rules of `with_speed_figures`, in order: the first that holds gives the row's text."""
+    def number(values: pd.Series) -> pd.Series:
+        return values.map(lambda v: f"{v:.0f}")
+
+    kernel_factor = rows["kernel_pct_of_peak"] / baseline["kernel_pct_of_peak"].fillna(100)
+    kernel_share = rows["kernel_ms"] / rows["e2e_trace_ms"]
+    overhead_limits = (kernel_share < 1 - NEGLIGIBLE_LOSS) & ~(kernel_factor < kernel_share)
+    compared = ("(BF16 kernel at " + number(baseline["kernel_pct_of_peak"]) + " %)").where(
+        (rows["precision"] != "bf16") & baseline["kernel_pct_of_peak"].notna(), "")
+    rules = [
+        (rows["verdict"] == "FALLBACK", "kernel fell back to " + rows["kernel_precision"].str.upper()),
+        (rows["intensity"] < rows["ridge"],
+         "memory-bound: intensity " + number(rows["intensity"]) + " < ridge " + number(rows["ridge"]) + " FLOP/B"),
+        (rows["kernel_ms"].isna() & rows["peak_tflops"].notna(),
+         "no trace: e2e at " + number(rows["pct_of_peak"]) + " % of " + peak_label + " peak"),
+        (rows["kernel_ms"].isna(), "no trace: e2e " + number(rows["tflops"]) + " TFLOP/s"),
+        (overhead_limits & (rows["quantization_pct"] >= rows["idle_pct"]),
+         "quantization " + number(rows["quantization_pct"]) + " % of e2e"),
+        (overhead_limits, "GPU idle " + number(rows["idle_pct"]) + " % of e2e (launch gaps)"),
+        (rows["peak_tflops"].isna(),
+         "kernel " + number(rows["kernel_tflops"]) + " TFLOP/s (GPU not in the device table: no peak)"),
+    ]
+    kernel = ("kernel at " + number(rows["kernel_pct_of_peak"]) + " % of " + peak_label + " peak " + compared)
+    reasons = np.select([condition.to_numpy(dtype=bool) for condition, _ in rules],
+                        [text.to_numpy(dtype=object) for _, text in rules],
+                        default=kernel.str.strip().to_numpy(dtype=object))
+    return pd.Series(reasons, index=rows.index).where(rows["status"] == "ok")  # no reason for what did not run
 
 
 def _measured(trace: Trace) -> dict[str, dict]:

@@ -11,6 +11,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from gemmscope import devices
 from gemmscope.diagnose import CATEGORIES, Diagnosis
 from gemmscope.trace_parser import Trace
 from gemmscope.verify import Verification
@@ -298,8 +299,10 @@ def _num(value: float, digits: int = 3) -> str:
 
 
 def profile_pass_tables(run) -> list[tuple[str, pd.DataFrame]]:
-    """One table per mode and pass, a row per GEMM and precision: times, TFLOP/s, the kernel
-    that ran and the verdict (or why the entry did not run)."""
+    """One table per mode and pass, a row per GEMM and precision: times, throughput against the
+    GPU's dense peak, what held the speedup over BF16 back and the verdict (the kernels are in
+    `profile_kernel_table`; an entry that did not run says only its status, TE's reason is in
+    `profile_not_run_table`)."""
     tables = []
     for (mode, pass_), grp in run.gemms.groupby(["mode", "pass"], sort=False):
         frame = pd.DataFrame({
@@ -310,14 +313,52 @@ def profile_pass_tables(run) -> list[tuple[str, pd.DataFrame]]:
             "IQR ms": grp["e2e_iqr_ms"].map(_num),
             "kernel ms": grp["kernel_ms"].map(_num),
             "overhead ms": grp["overhead_ms"].map(_num),
+            "speedup": grp["speedup"].map(lambda v: _num(v, 2) + "x" if pd.notna(v) else ""),
             "TFLOP/s": grp["tflops"].map(lambda v: _num(v, 0)),
             "% peak": grp["pct_of_peak"].map(lambda v: _num(v, 0)),
-            "kernel": grp["kernel"].fillna(""),
-            "verdict": [v if isinstance(v, str) else f"{s}: {r}" if s != "ok" else ""
-                        for v, s, r in zip(grp["verdict"], grp["status"], grp["reason"])],
+            "kernel TFLOP/s": grp["kernel_tflops"].map(lambda v: _num(v, 0)),
+            "kernel % peak": grp["kernel_pct_of_peak"].map(lambda v: _num(v, 0)),
+            "quant %": grp["quantization_pct"].map(lambda v: _num(v, 0)),
+            "FLOP/B": grp["intensity"].map(lambda v: _num(v, 0)).where(grp["status"] == "ok", ""),
+            "speedup reason": grp["speedup_reason"].fillna(""),
+            "verdict": grp["verdict"].where(grp["status"] == "ok", grp["status"]).fillna(""),
         })
         tables.append((f"{mode}: {pass_}", frame))
     return tables
+
+
+def profile_kernel_table(run) -> pd.DataFrame:
+    """The GEMM kernels that ran, per mode, pass and precision, with the ops that ran each."""
+    ran = run.gemms[run.gemms["kernel"].notna()]
+    grouped = ran.groupby(["mode", "pass", "precision", "kernel", "kernel_precision"], sort=False)
+    return grouped["op"].agg(", ".join).rename("ops").reset_index().rename(columns={"kernel_precision": "ran as"})
+
+
+def _kernels_section(run) -> tuple[str, pd.DataFrame]:
+    return "GEMM kernels that ran (per mode, pass and precision)", profile_kernel_table(run)
+
+
+def profile_not_run_table(run) -> pd.DataFrame:
+    """Once per recipe and reason: the entries that did not run, and why (TE's reason)."""
+    not_run = run.gemms[run.gemms["status"] != "ok"]
+    why = not_run["status"] + ": " + not_run["reason"].fillna("(no reason recorded)")
+    grouped = not_run.assign(why=why).groupby(["precision", "why"], sort=False)
+    return grouped.agg(modes=("mode", lambda m: ", ".join(dict.fromkeys(m))), gemms=("op", "size")).reset_index()
+
+
+def device_line(run) -> str:
+    """The GPU's figures that % peak and the ridge points use, with their source, or that the GPU
+    is not in gemmscope's device table."""
+    name = run.device["name"]
+    device = devices.lookup(name)
+    if device is None:
+        return (f"{name} is not in gemmscope's device table (gemmscope/devices.py): % peak, ridge points and "
+                "memory-bound checks are left empty.")
+    peaks = ", ".join(f"{label} {value:g}" for label, value in device.peak_tflops.items())
+    ridges = ", ".join(f"{devices.peak_label(p)} {ridge:.0f}" for p in ("bf16", "fp8", "nvfp4")
+                       if (ridge := devices.ridge_point(name, p)) is not None)
+    return (f"{name} = {device.part}: dense peaks {peaks} TFLOP/s (INT8: TOP/s), {device.bandwidth_tbps:g} TB/s, "
+            f"ridge points {ridges} FLOP/B. Source: {', '.join(device.sources)} ({device.note})")
 
 
 def profile_summary_tables(run) -> list[tuple[str, pd.DataFrame]]:
@@ -336,6 +377,9 @@ def profile_summary_tables(run) -> list[tuple[str, pd.DataFrame]]:
                           "e2e ms per step": full["e2e_ms"].map(_num)})
     tables = [(f"Per layer ({run.plan['model']})", per_layer),
               (f"Full model: {run.plan['num_layers']} layers, one step's GEMMs", model)]
+    not_run = profile_not_run_table(run)
+    if not not_run.empty:
+        tables.append(("Did not run (TE's reason, once per recipe)", not_run))
     if not run.memory.empty:
         tables.append(("GPU memory while each precision ran (peak above baseline, MiB)",
                        run.memory.assign(peak_mib=run.memory["peak_mib"].map(lambda v: _num(v, 0)))))
@@ -344,8 +388,12 @@ def profile_summary_tables(run) -> list[tuple[str, pd.DataFrame]]:
 
 def results_document(run, wall_s: float | None) -> dict:
     """`results.json` of a profile run."""
+    device = devices.lookup(run.device["name"])
     return {
         "device": run.device,
+        "device_figures": None if device is None else {
+            "part": device.part, "dense_peak_tflops": dict(device.peak_tflops),
+            "memory_bandwidth_tbps": device.bandwidth_tbps, "sources": list(device.sources), "note": device.note},
         "wall_s": wall_s,
         "model": run.plan["model"],
         "num_layers": run.plan["num_layers"],
@@ -357,20 +405,45 @@ def results_document(run, wall_s: float | None) -> dict:
     }
 
 
+# Free-text columns of the profile tables: the only ones that wrap, so numbers stay on one line.
+_WRAPPING = {"speedup reason", "why", "ops"}
+
+
+def _profile_rich_table(frame: pd.DataFrame, title: str) -> Table:
+    """A profile table for the terminal: a header wider than its column's cells is broken after
+    its first word, and only the free-text columns wrap."""
+    table = Table(title=title, title_justify="left")
+    for column in frame.columns:
+        widest = frame[column].map(_cell).str.len().max() if len(frame) else 0
+        header = str(column).replace(" ", "\n", 1) if len(str(column)) > widest else str(column)
+        table.add_column(header, no_wrap=column not in _WRAPPING, overflow="fold")
+    for row in frame.itertuples(index=False):
+        table.add_row(*(_cell(v) for v in row))
+    return table
+
+
 def print_profile(run) -> None:
     console = Console(width=200)
     console.print(f"gemmscope profile: {run.plan['model']} on {run.device['name']} ({run.device['sm']})")
-    for title, frame in profile_pass_tables(run) + profile_summary_tables(run):
-        console.print(rich_table(frame, title))
+    console.print(device_line(run))
+    for title, frame in profile_pass_tables(run) + [_kernels_section(run)] + profile_summary_tables(run):
+        console.print(_profile_rich_table(frame, title))
 
 
 def profile_markdown(run, wall_s: float | None) -> str:
     parts = [f"# gemmscope profile: {run.plan['model']} on {run.device['name']} ({run.device['sm']})\n"]
     if wall_s is not None:
         parts.append(f"Whole run (workload under nsys, export, analysis): {wall_s:.1f} s.\n")
+    parts.append(device_line(run) + "\n")
     parts.append("e2e: CUDA-event time per iteration (median over the timed loop); kernel: GEMM kernels "
-                 "from the trace; overhead: every other kernel inside the timed range (quantization).\n")
-    for title, frame in profile_summary_tables(run) + profile_pass_tables(run):
+                 "from the trace; overhead: every other kernel inside the timed range (quantization). "
+                 "speedup: over BF16, same GEMM and mode. % peak: of the GPU's dense peak at the recipe's "
+                 "precision (e2e, and kernel alone). quant %: overhead / the timed range's span. FLOP/B: "
+                 "arithmetic intensity (A, B and the BF16 output). speedup reason, the first that applies: the "
+                 "kernel fell back; memory-bound (intensity below the ridge point); quantization or idle time "
+                 "between kernels, where it costs the speedup more than the kernel's efficiency next to the BF16 "
+                 "kernel's; else the kernel's % of peak (rules: `gemmscope.profile.with_speed_figures`).\n")
+    for title, frame in profile_summary_tables(run) + profile_pass_tables(run) + [_kernels_section(run)]:
         parts += [f"\n## {title}\n", markdown_table(frame)]
     return "\n".join(parts)
 

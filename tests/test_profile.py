@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
+import pandas as pd
+
 from gemmscope import profile, reports
+from gemmscope.trace_parser import read_trace
+
+
+# Dense peaks read off NVIDIA's H100 and H200 pages (figures "with sparsity", halved) and their
+# memory bandwidths, written out here so the test does not read them from gemmscope's table.
+DENSE_PEAK_TFLOPS = {"bf16": 1979 / 2, "fp8-delayed": 3958 / 2, "fp8-current": 3958 / 2, "fp8-block": 3958 / 2}
+BANDWIDTH_TBPS = {"NVIDIA H200": 4.8, "NVIDIA H100 80GB HBM3": 3.35}
+RAN = list(DENSE_PEAK_TFLOPS)  # the recipes that run on Hopper
 
 
 @dataclass(frozen=True)
@@ -109,7 +119,148 @@ def test_reports_render(run, tmp_path):
     reports.write_profile_reports(run, tmp_path, 40.0)
     markdown = (tmp_path / "report.md").read_text()
     assert "| autocast | fp8-delayed |" in markdown and "unsupported: Device compute capability" in markdown
+    assert "| kernel % peak | quant % | FLOP/B | speedup reason | verdict |" in markdown
+    assert "| mlp_down | 15872x16384x4096 | fp8-current |" in markdown and "| quantization " in markdown
+    for recipe in ("MXFP8", "NVFP4"):  # TE's reason once per recipe, not once per GEMM
+        assert markdown.count(f"required for {recipe} execution") == 1
+    assert f"= {'H200 SXM' if 'H200' in run.device['name'] else 'H100 SXM'}: dense peaks" in markdown
+    document = json.loads((tmp_path / "results.json").read_text())
+    assert document["device_figures"]["dense_peak_tflops"]["FP8"] == 3958 / 2
+    assert {"speedup_reason", "kernel_tflops", "quantization_pct", "intensity", "ridge"} <= set(document["gemms"][0])
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _recorded_frame(recorded: dict) -> pd.DataFrame:
+    """The measurements the run recorded in results.json, keyed by GEMM, recipe and mode."""
+    return pd.DataFrame(recorded["gemms"]).set_index(["op", "pass", "precision", "mode"])
+
+
+def _derived_frame(run) -> pd.DataFrame:
+    return run.gemms.set_index(["op", "pass", "precision", "mode"])
+
+
+def test_percent_of_peak_is_filled_for_every_recipe_that_ran(run):
+    ran = run.gemms[run.gemms["precision"].isin(RAN)]
+    assert len(ran) == 4 * 12 * 2 and ran["pct_of_peak"].notna().all() and ran["kernel_pct_of_peak"].notna().all()
+    assert (ran["peak_tflops"] == ran["precision"].map(DENSE_PEAK_TFLOPS)).all()
+    expected = 100 * ran["flops"] / (ran["e2e_ms"] * 1e9) / ran["precision"].map(DENSE_PEAK_TFLOPS)
+    assert ((ran["pct_of_peak"] - expected).abs() < 1e-9).all()
+    # Hopper has no FP4 tensor cores: NVFP4's peak is unknown there, never borrowed from another width
+    assert run.gemms.loc[run.gemms["precision"] == "nvfp4", "peak_tflops"].isna().all()
+
+
+def test_kernel_tflops_is_flops_over_the_recorded_kernel_time(run, recorded):
+    measured = _recorded_frame(recorded)
+    derived = _derived_frame(run).loc[measured.index]
+    ran = measured["status"] == "ok"
+    flops = 2 * measured["m"] * measured["k"] * measured["n"]
+    kernel_tflops = flops / (measured["kernel_ms"] / 1e3) / 1e12
+    assert ((derived.loc[ran, "kernel_tflops"] / kernel_tflops[ran] - 1).abs() < 1e-9).all()
+    peak = measured.index.get_level_values("precision").map(DENSE_PEAK_TFLOPS).to_numpy()
+    kernel_pct = 100 * kernel_tflops[ran] / peak[ran.to_numpy()]
+    assert ((derived.loc[ran, "kernel_pct_of_peak"] - kernel_pct).abs() < 1e-9).all()
+    assert derived.loc[~ran, "kernel_tflops"].isna().all()
+
+
+def test_quantization_share_is_overhead_over_e2e(run, recorded):
+    measured = _recorded_frame(recorded)
+    derived = _derived_frame(run).loc[measured.index]
+    ran = measured["status"] == "ok"
+    share = 100 * measured["overhead_ms"] / measured["e2e_trace_ms"]
+    assert ((derived.loc[ran, "quantization_pct"] - share[ran]).abs() < 1e-9).all()
+    assert (derived.xs("prequant", level="mode")["quantization_pct"].dropna() == 0).all()  # TE's GEMM alone
+
+
+def test_intensity_and_ridge_from_shapes_and_datasheet(run):
+    ran = run.gemms[run.gemms["precision"].isin(RAN)]
+    element = ran["precision"].map({"bf16": 2, "fp8-delayed": 1, "fp8-current": 1, "fp8-block": 1})
+    moved = element * (ran["m"] * ran["k"] + ran["k"] * ran["n"]) + 2 * ran["m"] * ran["n"]
+    assert ((ran["intensity"] - ran["flops"] / moved).abs() < 1e-6).all()
+    ridge = ran["precision"].map(DENSE_PEAK_TFLOPS) / BANDWIDTH_TBPS[run.device["name"]]
+    assert ((ran["ridge"] - ridge).abs() < 1e-9).all()
+    # CodonFM's GEMMs (M = 31 x 512 tokens) do thousands of FLOP per byte: none is memory-bound
+    assert (ran["intensity"] > 3 * ran["ridge"]).all()
+    assert not ran["speedup_reason"].str.startswith("memory-bound").any()
+
+
+def test_speedup_is_bf16_time_over_this_time_for_the_same_gemm_and_mode(run):
+    g = run.gemms.set_index(["op", "pass", "mode", "precision"])
+    bf16 = g.xs("bf16", level="precision")["e2e_ms"]
+    for recipe in RAN:
+        rows = g.xs(recipe, level="precision")
+        assert ((rows["speedup"] - bf16.loc[rows.index] / rows["e2e_ms"]).abs() < 1e-12).all()
+
+
+def test_mlp_down_fp8_current_speedup_is_held_back_by_quantization(run, recorded):
+    measured = _recorded_frame(recorded).loc[("mlp_down", "fprop", "fp8-current", "autocast")]
+    share = 100 * measured["overhead_ms"] / measured["e2e_trace_ms"]
+    assert share > 20  # a fifth or more of the GEMM's time is TE quantizing its inputs
+    row = _derived_frame(run).loc[("mlp_down", "fprop", "fp8-current", "autocast")]
+    assert row["speedup_reason"] == f"quantization {share:.0f} % of e2e"
+    # ... while its kernel alone is faster than BF16's by more than the 2x peak ratio
+    bf16 = _derived_frame(run).loc[("mlp_down", "fprop", "bf16", "autocast")]
+    assert bf16["kernel_ms"] / row["kernel_ms"] > 2
+
+
+def test_every_row_that_ran_has_a_speedup_reason_and_rows_that_did_not_keep_te_reason(run):
+    ran = run.gemms["status"] == "ok"
+    assert run.gemms.loc[ran, "speedup_reason"].notna().all()
+    assert run.gemms.loc[~ran, "speedup_reason"].isna().all() and run.gemms.loc[~ran, "reason"].notna().all()
+    prequant = run.gemms[ran & (run.gemms["mode"] == "prequant")]
+    assert not prequant["speedup_reason"].str.startswith("quantization").any()  # TE's GEMM alone
+    fp8_block = run.gemms[ran & (run.gemms["precision"] == "fp8-block") & (run.gemms["mode"] == "prequant")]
+    assert fp8_block["speedup_reason"].str.endswith(")").all()  # compared with the BF16 kernel of the same GEMM
+
+
+def _measurements(run) -> pd.DataFrame:
+    """A run's rows as measured, before the speed figures are added."""
+    return run.gemms.loc[:, :"verdict"]
+
+
+def test_unknown_gpu_is_named_unknown_and_gets_no_peak(run):
+    g = profile.with_speed_figures(_measurements(run), "NVIDIA GH200 480GB")
+    assert g["peak_tflops"].isna().all() and g["pct_of_peak"].isna().all() and g["ridge"].isna().all()
+    prequant_fp8 = g[(g["mode"] == "prequant") & (g["precision"] == "fp8-current")]
+    assert prequant_fp8["speedup_reason"].str.endswith("TFLOP/s (GPU not in the device table: no peak)").all()
+    mlp_down = g[(g["op"] == "mlp_down") & (g["pass"] == "fprop") & (g["precision"] == "fp8-current")
+                 & (g["mode"] == "autocast")]
+    assert mlp_down["speedup_reason"].str.startswith("quantization").all()  # what the trace says still holds
+    unknown = profile.ProfileRun(device={"name": "NVIDIA GH200 480GB", "sm": "sm90"}, plan=run.plan, gemms=g,
+                                 memory=run.memory)
+    assert reports.device_line(unknown).startswith("NVIDIA GH200 480GB is not in gemmscope's device table")
+    assert reports.results_document(unknown, None)["device_figures"] is None
+
+
+def test_fallback_and_memory_bound_rules(run):
+    rows = _measurements(run).copy()
+    fp8 = (rows["precision"] == "fp8-current") & (rows["mode"] == "prequant")
+    fallback, decode = fp8 & (rows["op"] == "qkv"), fp8 & (rows["op"] == "mlp_up")
+    rows.loc[fallback, ["verdict", "kernel_precision"]] = ["FALLBACK", "bf16"]
+    rows.loc[decode, "m"] = 16  # one token per sequence: the weights dominate what moves
+    rows["flops"] = 2 * rows["m"] * rows["k"] * rows["n"]
+    g = profile.with_speed_figures(rows, run.device["name"])
+    assert (g.loc[fallback, "speedup_reason"] == "kernel fell back to BF16").all()
+    decode_rows = g[decode]
+    assert decode_rows["speedup_reason"].str.match(r"memory-bound: intensity \d+ < ridge \d+ FLOP/B").all()
+    assert (decode_rows["intensity"] < 32).all()
+
+
+def test_idle_gaps_are_named_only_where_they_outweigh_quantization(run):
+    idle = run.gemms[run.gemms["speedup_reason"].str.startswith("GPU idle", na=False)]
+    assert (idle["idle_pct"] > idle["quantization_pct"]).all()
+    assert (idle["speedup_reason"] == idle["idle_pct"].map(lambda v: f"GPU idle {v:.0f} % of e2e (launch gaps)")).all()
+
+
+def test_run_without_trace_says_so(run, gpu):
+    trace = read_trace(gpu.run_dir / "trace.sqlite.xz")
+    marks = trace.nvtx.loc[trace.nvtx["kind"] == "mark", "name"].dropna()
+    plan = next(n for n in marks if n.startswith(profile.PLAN_PREFIX))[len(profile.PLAN_PREFIX):]
+    events = {"plan": json.loads(plan), "results": [n for n in marks if n.startswith(profile.RESULT_PREFIX)],
+              "device": run.device}
+    g = profile.analyze_events(events).gemms
+    ran = g["status"] == "ok"
+    assert g.loc[ran, "speedup_reason"].str.match(r"no trace: e2e at \d+ % of (BF16|FP8) peak").all()
+    assert g.loc[ran, "pct_of_peak"].notna().all() and g.loc[ran, "kernel_tflops"].isna().all()
 
 
 def test_label_round_trip_keeps_free_text_reason():
@@ -125,3 +276,5 @@ def test_profile_without_gpu_shows_the_shipped_run():
     assert done.returncode == 0, done.stderr
     assert "no CUDA GPU here" in done.stderr
     assert "codonfm-5b on NVIDIA H200" in done.stdout and "1.66x" in done.stdout
+    assert "speedup reason" in done.stdout and "quantization 24 % of e2e" in done.stdout
+    assert "NVIDIA H200 = H200 SXM: dense peaks" in done.stdout
