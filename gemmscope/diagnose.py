@@ -245,6 +245,11 @@ def findings(result: Verification, times: pd.DataFrame) -> list[dict]:
                     "figures": {"gemm_ns": gemm_ns, "gemm_share": share, "amdahl": bounds,
                                 "measured_gemm_speedup": measured_speedup}, "concerns": []})
     out += _verdict_findings(result, times, throughput)
+    if device is not None and lookup(device) is None:
+        out.append({"code": "unknown-device", "explains_ns": 0,
+                    "statement": f"{device} is not in gemmscope's device table: no TFLOP/s share of a peak "
+                                 "is computed for it (small-gemm and gemms-healthy need one)",
+                    "figures": {"device": device}, "concerns": []})
     return sorted(out, key=lambda f: -f["explains_ns"])
 
 

@@ -147,3 +147,12 @@ def test_fallback_finding_names_where(checked):
     assert fallback["figures"]["fallback_ns"] == t
     assert set(fallback["figures"]["by_cause_ns"]) == {"requested-bf16", "outside-te"}
     assert all(c["layer"] is None or c["layer"].startswith("layers.2.") for c in fallback["concerns"])
+
+
+def test_a_gpu_missing_from_the_device_table_is_named_not_guessed():
+    result = check([read_trace(CORPUS / "te_stack_large_fp8-block_1gpu.sqlite.xz")])
+    for trace in result.traces:  # the same capture, as if made on a GPU gemmscope has no figures for
+        trace.meta["gpus"] = [dict(g, name="NVIDIA GH200 480GB") for g in trace.meta["gpus"]]
+    codes = {f["code"]: f for f in diagnose.diagnose(result).findings}
+    assert "NVIDIA GH200 480GB" in codes["unknown-device"]["statement"]
+    assert "gemms-healthy" not in codes and "small-gemm" not in codes
