@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from gemmscope import diagnose, kernels, reports, shapes, verify
+from gemmscope import diagnose, kernels, loading, reports, shapes, verify
 from gemmscope.errors import InputError
 from gemmscope.trace_parser import read_trace, trace_paths
 
@@ -68,9 +68,13 @@ def _emit(text: str) -> None:
 @click.option("--step-range", metavar="PATTERN",
               help="NVTX range (shell pattern) that marks one training step: the breakdown covers the steps "
                    "after the first. Default: ranges named like 'step 3' or 'iteration 3', when they repeat.")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Read several traces in N local processes (default: one per trace, up to one per CPU).")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead.")
 @_format_option()
 def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...], step_range: str | None,
-            fmt: str) -> None:
+            workers: int | None, scheduler: str | None, fmt: str) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep; files, folders or
     globs, e.g. one per rank): precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
@@ -79,14 +83,14 @@ def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...]
     if not traces:
         traces = (EXAMPLE_TRACE,)
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
-    result = _check(trace_paths(traces), expect, allow)
+    result = _check(trace_paths(traces), expect, allow, workers, scheduler)
     diagnosis = diagnose.diagnose(result, step_range)
     _emit(reports.render_verification(result, fmt, reports.analysis_document(result, None, diagnosis), diagnosis))
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
-def _check(paths: list[Path], expect, allow) -> verify.Verification:
-    return verify.check([read_trace(p) for p in paths], expect, allow)
+def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> verify.Verification:
+    return verify.check(loading.load(paths, workers, scheduler), expect, allow)
 
 
 @main.command("verify", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -101,9 +105,13 @@ def _check(paths: list[Path], expect, allow) -> verify.Verification:
 @click.option("--step-range", metavar="PATTERN",
               help="NVTX range (shell pattern) that marks one training step: the breakdown covers the steps "
                    "after the first. Default: ranges named like 'step 3' or 'iteration 3', when they repeat.")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Read several traces in N local processes (default: one per trace, up to one per CPU).")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead.")
 @_format_option()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def verify_cmd(expect, allow, trace_args, out, step_range, fmt, command) -> None:
+def verify_cmd(expect, allow, trace_args, out, step_range, workers, scheduler, fmt, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
     --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
     Exit 1 on any non-allowed FALLBACK or when no GEMM ran, 3 when COMMAND failed, 4 when the
@@ -120,7 +128,7 @@ def verify_cmd(expect, allow, trace_args, out, step_range, fmt, command) -> None
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
     failed_command = outcome is not None and outcome["exit_code"] != 0
     try:
-        result = _check(paths, expect, allow)
+        result = _check(paths, expect, allow, workers, scheduler)
     except InputError as exc:
         if not failed_command:
             raise
