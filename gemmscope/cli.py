@@ -102,6 +102,12 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> ve
               help="Check existing traces instead of running a command: files, folders or globs "
                    "(one per rank, or one holding every rank); repeatable.")
 @click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a temporary folder).")
+@click.option("--capture-range", metavar="NVTX_RANGE",
+              help="Collect only the first instance of this NVTX range of COMMAND (e.g. a range your "
+                   "training loop pushes around steps 10-12): a long job costs a small trace.")
+@click.option("--delay", type=click.FloatRange(min=0), metavar="SECONDS", help="Start collecting after this long.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Collect for this long.")
 @click.option("--step-range", metavar="PATTERN",
               help="NVTX range (shell pattern) that marks one training step: the breakdown covers the steps "
                    "after the first. Default: ranges named like 'step 3' or 'iteration 3', when they repeat.")
@@ -111,18 +117,23 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> ve
               help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead.")
 @_format_option()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def verify_cmd(expect, allow, trace_args, out, step_range, workers, scheduler, fmt, command) -> None:
+def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, step_range, workers, scheduler,
+               fmt, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
     --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
     Exit 1 on any non-allowed FALLBACK or when no GEMM ran, 3 when COMMAND failed, 4 when the
     recipe to check against is unknown (no --expect, and the run recorded no te.autocast recipe)."""
     if trace_args and command:
         raise InputError("give either --trace FILE or a command after --, not both")
+    window = {"nvtx_range": capture_range, "delay_s": delay, "duration_s": duration}
+    if trace_args and any(v is not None for v in window.values()):
+        raise InputError("--capture-range, --delay and --duration choose what a command's capture holds: "
+                         "they do not apply to --trace")
     outcome = None
     if trace_args:
         paths = trace_paths(trace_args)
     elif command:
-        path, outcome = _capture(list(command), out)
+        path, outcome = _capture(list(command), out, window)
         paths = [path]
     else:
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
@@ -149,7 +160,7 @@ def verify_cmd(expect, allow, trace_args, out, step_range, workers, scheduler, f
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
-def _capture(command: list[str], out: Path | None) -> tuple[Path, dict]:
+def _capture(command: list[str], out: Path | None, window: dict) -> tuple[Path, dict]:
     from gemmscope import nsys_runner
 
     out = out or Path(tempfile.mkdtemp(prefix="gemmscope-verify-"))
@@ -158,14 +169,19 @@ def _capture(command: list[str], out: Path | None) -> tuple[Path, dict]:
     hook = str(Path(__file__).parent / "autocast_hook")
     env = dict(os.environ, NVTE_NVTX_ENABLED="1",
                PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
-    done = nsys_runner.profile(command, report, env)
+    if window["nvtx_range"] is not None:  # a range pushed with a plain string, not a registered one
+        env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
+    done = nsys_runner.profile(command, report, env, nsys_runner.capture_window_flags(**window))
     if not report.exists():
         raise InputError(f"nsys wrote no report for {' '.join(command)} (exit {done.returncode})")
     if done.returncode != 0:
         click.echo(f"gemmscope: note: the command exited {done.returncode}; checking what it ran", err=True)
     click.echo(f"gemmscope: trace {report}", err=True)
     # The command line itself stays out of reports: it may hold secrets.
-    return nsys_runner.export_sqlite(report), {"exit_code": done.returncode}
+    captured = {k: v for k, v in window.items() if v is not None}
+    if captured:
+        click.echo(f"gemmscope: capture window {captured}", err=True)
+    return nsys_runner.export_sqlite(report), {"exit_code": done.returncode, "capture_window": captured or None}
 
 
 @main.command("compare")
