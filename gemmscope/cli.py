@@ -197,6 +197,46 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
     _emit(reports.render_comparison(diagnose.compare(*runs, step_range=step_range), fmt))
 
 
+@main.command("report")
+@click.argument("targets", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
+              help="File to write ('-': standard output).")
+@click.option("--format", "fmt", type=click.Choice(("html", "markdown")),
+              help="Default: markdown for an output ending in .md, else html.")
+@click.option("--expect", type=click.Choice(verify.RECIPES), help="Traces: recipe the GEMMs should run at.")
+@click.option("--allow", multiple=True, metavar="PATTERN", help="Traces: mismatches allowed (see analyze); repeatable.")
+@click.option("--step-range", metavar="PATTERN", help="Traces: NVTX range that marks one training step (see analyze).")
+def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None, allow: tuple[str, ...],
+               step_range: str | None) -> None:
+    """One file to attach to an issue: a self-contained HTML page (nothing loaded from anywhere:
+    sortable tables, per-GEMM details, findings, plots, environment; verdict first) or the same
+    as Markdown. TARGETS: a `gemmscope profile` run directory, or traces as for analyze. Without
+    TARGETS: the H200 run shipped with gemmscope. Exit 0 once written; the verdict is in the file."""
+    from gemmscope import html_report, profile
+
+    if not targets:
+        targets = (EXAMPLE_RUN,)
+        click.echo(f"(nothing given: reporting the bundled run {EXAMPLE_RUN.name})", err=True)
+    if any(html_report.is_run_dir(t) for t in targets):
+        if len(targets) > 1:
+            raise InputError("give one profile run directory, or traces, not both")
+        if expect or allow or step_range:
+            raise InputError("--expect, --allow and --step-range apply to traces, not to a profile run directory")
+        report = html_report.run_report(profile.load_run(targets[0]), targets[0])
+    else:
+        result = _check(trace_paths(targets), expect, allow)
+        report = html_report.traces_report(result, diagnose.diagnose(result, step_range))
+    text = html_report.render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
+    if str(out) == "-":
+        _emit(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror}") from None
+    click.echo(f"wrote {out}", err=True)
+
+
 # --- shapes / kernel / scrub / doctor ------------------------------------------------------------
 
 def config_options(func):
