@@ -105,7 +105,8 @@ def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verificatio
         step_of[mine[inside]] = own["index"].to_numpy()[at[inside]]
     kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([k["trace"].to_numpy(), step_of]).sum()
     per_step = steps.assign(
-        wall_ns=steps["end"] - steps["start"],
+        # whole ns, NA where an older export left the range's end empty (NVTX ends are floats for that)
+        wall_ns=(steps["end"] - steps["start"]).astype("Int64"),
         gpu_kernel_ns=[int(kernel_ns.get((t, i), 0)) for t, i in zip(steps["trace"], steps["index"])])
     measured = step_of >= 1
     if not measured.any():
