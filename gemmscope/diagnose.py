@@ -20,7 +20,8 @@ and the time at stake (`explains_ns`), ordered by that time:
 - ``small-gemm``: GEMMs far below their precision's dense peak (the hook's shape record needed);
 - ``tails``: split-K reduce and bias-gradient kernels;
 - ``gemms-healthy``: GEMMs ran at the requested precision near their expected throughput;
-- ``unsupported``: the requested recipe cannot run on this GPU.
+- ``unsupported``: the requested recipe cannot run on this GPU;
+- ``unknown-device``: the GPU is not in gemmscope's device table, so no share of a peak is computed.
 
 Steps: with `step_range` (a shell pattern, e.g. ``"step *"``), or by default NVTX ranges named
 like ``step 3`` / ``step_3`` / ``iteration 3`` that repeat, the breakdown covers the GPU work the
