@@ -100,7 +100,8 @@ def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verificatio
     step_of = np.full(len(k), -1)
     for (trace, process), own in steps.groupby(["trace", "pid"], sort=False):  # per process, not per launch
         mine = np.flatnonzero(((k["trace"] == trace) & (pid == process)).to_numpy())
-        starts, ends = own["start"].to_numpy("int64"), own["end"].to_numpy("int64")
+        # a range an older export left without an end is open to the end of the capture
+        starts, ends = own["start"].to_numpy("int64"), own["end"].fillna(np.iinfo("int64").max).to_numpy("int64")
         at = np.searchsorted(starts, launched[mine], side="right") - 1
         inside = (at >= 0) & (launched[mine] <= ends[np.maximum(at, 0)])
         step_of[mine[inside]] = own["index"].to_numpy()[at[inside]]

@@ -25,7 +25,7 @@ FORMATS = ("table", "json", "csv", "markdown")
 SCHEMA_VERSION = "1"
 
 _GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "trace", "rank", "thread",
-                "ranges", "te_module", "te_name", "layer", "te_pass", "requested_a", "requested_b",
+                "ranges", "te_module", "te_name", "layer", "te_pass", "pass_source", "requested_a", "requested_b",
                 "requested", "origin")
 
 
