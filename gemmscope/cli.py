@@ -54,6 +54,18 @@ def _format_option(formats=reports.FORMATS):
     return click.option("--format", "fmt", type=click.Choice(formats), default="table", show_default=True)
 
 
+def _detail_options(func):
+    """--quiet (the verdict block only) and --verbose (every GEMM launch too) for text output."""
+    func = click.option("--verbose", is_flag=True, help="Also list every GEMM launch.")(func)
+    return click.option("--quiet", is_flag=True, help="Print only the verdict block.")(func)
+
+
+def _detail(quiet: bool, verbose: bool) -> str:
+    if quiet and verbose:
+        raise InputError("--quiet and --verbose contradict each other: give one")
+    return "quiet" if quiet else "verbose" if verbose else "normal"
+
+
 def _emit(text: str) -> None:
     click.echo(text, nl=False)
 
@@ -73,8 +85,9 @@ def _emit(text: str) -> None:
 @click.option("--scheduler", metavar="ADDRESS",
               help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead.")
 @_format_option()
+@_detail_options
 def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...], step_range: str | None,
-            workers: int | None, scheduler: str | None, fmt: str) -> None:
+            workers: int | None, scheduler: str | None, fmt: str, quiet: bool, verbose: bool) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep; files, folders or
     globs, e.g. one per rank): precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
@@ -85,7 +98,8 @@ def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...]
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
     result = _check(trace_paths(traces), expect, allow, workers, scheduler)
     diagnosis = diagnose.diagnose(result, step_range)
-    _emit(reports.render_verification(result, fmt, reports.analysis_document(result, None, diagnosis), diagnosis))
+    _emit(reports.render_verification(result, fmt, reports.analysis_document(result, None, diagnosis), diagnosis,
+                                      _detail(quiet, verbose)))
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
@@ -116,9 +130,10 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> ve
 @click.option("--scheduler", metavar="ADDRESS",
               help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead.")
 @_format_option()
+@_detail_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, step_range, workers, scheduler,
-               fmt, command) -> None:
+               fmt, quiet, verbose, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
     --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
     Exit 1 on any non-allowed FALLBACK or when no GEMM ran, 3 when COMMAND failed, 4 when the
@@ -148,7 +163,7 @@ def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, s
     if result is not None:
         diagnosis = diagnose.diagnose(result, step_range)
         document = reports.verification_document(result, outcome, diagnosis)
-        _emit(reports.render_verification(result, fmt, document, diagnosis))
+        _emit(reports.render_verification(result, fmt, document, diagnosis, _detail(quiet, verbose)))
     if failed_command:
         click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
                    "a pass, whatever ran before it", err=True)
@@ -348,7 +363,8 @@ def _csv_choice(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, .
 @click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True)
 @click.option("--no-nsys", is_flag=True, help="CUDA-event times only: no trace, no kernel times, no verdicts.")
 @click.option("--out", type=click.Path(path_type=Path), help="New run directory (default: ./gemmscope-run-<time>).")
-def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, **options) -> None:
+@click.option("--quiet", is_flag=True, help="Print only the verdict block.")
+def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, **options) -> None:
     """Every GEMM of the model through TE at each recipe and mode, under nsys: speedup tables
     and, per GEMM, the kernel that ran and whether its precision is the one asked for. On a
     machine without a GPU: the run shipped with gemmscope, re-derived from its trace."""
@@ -360,7 +376,7 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, **options) -> No
     if not profile.gpu_available():
         click.echo(f"gemmscope: no CUDA GPU here: showing the run shipped with gemmscope, "
                    f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
-        reports.print_profile(profile.load_run(EXAMPLE_RUN))
+        reports.print_profile(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, quiet)
         return
     precisions = _csv_choice(precisions, verify.RECIPES, "precision")
     modes = _csv_choice(modes, profile.MODES, "mode")
@@ -371,5 +387,5 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, **options) -> No
     run = profile.load_run(run_dir)
     wall_s = time.perf_counter() - started
     reports.write_profile_reports(run, run_dir, wall_s)
-    reports.print_profile(run)
+    reports.print_profile(run, run_dir, quiet)
     click.echo(f"gemmscope: run directory {run_dir} ({wall_s:.1f} s)", err=True)

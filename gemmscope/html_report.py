@@ -87,22 +87,6 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def _count(n: int, noun: str, plural: str | None = None) -> str:
-    """"1 rank", "2 ranks", "1 entry", "3 entries"."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
-
-
-def _share(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.1f} %" if whole else "n/a"
-
-
-def _shares_by_precision(gemms: pd.DataFrame) -> str:
-    """"fp8 92.1 %, bf16 7.9 %": each precision's share of GEMM kernel time, largest first."""
-    by_precision = gemms.groupby(gemms["precision"].fillna("unknown"))["duration_ns"].sum()
-    total = by_precision.sum()
-    return ", ".join(f"{p} {_share(t, total)}" for p, t in by_precision.sort_values(ascending=False).items())
-
-
 def _png(fig) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
@@ -113,34 +97,9 @@ def _png(fig) -> bytes:
 
 def traces_report(result: verify.Verification, diagnosis: Diagnosis) -> Report:
     """What `gemmscope analyze` says about traces, as one report."""
-    g = result.gemms
-    doc = reports.summary_document(result)
     names = [t.path.name for t in result.traces]
-    ranks = doc["ranks"]
-    environment = _trace_environment(result)
-    ran = (f"{_count(doc['gemm_launches'], 'GEMM launch', 'GEMM launches')}, {_ms(doc['gemm_time_ns'])} ms of "
-           f"GEMM kernels, on {_count(len(ranks) or 1, 'rank')}")
-    if len(g):
-        ran += f": {_shares_by_precision(g)} of GEMM time"
-    if "note" in doc:
-        ran += f"; {doc['note']}"
-    if result.expected:
-        status = "fail" if result.failed else "pass"
-        source = ("the recipe the run's te.autocast recorded"
-                  if verify.recorded_recipes(result.traces) == [result.expected] else "--expect")
-        asked = f"{result.expected} ({source})"
-        share = doc["expected_time_share"]
-        at_precision = ((f"{share * 100:.1f} % of GEMM time" if share is not None else "no GEMM time")
-                        + f" at {result.expected}; {_count(doc['mismatches'], 'mismatch', 'mismatches')}, "
-                          f"{doc['allowed']} allowed")
-    else:
-        status = "unchecked"
-        asked = "no recipe: no --expect, and the run recorded no enabled te.autocast"
-        at_precision = "not checked (no recipe to check against); precisions are listed as they ran"
-    verdict = [("Asked", asked), ("Ran", ran), ("At the requested precision", at_precision),
-               ("Top findings", _top_findings(diagnosis.findings)),
-               ("Environment", _environment_line(environment))]
-
+    status, verdict = reports.verdict_block(result, diagnosis)
+    environment = reports.trace_environment(result)
     sections = [_findings_section(diagnosis.findings), _breakdown_section(diagnosis),
                 Section("GEMMs per module and pass", blocks=[Table("GEMMs per module and pass",
                                                                    reports._summary_frame(result))])]
@@ -157,26 +116,6 @@ def traces_report(result: verify.Verification, diagnosis: Diagnosis) -> Report:
     sections.append(_gemm_details(result))
     return Report(title=f"gemmscope report: {', '.join(names)}", status=status, verdict=verdict,
                   environment=environment, sections=sections)
-
-
-def _top_findings(findings: list[dict]) -> str:
-    if not findings:
-        return "none"
-    first, rest = findings[0], [f["code"] for f in findings[1:4]]
-    return f"{first['code']}: {first['statement']}" + (f"; then {', '.join(rest)}" if rest else "")
-
-
-def _environment_line(environment: list[tuple[str, str]]) -> str:
-    return "; ".join(f"{label}: {value}" for label, value in environment)
-
-
-def _trace_environment(result: verify.Verification) -> list[tuple[str, str]]:
-    gpus = dict.fromkeys(f"{gpu['name']} ({gpu['sm']})" for t in result.traces for gpu in t.meta["gpus"])
-    nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in result.traces)
-    ranks = reports.summary_document(result)["ranks"]
-    traces = _count(len(result.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
-    return [("GPU", ", ".join(gpus) or "unknown"), ("nsys", ", ".join(nsys)), ("traces", traces),
-            ("TE / torch versions", "not recorded in nsys traces")]
 
 
 def _gemm_details(result: verify.Verification) -> Section:
@@ -199,7 +138,7 @@ def _gemm_details(result: verify.Verification) -> Section:
         if len(kernel) > SUMMARY_KERNEL_CHARS:
             kernel = kernel[:SUMMARY_KERNEL_CHARS] + "…"
         summary = (f"{where}: {kernel} ({row['precision']}{verdict}), "
-                   f"{_count(row['launches'], 'launch', 'launches')}, {row['time_ns'] / 1e6:.3f} ms")
+                   f"{reports._count(row['launches'], 'launch', 'launches')}, {row['time_ns'] / 1e6:.3f} ms")
         lines = [f"kernel: {row['kernel']}"]
         for column in ("requested", "cause"):
             if pd.notna(row.get(column)):
@@ -292,26 +231,8 @@ def run_report(run: ProfileRun, run_dir: Path) -> Report:
     """What `gemmscope profile` says about a run directory, as one report."""
     results = _results_json(run_dir)
     g = run.gemms
-    ran = g[g["status"] == "ok"]
-    checked = ran[ran["verdict"].notna()]
-    flagged = checked[checked["verdict"] == "FALLBACK"]
-    status = "fail" if len(flagged) else "pass"
-    precisions, modes = list(dict.fromkeys(g["precision"])), list(dict.fromkeys(g["mode"]))
-    not_run = g[g["status"] != "ok"]
     environment = _run_environment(run, results)
-    asked = (f"{run.plan['model']}: {len(run.plan['gemms'])} GEMMs ({run.plan['num_layers']} layers) at "
-             f"{', '.join(precisions)}, in {' and '.join(modes)} mode")
-    ran_text = f"{len(ran)} of {_count(len(g), 'entry', 'entries')} ran"
-    if len(not_run):
-        ran_text += (f"; {', '.join(dict.fromkeys(not_run['precision']))} did not "
-                     f"({', '.join(dict.fromkeys(not_run['status']))}: TE's reason below)")
-    good = checked.loc[checked["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "kernel_ms"].sum()
-    at_precision = (f"{_share(good, checked['kernel_ms'].sum())} of GEMM kernel time ran at the precision each "
-                    f"entry asked for; {_count(len(flagged), 'entry', 'entries')} flagged (FALLBACK)"
-                    if len(checked) else "not checked: the run has no trace (made with --no-nsys)")
-    verdict = [("Asked", asked), ("Ran", ran_text), ("At the requested precision", at_precision),
-               ("Top findings", "per-layer speedup over BF16: " + _speedups_text(run)),
-               ("Environment", _environment_line(environment))]
+    status, verdict = reports.profile_verdict_block(run, reports.environment_line(environment))
 
     summary_tables = reports.profile_summary_tables(run)
     sections = [
@@ -350,14 +271,6 @@ def _run_environment(run: ProfileRun, results: dict) -> list[tuple[str, str]]:
     recorded = ", ".join(f"{name} {version}" for name, version in versions.items())
     return [("GPU", gpu), ("nsys", meta.get("nsys_version") or "no trace (run made with --no-nsys)"),
             ("TE / torch versions", recorded or "not recorded in results.json")]
-
-
-def _speedups_text(run: ProfileRun) -> str:
-    parts = []
-    for mode, by_precision in run.speedups().items():
-        ran = ", ".join(f"{p} {s:.2f}×" for p, s in by_precision.items() if s is not None)
-        parts.append(f"{mode}: {ran or 'none ran'}")
-    return "; ".join(parts)
 
 
 def _profile_png(run: ProfileRun) -> bytes:

@@ -15,7 +15,7 @@ from gemmscope import devices
 from gemmscope.diagnose import CATEGORIES, Diagnosis
 from gemmscope.shapes import Gemm
 from gemmscope.trace_parser import Trace
-from gemmscope.verify import Verification
+from gemmscope.verify import Verification, recorded_recipes
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -237,7 +237,79 @@ def _headline(result: Verification) -> str:
     return line
 
 
-def render_verification(result: Verification, fmt: str, document: dict, diagnosis: Diagnosis | None = None) -> str:
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 rank", "2 ranks", "1 entry", "3 entries"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def shares_by_precision(gemms: pd.DataFrame) -> str:
+    """"fp8 92.1 %, bf16 7.9 %": each precision's share of GEMM kernel time, largest first."""
+    by_precision = gemms.groupby(gemms["precision"].fillna("unknown"))["duration_ns"].sum()
+    total = by_precision.sum()
+    return ", ".join(f"{p} {100 * t / total:.1f} %" for p, t in by_precision.sort_values(ascending=False).items())
+
+
+def top_findings(findings: list[dict]) -> str:
+    if not findings:
+        return "none"
+    first, rest = findings[0], [f["code"] for f in findings[1:4]]
+    return f"{first['code']}: {first['statement']}" + (f"; then {', '.join(rest)}" if rest else "")
+
+
+def trace_environment(result: Verification) -> list[tuple[str, str]]:
+    gpus = dict.fromkeys(f"{gpu['name']} ({gpu['sm']})" for t in result.traces for gpu in t.meta["gpus"])
+    nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in result.traces)
+    ranks = summary_document(result)["ranks"]
+    traces = _count(len(result.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
+    return [("GPU", ", ".join(gpus) or "unknown"), ("nsys", ", ".join(nsys)), ("traces", traces),
+            ("TE / torch versions", "not recorded in nsys traces")]
+
+
+def environment_line(environment: list[tuple[str, str]]) -> str:
+    return "; ".join(f"{label}: {value}" for label, value in environment)
+
+
+def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list[tuple[str, str]]]:
+    """The answer first: a status ("pass", "fail", "unchecked") and five labelled lines (what was
+    asked, what ran, the GEMM time at the requested precision, the top findings, the environment)."""
+    g = result.gemms
+    doc = summary_document(result)
+    ranks = doc["ranks"]
+    ran = (f"{_count(doc['gemm_launches'], 'GEMM launch', 'GEMM launches')}, {doc['gemm_time_ns'] / 1e6:.3f} ms "
+           f"of GEMM kernels, on {_count(len(ranks) or 1, 'rank')}")
+    if len(g):
+        ran += f": {shares_by_precision(g)} of GEMM time"
+    if "note" in doc:
+        ran += f"; {doc['note']}"
+    if result.expected:
+        status = "fail" if result.failed else "pass"
+        source = ("the recipe the run's te.autocast recorded"
+                  if recorded_recipes(result.traces) == [result.expected] else "--expect")
+        asked = f"{result.expected} ({source})"
+        share = doc["expected_time_share"]
+        at_precision = ((f"{share * 100:.1f} % of GEMM time" if share is not None else "no GEMM time")
+                        + f" at {result.expected}; {_count(doc['mismatches'], 'mismatch', 'mismatches')}, "
+                          f"{doc['allowed']} allowed")
+    else:
+        status = "unchecked"
+        asked = "no recipe: no --expect, and the run recorded no enabled te.autocast"
+        at_precision = "not checked (no recipe to check against); precisions are listed as they ran"
+    if result.unreadable:
+        at_precision += f"; {_count(len(result.unreadable), 'trace')} could not be read"
+    environment = environment_line(trace_environment(result))
+    return status, [("Asked", asked), ("Ran", ran), ("At the requested precision", at_precision),
+                    ("Top findings", top_findings(diagnosis.findings)), ("Environment", environment)]
+
+
+STATUS_WORDS = {"pass": "PASS", "fail": "MISMATCHES", "unchecked": "NOT CHECKED"}
+
+
+def _verdict_text(status: str, lines: list[tuple[str, str]]) -> str:
+    return "\n".join([STATUS_WORDS[status], *(f"{label}: {text}" for label, text in lines)])
+
+
+def render_verification(result: Verification, fmt: str, document: dict, diagnosis: Diagnosis | None = None,
+                        detail: str = "normal") -> str:
     """Text of an analyze/verify result in `fmt`; `document` is its JSON form."""
     if fmt == "json":
         return json.dumps(document, indent=2) + "\n"
@@ -261,17 +333,56 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
         window = f" (steps matching {diagnosis.step_range}, after the first)" if diagnosis.step_range else ""
         sections.append((f"Where the GPU time went{window}", breakdown_frame(diagnosis.breakdown)))
         sections.append(("Findings, most time at stake first", findings_frame(diagnosis.findings)))
+    if detail == "verbose":
+        launches = pd.DataFrame(gemm_records(result), columns=_gemm_fields(result))
+        launches["ranges"] = launches["ranges"].map(" > ".join)
+        sections.append(("Every GEMM launch", launches))
     title = ", ".join(t.path.name for t in result.traces)
+    verdict = _verdict_text(*verdict_block(result, diagnosis)) if diagnosis is not None else _headline(result)
     if fmt == "markdown":
-        parts = [f"# gemmscope: {title}\n", _headline(result) + "\n"]
+        parts = [f"# gemmscope: {title}\n", verdict.replace("\n", "  \n") + "\n"]
+        if detail == "quiet":
+            return "\n".join(parts)
+        parts.append(_headline(result) + "\n")
         for title, frame in sections:
             parts += [f"\n## {title}\n", markdown_table(frame)]
         return "\n".join(parts)
-    console = Console(file=io.StringIO(), width=160, record=True)
+    console = Console(file=io.StringIO(), width=TERMINAL_WIDTH, record=True)
+    console.print(verdict, overflow="fold")
+    if detail == "quiet":
+        return console.export_text()
+    console.width = TABLE_WIDTH
+    console.print()
     console.print(_headline(result))
     for title, frame in sections:
-        console.print(rich_table(frame, title) if not frame.empty else f"{title}: none")
+        console.print(rich_table(_for_terminal(frame), title) if not frame.empty else f"{title}: none")
     return console.export_text()
+
+
+# The verdict block fits this many columns; the tables after it are wider (one row per module,
+# pass and kernel). JSON, CSV and HTML keep full kernel names.
+TERMINAL_WIDTH = 100
+TABLE_WIDTH = 160
+KERNEL_NAME_WIDTH = 36
+
+
+def shorten_middle(text: str, width: int = KERNEL_NAME_WIDTH) -> str:
+    """A long kernel name cut in the middle, keeping its family at the front and its layout at
+    the end: "nvjet_sm90_qqtst_128x…_bz_coopA_TNN"."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def _for_terminal(frame: pd.DataFrame) -> pd.DataFrame:
+    """Kernel names shortened in the middle; counts that are zero in every row left out."""
+    out = frame.copy()
+    for column in ("kernel", "kernels"):
+        if column in out:
+            out[column] = out[column].map(lambda v: shorten_middle(v) if isinstance(v, str) else v)
+    zero = [c for c in out.columns if pd.api.types.is_integer_dtype(out[c]) and len(out) and (out[c] == 0).all()]
+    return out.drop(columns=zero)
 
 
 def comparison_document(comparison: dict) -> dict:
@@ -450,8 +561,49 @@ def _profile_rich_table(frame: pd.DataFrame, title: str) -> Table:
     return table
 
 
-def print_profile(run) -> None:
+def profile_verdict_block(run, environment: str) -> tuple[str, list[tuple[str, str]]]:
+    """The answer first for a profile run: a status and five labelled lines (what was asked, what
+    ran and what did not, the GEMM time at the precision each entry asked for, the speedups and
+    what holds them back, the environment)."""
+    g = run.gemms
+    ran = g[g["status"] == "ok"]
+    checked = ran[ran["verdict"].notna()]
+    flagged = checked[checked["verdict"] == "FALLBACK"]
+    status = "fail" if len(flagged) else "pass"
+    precisions, modes = list(dict.fromkeys(g["precision"])), list(dict.fromkeys(g["mode"]))
+    not_run = g[g["status"] != "ok"]
+    asked = (f"{run.plan['model']}: {len(run.plan['gemms'])} GEMMs ({run.plan['num_layers']} layers) at "
+             f"{', '.join(precisions)}, in {' and '.join(modes)} mode")
+    ran_text = f"{len(ran)} of {_count(len(g), 'entry', 'entries')} ran"
+    if len(not_run):
+        ran_text += (f"; {', '.join(dict.fromkeys(not_run['precision']))} did not "
+                     f"({', '.join(dict.fromkeys(not_run['status']))}: TE's reason below)")
+    good = checked.loc[checked["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "kernel_ms"].sum()
+    total = checked["kernel_ms"].sum()
+    at_precision = (f"{100 * good / total:.1f} % of GEMM kernel time ran at the precision each entry asked "
+                    f"for; {_count(len(flagged), 'entry', 'entries')} flagged (FALLBACK)"
+                    if len(checked) and total else "not checked: the run has no trace (made with --no-nsys)")
+    speedups = []
+    for mode, by_precision in run.speedups().items():
+        done = ", ".join(f"{p} {v:.2f}×" for p, v in by_precision.items() if v is not None)
+        quantization = ran[(ran["mode"] == mode) & (ran["precision"] != "bf16")]["quantization_pct"].mean()
+        held = f" (quantization {quantization:.0f} % of e2e on average)" if quantization and quantization == quantization else ""
+        speedups.append(f"{mode}: {done or 'none ran'}{held}")
+    return status, [("Asked", asked), ("Ran", ran_text), ("At the requested precision", at_precision),
+                    ("Speedup over BF16, per layer", "; ".join(speedups)), ("Environment", environment)]
+
+
+def print_profile(run, run_dir=None, quiet: bool = False) -> None:
+    """The answer first, in 100 columns; then the tables (wider: one row per GEMM and recipe)."""
+    console = Console(width=TERMINAL_WIDTH)
+    status, lines = profile_verdict_block(run, f"{run.device['name']} ({run.device['sm']})")
+    if run_dir is not None:
+        lines.append(("Full report", f"{run_dir}/report.md; gemmscope report {run_dir} -o report.html"))
+    console.print(_verdict_text(status, lines), overflow="fold")
+    if quiet:
+        return
     console = Console(width=200)
+    console.print()
     console.print(f"gemmscope profile: {run.plan['model']} on {run.device['name']} ({run.device['sm']})")
     console.print(device_line(run))
     for title, frame in profile_pass_tables(run) + [_kernels_section(run)] + profile_summary_tables(run):
