@@ -70,14 +70,17 @@ SECRET_SHAPES = (
     r"xox[abposr]-[A-Za-z0-9-]{10,}",  # Slack token (bot xoxb-, user xoxp-, …)
     r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])",  # AWS access key id (long-term, temporary)
 )
-# A secret-named variable's value shorter than this is a setting, not a credential
+# A secret-named variable's or option's value shorter than this is a setting, not a credential
 # (TOKENIZERS_PARALLELISM=false, HF_HUB_DISABLE_TOKEN=1): redacting it wherever it appears would
 # take "1" out of every number. Where it is assigned (NAME=value) it is redacted all the same.
 _MIN_SECRET_LENGTH = 6
 # The value after a secret name: quoted, or up to the next separator.
 _VALUE = r"(?:\"[^\"]*\"|'[^']*'|[^\s\"',;&|]+)"
+_SECRET_VARIABLE = re.compile(SECRET_NAME)
 _SECRET_OPTION = re.compile(rf"--?{SECRET_NAME}")
 _SECRET_OPTION_ASSIGNED = re.compile(rf"--?{SECRET_NAME}=(?P<value>.*)")
+# NAME=value, --name value and --name=value in any text, where the name says secret: the value
+# goes, the name stays (so a reader still sees that a token was given).
 _ASSIGNMENT = rf"(?P<lead>(?<![A-Za-z0-9_-])(?:--?{SECRET_NAME}(?:=|[ \t]+)|{SECRET_NAME}=)){_VALUE}"
 # Home directories: the user's name and what they keep there. The path's tail stays, so a
 # warning's "/home/alice/.venv/…/torch/x.py:12" still says which file.
@@ -93,8 +96,8 @@ def _alternation(literals: Iterable[str]) -> str:
 class Redactor:
     """Takes secrets, private paths and the user's and machine's names out of text.
 
-    `secret_values` (the values of secret-named environment variables) are redacted wherever
-    they appear; `paths` (absolute paths named in what scrub removes) wherever they appear as a
+    `secret_values` (the values of secret-named environment variables and command-line
+    options) are redacted wherever they appear; `paths` (absolute paths named in what scrub removes) wherever they appear as a
     whole path; `names` (user and host names) as whole words. Always: `NAME=value` and
     `--name value` where NAME is a SECRET_NAME, SECRET_SHAPES, and home directories.
     """
@@ -139,7 +142,7 @@ class Redactor:
             for text in removed:
                 for name, quoted, plain in _ASSIGNMENTS.findall(text):
                     value = quoted or plain
-                    if re.fullmatch(SECRET_NAME, name):
+                    if _SECRET_VARIABLE.fullmatch(name):
                         secret_values.append(value)
                     if name in _NAME_VARIABLES:
                         names.append(value)
