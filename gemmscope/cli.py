@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from gemmscope import diagnose, kernels, reports, shapes, verify
+from gemmscope import diagnose, kernels, loading, reports, shapes, verify
 from gemmscope.errors import InputError
 from gemmscope.trace_parser import read_trace, trace_paths
 
@@ -68,9 +68,13 @@ def _emit(text: str) -> None:
 @click.option("--step-range", metavar="PATTERN",
               help="NVTX range (shell pattern) that marks one training step: the breakdown covers the steps "
                    "after the first. Default: ranges named like 'step 3' or 'iteration 3', when they repeat.")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Read several traces in N local processes (default: one per trace, up to one per CPU).")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead.")
 @_format_option()
 def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...], step_range: str | None,
-            fmt: str) -> None:
+            workers: int | None, scheduler: str | None, fmt: str) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep; files, folders or
     globs, e.g. one per rank): precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
@@ -79,14 +83,14 @@ def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...]
     if not traces:
         traces = (EXAMPLE_TRACE,)
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
-    result = _check(trace_paths(traces), expect, allow)
+    result = _check(trace_paths(traces), expect, allow, workers, scheduler)
     diagnosis = diagnose.diagnose(result, step_range)
     _emit(reports.render_verification(result, fmt, reports.analysis_document(result, None, diagnosis), diagnosis))
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
-def _check(paths: list[Path], expect, allow) -> verify.Verification:
-    return verify.check([read_trace(p) for p in paths], expect, allow)
+def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> verify.Verification:
+    return verify.check(loading.load(paths, workers, scheduler), expect, allow)
 
 
 @main.command("verify", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -98,29 +102,44 @@ def _check(paths: list[Path], expect, allow) -> verify.Verification:
               help="Check existing traces instead of running a command: files, folders or globs "
                    "(one per rank, or one holding every rank); repeatable.")
 @click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a temporary folder).")
+@click.option("--capture-range", metavar="NVTX_RANGE",
+              help="Collect only the first instance of this NVTX range of COMMAND (e.g. a range your "
+                   "training loop pushes around steps 10-12): a long job costs a small trace.")
+@click.option("--delay", type=click.FloatRange(min=0), metavar="SECONDS", help="Start collecting after this long.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Collect for this long.")
 @click.option("--step-range", metavar="PATTERN",
               help="NVTX range (shell pattern) that marks one training step: the breakdown covers the steps "
                    "after the first. Default: ranges named like 'step 3' or 'iteration 3', when they repeat.")
+@click.option("--workers", type=click.IntRange(min=1), metavar="N",
+              help="Read several traces in N local processes (default: one per trace, up to one per CPU).")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead.")
 @_format_option()
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def verify_cmd(expect, allow, trace_args, out, step_range, fmt, command) -> None:
+def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, step_range, workers, scheduler,
+               fmt, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
     --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
     Exit 1 on any non-allowed FALLBACK or when no GEMM ran, 3 when COMMAND failed, 4 when the
     recipe to check against is unknown (no --expect, and the run recorded no te.autocast recipe)."""
     if trace_args and command:
         raise InputError("give either --trace FILE or a command after --, not both")
+    window = {"nvtx_range": capture_range, "delay_s": delay, "duration_s": duration}
+    if trace_args and any(v is not None for v in window.values()):
+        raise InputError("--capture-range, --delay and --duration choose what a command's capture holds: "
+                         "they do not apply to --trace")
     outcome = None
     if trace_args:
         paths = trace_paths(trace_args)
     elif command:
-        path, outcome = _capture(list(command), out)
+        path, outcome = _capture(list(command), out, window)
         paths = [path]
     else:
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
     failed_command = outcome is not None and outcome["exit_code"] != 0
     try:
-        result = _check(paths, expect, allow)
+        result = _check(paths, expect, allow, workers, scheduler)
     except InputError as exc:
         if not failed_command:
             raise
@@ -141,7 +160,7 @@ def verify_cmd(expect, allow, trace_args, out, step_range, fmt, command) -> None
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
-def _capture(command: list[str], out: Path | None) -> tuple[Path, dict]:
+def _capture(command: list[str], out: Path | None, window: dict) -> tuple[Path, dict]:
     from gemmscope import nsys_runner
 
     out = out or Path(tempfile.mkdtemp(prefix="gemmscope-verify-"))
@@ -150,14 +169,19 @@ def _capture(command: list[str], out: Path | None) -> tuple[Path, dict]:
     hook = str(Path(__file__).parent / "autocast_hook")
     env = dict(os.environ, NVTE_NVTX_ENABLED="1",
                PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
-    done = nsys_runner.profile(command, report, env)
+    if window["nvtx_range"] is not None:  # a range pushed with a plain string, not a registered one
+        env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
+    done = nsys_runner.profile(command, report, env, nsys_runner.capture_window_flags(**window))
     if not report.exists():
         raise InputError(f"nsys wrote no report for {' '.join(command)} (exit {done.returncode})")
     if done.returncode != 0:
         click.echo(f"gemmscope: note: the command exited {done.returncode}; checking what it ran", err=True)
     click.echo(f"gemmscope: trace {report}", err=True)
     # The command line itself stays out of reports: it may hold secrets.
-    return nsys_runner.export_sqlite(report), {"exit_code": done.returncode}
+    captured = {k: v for k, v in window.items() if v is not None}
+    if captured:
+        click.echo(f"gemmscope: capture window {captured}", err=True)
+    return nsys_runner.export_sqlite(report), {"exit_code": done.returncode, "capture_window": captured or None}
 
 
 @main.command("compare")
@@ -171,6 +195,46 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
     each run's findings. The differences add up to the difference in GPU window."""
     runs = [verify.check([read_trace(p)], None, ()) for p in (base, new)]
     _emit(reports.render_comparison(diagnose.compare(*runs, step_range=step_range), fmt))
+
+
+@main.command("report")
+@click.argument("targets", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
+              help="File to write ('-': standard output).")
+@click.option("--format", "fmt", type=click.Choice(("html", "markdown")),
+              help="Default: markdown for an output ending in .md, else html.")
+@click.option("--expect", type=click.Choice(verify.RECIPES), help="Traces: recipe the GEMMs should run at.")
+@click.option("--allow", multiple=True, metavar="PATTERN", help="Traces: mismatches allowed (see analyze); repeatable.")
+@click.option("--step-range", metavar="PATTERN", help="Traces: NVTX range that marks one training step (see analyze).")
+def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None, allow: tuple[str, ...],
+               step_range: str | None) -> None:
+    """One file to attach to an issue: a self-contained HTML page (nothing loaded from anywhere:
+    sortable tables, per-GEMM details, findings, plots, environment; verdict first) or the same
+    as Markdown. TARGETS: a `gemmscope profile` run directory, or traces as for analyze. Without
+    TARGETS: the H200 run shipped with gemmscope. Exit 0 once written; the verdict is in the file."""
+    from gemmscope import html_report, profile
+
+    if not targets:
+        targets = (EXAMPLE_RUN,)
+        click.echo(f"(nothing given: reporting the bundled run {EXAMPLE_RUN.name})", err=True)
+    if any(html_report.is_run_dir(t) for t in targets):
+        if len(targets) > 1:
+            raise InputError("give one profile run directory, or traces, not both")
+        if expect or allow or step_range:
+            raise InputError("--expect, --allow and --step-range apply to traces, not to a profile run directory")
+        report = html_report.run_report(profile.load_run(targets[0]), targets[0])
+    else:
+        result = _check(trace_paths(targets), expect, allow)
+        report = html_report.traces_report(result, diagnose.diagnose(result, step_range))
+    text = html_report.render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
+    if str(out) == "-":
+        _emit(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror}") from None
+    click.echo(f"wrote {out}", err=True)
 
 
 # --- shapes / kernel / scrub / doctor ------------------------------------------------------------

@@ -72,13 +72,16 @@ class Diagnosis:
 
 def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame:
     """Instances of the step range per trace and process (push/pop ranges whose name matches the
-    shell `pattern`, or the default step names), in time order, with the kernels each launched."""
+    shell `pattern`, or the default step names), in time order."""
     parts = []
     for trace in result.traces:
         n = trace.nvtx[(trace.nvtx["kind"] == "push-pop") & trace.nvtx["name"].notna()]
-        names = n["name"].astype(str)
-        matched = names.map(lambda x: fnmatch.fnmatchcase(x, pattern)) if pattern else names.str.match(_DEFAULT_STEP)
-        parts.append(n[matched.to_numpy(dtype=bool)].assign(trace=trace.path.name))
+        distinct = pd.Series(n["name"].astype(str).unique())  # match each name once, not each range
+        if pattern:
+            wanted = distinct[distinct.map(lambda name: fnmatch.fnmatchcase(name, pattern)).astype(bool)]
+        else:
+            wanted = distinct[distinct.str.match(_DEFAULT_STEP)]
+        parts.append(n[n["name"].isin(wanted)].assign(trace=trace.path.name))
     steps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if steps.empty:
         return pd.DataFrame(columns=["trace", "pid", "name", "start", "end", "index"])
@@ -92,15 +95,18 @@ def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verificatio
     on the CPU and the GPU time of the kernels it launched."""
     k = result.kernels
     pid = (k["global_pid"].astype("int64") // (1 << 24)) & 0xFFFFFF
-    launched = k["launch_start"].fillna(k["start"])
-    step_of = pd.Series(-1, index=k.index)
-    for row in steps.itertuples(index=False):  # a row per step: a handful, not per launch
-        inside = (k["trace"] == row.trace) & (pid == row.pid) & (launched >= row.start) & (launched <= row.end)
-        step_of[inside.to_numpy()] = row.index
+    launched = k["launch_start"].fillna(k["start"]).astype("int64").to_numpy()
+    step_of = np.full(len(k), -1)
+    for (trace, process), own in steps.groupby(["trace", "pid"], sort=False):  # per process, not per launch
+        mine = np.flatnonzero(((k["trace"] == trace) & (pid == process)).to_numpy())
+        starts, ends = own["start"].to_numpy("int64"), own["end"].to_numpy("int64")
+        at = np.searchsorted(starts, launched[mine], side="right") - 1
+        inside = (at >= 0) & (launched[mine] <= ends[np.maximum(at, 0)])
+        step_of[mine[inside]] = own["index"].to_numpy()[at[inside]]
+    kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([k["trace"].to_numpy(), step_of]).sum()
     per_step = steps.assign(
         wall_ns=steps["end"] - steps["start"],
-        gpu_kernel_ns=[int(k.loc[(step_of == i) & (k["trace"] == t), "duration_ns"].sum())
-                       for t, i in zip(steps["trace"], steps["index"])])
+        gpu_kernel_ns=[int(kernel_ns.get((t, i), 0)) for t, i in zip(steps["trace"], steps["index"])])
     measured = step_of >= 1
     if not measured.any():
         return result, per_step

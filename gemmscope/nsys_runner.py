@@ -83,15 +83,32 @@ def export_sqlite(report: Path, sqlite: Path | None = None) -> Path:
     return sqlite
 
 
-def profile(command: list[str], report: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run `command` under nsys profile, writing `report` (.nsys-rep). Its output and nsys's
-    go to stderr, so that stdout holds only gemmscope's report (e.g. clean JSON); the exit
-    status is returned for the caller to judge."""
+def capture_window_flags(nvtx_range: str | None = None, delay_s: float | None = None,
+                         duration_s: float | None = None) -> list[str]:
+    """nsys flags that collect only part of a long run: from the start to the end of the first
+    instance of an NVTX range (the program then runs on, uncollected), or from `delay_s` for
+    `duration_s` seconds."""
+    flags = []
+    if nvtx_range is not None:
+        flags += ["--capture-range=nvtx", f"--nvtx-capture={nvtx_range}", "--capture-range-end=stop"]
+    if delay_s is not None:
+        flags.append(f"--delay={delay_s:g}")
+    if duration_s is not None:
+        flags.append(f"--duration={duration_s:g}")
+    return flags
+
+
+def profile(command: list[str], report: Path, env: dict[str, str] | None = None,
+            window: list[str] = ()) -> subprocess.CompletedProcess:
+    """Run `command` under nsys profile, writing `report` (.nsys-rep), with the capture
+    `window` flags (capture_window_flags). Its output and nsys's go to stderr, so that stdout
+    holds only gemmscope's report (e.g. clean JSON); the exit status is returned for the caller
+    to judge."""
     nsys = require_nsys()
     report = Path(report)
     report.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
-        [nsys, "profile", *PROFILE_FLAGS, "--force-overwrite=true", "-o", str(report.with_suffix("")),
+        [nsys, "profile", *PROFILE_FLAGS, *window, "--force-overwrite=true", "-o", str(report.with_suffix("")),
          *command],
         env=env, check=False, stdout=sys.stderr,
     )

@@ -76,6 +76,8 @@ class ProfileRun:
     plan: dict
     gemms: pd.DataFrame
     memory: pd.DataFrame
+    # nsys version, schema and GPUs of the trace the run was derived from (None: made without nsys)
+    trace_meta: dict | None = None
 
     def speedups(self) -> dict:
         """Per mode, per recipe: per-layer time speedup over BF16 (None where any GEMM of either
@@ -125,8 +127,10 @@ def analyze_run(trace: Trace) -> ProfileRun:
         raise InputError(f"{trace.path} is not a gemmscope profile trace (no gemmscope.plan mark)")
     gpu = trace.meta["gpus"][0] if trace.meta["gpus"] else {"name": "unknown", "sm": None}
     results = [n for n in marks if n.startswith(RESULT_PREFIX)]
-    return _run_from(json.loads(plans[0][len(PLAN_PREFIX):]), results, {"name": gpu["name"], "sm": gpu["sm"]},
-                     _measured(trace), _memory_by_precision(trace))
+    run = _run_from(json.loads(plans[0][len(PLAN_PREFIX):]), results, {"name": gpu["name"], "sm": gpu["sm"]},
+                    _measured(trace), _memory_by_precision(trace))
+    run.trace_meta = trace.meta
+    return run
 
 
 def analyze_events(events: dict) -> ProfileRun:

@@ -64,6 +64,7 @@ def summary_document(result: Verification) -> dict:
         "groups": frame_records(result.groups),
         "ranks": sorted(int(r) for r in g["rank"].dropna().unique()) if len(g) else [],
         "rank_comparison": frame_records(result.rank_comparison),
+        "unreadable_traces": _plain(result.unreadable),
     }
     if result.expected:
         doc["verdicts"] = {k: int(v) for k, v in g["verdict"].value_counts().items()} if len(g) else {}
@@ -224,6 +225,8 @@ def _headline(result: Verification) -> str:
                  + (f", {share * 100:.1f} % of GEMM time at the expected precision" if share is not None else ""))
     if "note" in doc:
         line += f"; {doc['note']}"
+    if result.unreadable:
+        line += f"; {len(result.unreadable)} trace(s) could not be read"
     return line
 
 
@@ -245,6 +248,8 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
     if not result.rank_comparison.empty:
         differing = result.rank_comparison[result.rank_comparison["differing_ranks"].map(len) > 0]
         sections.append(("Ranks that ran other kernels than the rest", differing))
+    if result.unreadable:
+        sections.append(("Traces that could not be read (the others are checked)", pd.DataFrame(result.unreadable)))
     if diagnosis is not None:
         window = f" (steps matching {diagnosis.step_range}, after the first)" if diagnosis.step_range else ""
         sections.append((f"Where the GPU time went{window}", breakdown_frame(diagnosis.breakdown)))

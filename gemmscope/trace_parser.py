@@ -90,10 +90,12 @@ class _Export:
         ]
         return pd.read_sql_query(f"SELECT {', '.join(select)} FROM {table} {where}", self.conn)
 
-    def strings(self) -> dict[int, str]:
+    def strings(self) -> pd.Series:
+        """StringIds as a Series indexed by id (for vectorised lookups)."""
         if "StringIds" not in self.tables:
-            return {}
-        return dict(self.conn.execute("SELECT id, value FROM StringIds"))
+            return pd.Series(dtype="object")
+        frame = pd.read_sql_query("SELECT id, value FROM StringIds", self.conn)
+        return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
 
 
 def _check_file(path: Path) -> None:
@@ -202,8 +204,8 @@ def _read(export: _Export, given: Path) -> Trace:
     )
 
 
-def _name(ids: pd.Series, strings: dict[int, str]) -> pd.Series:
-    return ids.map(lambda i: strings.get(int(i)) if pd.notna(i) else None)
+def _name(ids: pd.Series, strings: pd.Series) -> pd.Series:
+    return ids.map(strings).astype("object").where(ids.notna(), None)
 
 
 # Columns every CUPTI GPU activity table (kernels, memsets, memcpys) has.
@@ -217,7 +219,7 @@ _GPU_ACTIVITY = {
 }
 
 
-def _kernels(export: _Export, strings: dict[int, str]) -> pd.DataFrame:
+def _kernels(export: _Export, strings: pd.Series) -> pd.DataFrame:
     k = export.frame(
         "CUPTI_ACTIVITY_KIND_KERNEL",
         _GPU_ACTIVITY | {"demangled_id": "demangledName", "short_id": "shortName", "graph_node_id": "graphNodeId"},
@@ -242,7 +244,11 @@ def _memops(export: _Export) -> pd.DataFrame:
     return out
 
 
-def _api_calls(export: _Export, strings: dict[int, str]) -> pd.DataFrame:
+def _api_calls(export: _Export, strings: pd.Series) -> pd.DataFrame:
+    # Only the calls that launched a kernel are ever joined: a trace holds several API rows per
+    # kernel (synchronisation, memory, queries), so the rest are left in the export.
+    launched = ("WHERE correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+                if "CUPTI_ACTIVITY_KIND_KERNEL" in export.tables else "")
     a = export.frame(
         "CUPTI_ACTIVITY_KIND_RUNTIME",
         {
@@ -253,6 +259,7 @@ def _api_calls(export: _Export, strings: dict[int, str]) -> pd.DataFrame:
             "name_id": "nameId",
             "event_class": "eventClass",
         },
+        launched,
     )
     a["name"] = _name(a["name_id"], strings)
     a["api"] = a["event_class"].map({0: "runtime", 1: "driver"})
@@ -260,7 +267,7 @@ def _api_calls(export: _Export, strings: dict[int, str]) -> pd.DataFrame:
     return a.drop(columns=["name_id", "event_class"])
 
 
-def _nvtx(export: _Export, strings: dict[int, str], session_end: float) -> pd.DataFrame:
+def _nvtx(export: _Export, strings: pd.Series, session_end: float) -> pd.DataFrame:
     n = export.frame(
         "NVTX_EVENTS",
         {
@@ -281,10 +288,11 @@ def _nvtx(export: _Export, strings: dict[int, str], session_end: float) -> pd.Da
     n["tid"] = _tid(n["global_tid"])
     # Domain ids are numbered per process; a DomainCreate row names each one (0 is the default).
     created = n[n["event_type"] == NVTX_DOMAIN_CREATE]
-    domains = dict(zip(zip(created["pid"], created["domain_id"]), created["name"]))
+    domains = pd.Series(created["name"].to_numpy(), index=_domain_key(created))
+    domains = domains[~domains.index.duplicated()]
     n = n[n["event_type"].isin(NVTX_KINDS)].copy()
     n["kind"] = n["event_type"].map(NVTX_KINDS)
-    n["domain"] = [domains.get((p, d)) for p, d in zip(n["pid"], n["domain_id"])]
+    n["domain"] = _domain_key(n).map(domains).astype("object").where(lambda d: d.notna(), None)
     # nsys closes a range left open at exit at the end of the session; an older export may
     # leave its end NULL.
     n["unclosed"] = (n["kind"] != "mark") & (n["end"].isna() | (n["end"] >= session_end))
@@ -295,6 +303,11 @@ def _nvtx(export: _Export, strings: dict[int, str], session_end: float) -> pd.Da
     return n[keep].sort_values("start", ignore_index=True)
 
 
+def _domain_key(nvtx: pd.DataFrame) -> pd.Series:
+    """One integer per (process, NVTX domain id), for a vectorised lookup of domain names."""
+    return nvtx["pid"].astype("int64") * (1 << 32) + nvtx["domain_id"].fillna(0).astype("int64")
+
+
 def _session_end(export: _Export) -> float:
     """End of the capture on the trace's clock (ANALYSIS_DETAILS.duration), or +inf if absent."""
     if "duration" not in export.columns("ANALYSIS_DETAILS"):
@@ -303,7 +316,7 @@ def _session_end(export: _Export) -> float:
     return float(end) if end is not None else float("inf")
 
 
-def _threads(export: _Export, strings: dict[int, str]) -> pd.DataFrame:
+def _threads(export: _Export, strings: pd.Series) -> pd.DataFrame:
     t = export.frame("ThreadNames", {"global_tid": "globalTid", "name_id": "nameId", "priority": "priority"})
     t["name"] = _name(t["name_id"], strings)
     t["pid"] = _pid(t["global_tid"])

@@ -31,6 +31,7 @@ import pandas as pd
 
 from gemmscope import te_ranges
 from gemmscope.errors import InputError
+from gemmscope.loading import LoadedTrace
 from gemmscope.trace_parser import Trace, launches
 
 RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
@@ -113,6 +114,7 @@ class Verification:
     traces: list[Trace] = field(default_factory=list)
     kernels: pd.DataFrame = field(default_factory=pd.DataFrame)  # every launch; gemms' kernel_row indexes it
     memops: pd.DataFrame = field(default_factory=pd.DataFrame)  # memcpy / memset, with trace and rank
+    unreadable: list[dict] = field(default_factory=list)  # traces that could not be read: trace, rank, error
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     groups: pd.DataFrame = field(default_factory=pd.DataFrame)
     rank_comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -131,23 +133,30 @@ class Verification:
 
     @property
     def failed(self) -> bool:
-        """The check fails on a non-allowed FALLBACK, or when a recipe was asked for and no GEMM ran."""
-        return self.expected is not None and (len(self.mismatches) > 0 or len(self.gemms) == 0)
+        """The check fails on a non-allowed FALLBACK, when a recipe was asked for and no GEMM ran,
+        or when a trace could not be read."""
+        checked = self.expected is not None and (len(self.mismatches) > 0 or len(self.gemms) == 0)
+        return checked or bool(self.unreadable)
 
 
-def check(traces: Trace | Sequence[Trace], expect: str | None = None, allow: tuple[str, ...] = ()) -> Verification:
-    """Verdict per GEMM launch of one or several traces against `expect` (or the recipe the run
-    recorded)."""
-    traces = [traces] if isinstance(traces, Trace) else list(traces)
-    for trace in traces:
-        if trace.kernels.empty:
-            raise InputError(
-                f"{trace.path} holds no GPU kernels: was it captured with --trace=cuda, on a GPU?"
-            )
+def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: str | None = None,
+          allow: tuple[str, ...] = ()) -> Verification:
+    """Verdict per GEMM launch of one or several traces (read here, or already loaded by
+    `loading.load` in workers) against `expect` (or the recipe the run recorded). A trace that
+    could not be read is reported in `unreadable` and the others are checked; when none could,
+    the first reason is the error."""
+    items = [traces] if isinstance(traces, (Trace, LoadedTrace)) else list(traces)
+    loaded = [item if isinstance(item, LoadedTrace) else _attributed(item) for item in items]
+    usable = [item for item in loaded if item.error is None]
+    if not usable:
+        raise InputError(loaded[0].error if loaded else "no trace to check")
+    unreadable = [{"trace": item.path.name, "rank": _rank_in_name(item.path), "error": item.error}
+                  for item in loaded if item.error is not None]
+    traces = [item.trace for item in usable]
     expected = resolve_expected(traces, expect)
     kernel_parts, memop_parts = [], []
-    for index, trace in enumerate(traces):
-        all_launches = launches(trace)
+    for index, item in enumerate(usable):
+        trace, all_launches = item.trace, item.launches
         all_launches["trace"] = trace.path.name
         all_launches["rank"] = _fill_ranks(all_launches, trace, index, len(traces))
         kernel_parts.append(all_launches)
@@ -172,11 +181,23 @@ def check(traces: Trace | Sequence[Trace], expect: str | None = None, allow: tup
             for v, row in zip(gemms["verdict"], gemms.itertuples(index=False))
         ]
     result = Verification(expected=expected, gemms=gemms, tails_ns=tails_ns, traces=traces,
-                          kernels=all_kernels, memops=memops)
+                          kernels=all_kernels, memops=memops, unreadable=unreadable)
     result.summary = summarize(gemms, expected)
     result.groups = group(gemms)
     result.rank_comparison = compare_ranks(gemms)
     return result
+
+
+def _attributed(trace: Trace) -> LoadedTrace:
+    if trace.kernels.empty:
+        return LoadedTrace(trace.path, error=f"{trace.path} holds no GPU kernels: was it captured with "
+                                             "--trace=cuda, on a GPU?")
+    return LoadedTrace(trace.path, trace, launches(trace))
+
+
+def _rank_in_name(path) -> int | None:
+    named = _RANK_IN_NAME.search(path.name)
+    return int(named[1]) if named else None
 
 
 def _fill_ranks(gemms: pd.DataFrame, trace: Trace, index: int, count: int) -> pd.Series:
@@ -185,8 +206,8 @@ def _fill_ranks(gemms: pd.DataFrame, trace: Trace, index: int, count: int) -> pd
     rank = gemms["rank"].astype("Int64")
     if rank.notna().all() or gemms["global_pid"].nunique() > 1:
         return rank
-    named = _RANK_IN_NAME.search(trace.path.name)
-    fallback = int(named[1]) if named else (index if count > 1 else pd.NA)
+    named = _rank_in_name(trace.path)
+    fallback = named if named is not None else (index if count > 1 else pd.NA)
     return rank.fillna(fallback)
 
 

@@ -203,3 +203,21 @@ def gpu_launches(gpu_trace):
 @pytest.fixture(scope="session")
 def nsys_bin(cpu_traces) -> str:
     return _find_nsys()
+
+
+# ------------------------------------------------------------------------------------------------
+# chromium_bin -> path of a Chromium (Debian's `chromium`, or $CHROMIUM) for the tests that open
+#                 gemmscope's HTML report in a real headless browser. If none is found they are
+#                 skipped, except when the CI environment variable is set (to anything but "", 0,
+#                 false, no): then they fail, since CI must really run them (.ci/run installs it).
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def chromium_bin() -> str:
+    candidates = [os.environ.get("CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser")]
+    found = next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
+    if found is None:
+        msg = "chromium not found: set CHROMIUM or install it (apt-get install chromium)"
+        if _ci_is_set():
+            pytest.fail(msg + " -- CI is set, so the browser tests must run", pytrace=False)
+        pytest.skip(msg)
+    return found

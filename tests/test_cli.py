@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope.cli import main
+from gemmscope.trace_parser import read_trace
 
 REPO = Path(__file__).resolve().parent.parent
 GEMM_FIELDS = {"kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges", "te_module", "te_pass"}
@@ -426,3 +427,20 @@ def test_compare_cli():
     assert t["quantize_ns"]["base"] == 0 < t["quantize_ns"]["new"]
     text = invoke("compare", CORPUS / "fsdp_small_bf16_1gpu.sqlite.xz", CORPUS / "fsdp_small_fp8_1gpu.sqlite.xz").stdout
     assert text.startswith("NEW's GPU window is +")
+
+
+def test_verify_capture_range_holds_only_the_window(cpu_traces, tmp_path):
+    """A real capture on this CPU machine of the NVTX fixture program: only the first instance of
+    the named range is collected (no GPU here, so there is nothing to check and verify says so)."""
+    done = gemmscope("verify", "--expect", "bf16", "--capture-range", "outer", "--out", tmp_path, "--",
+                     cpu_traces / "build" / "nvtx_edge_cases", timeout=300)
+    assert "capture window {'nvtx_range': 'outer'}" in done.stderr
+    assert done.returncode == 2 and "holds no GPU kernels" in done.stderr
+    names = set(read_trace(tmp_path / "trace.sqlite").nvtx["name"])
+    assert {"outer", "inner", "innermost", "inner-sibling"} <= names  # the window and what it holds
+    assert not names & {"registered:hello", "interleave:default", "worker-a:outer"}  # pushed after it
+
+
+def test_capture_window_does_not_apply_to_a_trace(gpu_xz):
+    result = invoke("verify", "--trace", gpu_xz("train_clean"), "--delay", "5")
+    assert result.exit_code == 2 and "do not apply to --trace" in result.stderr

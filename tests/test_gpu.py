@@ -108,7 +108,7 @@ def test_verify_of_a_crashing_command_fails(tmp_path):
                      sys.executable, "-c", _MXFP8_ON_HOPPER)
     assert done.returncode == 3, done.stderr[-2000:]
     assert "the command failed (exit 1)" in done.stderr
-    assert json.loads(done.stdout)["meta"]["command"] == {"exit_code": 1}
+    assert json.loads(done.stdout)["meta"]["command"]["exit_code"] == 1
 
 
 def test_verify_transformer_layer_stack(tmp_path):

@@ -1,0 +1,570 @@
+"""`gemmscope report`: one file to attach to an issue, as a self-contained HTML page or as
+Markdown for an issue comment.
+
+The page loads nothing from anywhere: its CSS and its few lines of JavaScript (click a table
+header to sort) are inline, and its plots are PNGs inlined as data: URIs. It opens with a
+verdict block (what was asked, what ran, the share of GEMM time at the requested precision, the
+top findings, the environment), then tables, per-GEMM details on demand (<details>), findings,
+plots and the environment. Every text from a trace or a run goes through html.escape.
+
+Both formats render one `Report`, built either from a `gemmscope profile` run directory
+(`run_report`) or from checked traces and their diagnosis (`traces_report`); Markdown has the
+same sections, with the plots named instead of drawn (an issue comment cannot show a data: URI).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from gemmscope import devices, kernels, reports, verify
+from gemmscope.diagnose import CATEGORIES, Diagnosis
+from gemmscope.errors import InputError
+from gemmscope.profile import ProfileRun
+
+FORMATS = ("html", "markdown")
+
+
+@dataclass
+class Table:
+    """A sortable table."""
+
+    title: str
+    frame: pd.DataFrame
+
+
+@dataclass
+class Figure:
+    title: str
+    png: bytes
+    caption: str
+
+
+@dataclass
+class Details:
+    """Something shown on demand: a one-line summary, then lines and a table."""
+
+    summary: str
+    lines: list[str] = field(default_factory=list)
+    frame: pd.DataFrame | None = None
+
+
+@dataclass
+class Section:
+    title: str
+    intro: list[str] = field(default_factory=list)  # paragraphs before the blocks
+    blocks: list[Table | Figure | Details] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    title: str
+    status: str  # "pass", "fail" or "unchecked": the verdict block's word and colour
+    verdict: list[tuple[str, str]]  # one to five (label, text) lines
+    environment: list[tuple[str, str]]
+    sections: list[Section]
+
+
+# Kernel names (templated CUTLASS ones run to hundreds of characters) are cut to this in a
+# one-line summary; the full name is inside.
+SUMMARY_KERNEL_CHARS = 70
+# A table cell's text up to this long is kept on one line (names, precisions, kernel names are
+# one word anyway); longer text is a sentence that may wrap.
+SHORT_TEXT_CHARS = 24
+STATUS_WORDS = {"pass": "PASS", "fail": "MISMATCHES", "unchecked": "NOT CHECKED"}
+
+
+# --- numbers ----------------------------------------------------------------------------------------
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 rank", "2 ranks", "1 entry", "3 entries"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def _share(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f} %" if whole else "n/a"
+
+
+def _shares_by_precision(gemms: pd.DataFrame) -> str:
+    """"fp8 92.1 %, bf16 7.9 %": each precision's share of GEMM kernel time, largest first."""
+    by_precision = gemms.groupby(gemms["precision"].fillna("unknown"))["duration_ns"].sum()
+    total = by_precision.sum()
+    return ", ".join(f"{p} {_share(t, total)}" for p, t in by_precision.sort_values(ascending=False).items())
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    return buffer.getvalue()
+
+
+# --- from checked traces ------------------------------------------------------------------------
+
+def traces_report(result: verify.Verification, diagnosis: Diagnosis) -> Report:
+    """What `gemmscope analyze` says about traces, as one report."""
+    g = result.gemms
+    doc = reports.summary_document(result)
+    names = [t.path.name for t in result.traces]
+    ranks = doc["ranks"]
+    environment = _trace_environment(result)
+    ran = (f"{_count(doc['gemm_launches'], 'GEMM launch', 'GEMM launches')}, {_ms(doc['gemm_time_ns'])} ms of "
+           f"GEMM kernels, on {_count(len(ranks) or 1, 'rank')}")
+    if len(g):
+        ran += f": {_shares_by_precision(g)} of GEMM time"
+    if "note" in doc:
+        ran += f"; {doc['note']}"
+    if result.expected:
+        status = "fail" if result.failed else "pass"
+        source = ("the recipe the run's te.autocast recorded"
+                  if verify.recorded_recipes(result.traces) == [result.expected] else "--expect")
+        asked = f"{result.expected} ({source})"
+        share = doc["expected_time_share"]
+        at_precision = ((f"{share * 100:.1f} % of GEMM time" if share is not None else "no GEMM time")
+                        + f" at {result.expected}; {_count(doc['mismatches'], 'mismatch', 'mismatches')}, "
+                          f"{doc['allowed']} allowed")
+    else:
+        status = "unchecked"
+        asked = "no recipe: no --expect, and the run recorded no enabled te.autocast"
+        at_precision = "not checked (no recipe to check against); precisions are listed as they ran"
+    verdict = [("Asked", asked), ("Ran", ran), ("At the requested precision", at_precision),
+               ("Top findings", _top_findings(diagnosis.findings)),
+               ("Environment", _environment_line(environment))]
+
+    sections = [_findings_section(diagnosis.findings), _breakdown_section(diagnosis),
+                Section("GEMMs per module and pass", blocks=[Table("GEMMs per module and pass",
+                                                                   reports._summary_frame(result))])]
+    if result.expected:
+        mismatches = [Table("Mismatches (the requested precision did not run), grouped by layer × module × "
+                            "pass × kernel", reports._mismatch_frame(result, False))]
+        if len(result.allowed):
+            mismatches.append(Table("Allowed mismatches", reports._mismatch_frame(result, True)))
+        sections.append(Section("Mismatches", blocks=mismatches))
+    if not result.rank_comparison.empty:
+        differing = result.rank_comparison[result.rank_comparison["differing_ranks"].map(len) > 0]
+        sections.append(Section("Ranks that ran other kernels than the rest",
+                                blocks=[Table("Ranks that ran other kernels than the rest", differing)]))
+    sections.append(_gemm_details(result))
+    return Report(title=f"gemmscope report: {', '.join(names)}", status=status, verdict=verdict,
+                  environment=environment, sections=sections)
+
+
+def _top_findings(findings: list[dict]) -> str:
+    if not findings:
+        return "none"
+    first, rest = findings[0], [f["code"] for f in findings[1:4]]
+    return f"{first['code']}: {first['statement']}" + (f"; then {', '.join(rest)}" if rest else "")
+
+
+def _environment_line(environment: list[tuple[str, str]]) -> str:
+    return "; ".join(f"{label}: {value}" for label, value in environment)
+
+
+def _trace_environment(result: verify.Verification) -> list[tuple[str, str]]:
+    gpus = dict.fromkeys(f"{gpu['name']} ({gpu['sm']})" for t in result.traces for gpu in t.meta["gpus"])
+    nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in result.traces)
+    ranks = reports.summary_document(result)["ranks"]
+    traces = _count(len(result.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
+    return [("GPU", ", ".join(gpus) or "unknown"), ("nsys", ", ".join(nsys)), ("traces", traces),
+            ("TE / torch versions", "not recorded in nsys traces")]
+
+
+def _gemm_details(result: verify.Verification) -> Section:
+    """One <details> per layer × module × pass × kernel group, most time first: the kernel's full
+    name decoded, what TE was handed, the verdict's cause and the NVTX ranges around a launch."""
+    groups = result.groups.sort_values("time_ns", ascending=False, kind="stable")
+    g = result.gemms.assign(**{"pass": result.gemms["te_pass"], "kernel": result.gemms["name"]})
+    keys = ["layer", "module", "pass", "kernel"]
+
+    def key(row: dict) -> tuple:  # None for a missing layer or pass: NaN never equals itself
+        return tuple(row[k] if pd.notna(row[k]) else None for k in keys)
+
+    first_ranges = {key(row): row["ranges"] for row in g.drop_duplicates(keys).to_dict("records")}
+    decoded = kernels.decode_frame(pd.Series(groups["kernel"].unique())).set_index("name")
+    blocks = []
+    for row in groups.to_dict("records"):
+        where = " · ".join(str(row[k]) if pd.notna(row[k]) else "?" for k in ("layer", "module", "pass"))
+        verdict = f", {row['verdict']}" if "verdict" in row else ""
+        kernel = row["kernel"]
+        if len(kernel) > SUMMARY_KERNEL_CHARS:
+            kernel = kernel[:SUMMARY_KERNEL_CHARS] + "…"
+        summary = (f"{where}: {kernel} ({row['precision']}{verdict}), "
+                   f"{_count(row['launches'], 'launch', 'launches')}, {row['time_ns'] / 1e6:.3f} ms")
+        lines = [f"kernel: {row['kernel']}"]
+        for column in ("requested", "cause"):
+            if pd.notna(row.get(column)):
+                lines.append(f"{column}: {row[column]}")
+        if row.get("allowed"):
+            lines.append("allowed by --allow")
+        ranges = first_ranges.get(key(row))
+        if ranges:
+            lines.append("NVTX ranges around the first launch (outermost first): " + " > ".join(ranges))
+        decoded_row = decoded.loc[[row["kernel"]]].reset_index(drop=True) if row["kernel"] in decoded.index else None
+        blocks.append(Details(summary, lines, decoded_row))
+    return Section("Per GEMM (layer · module · pass · kernel)",
+                   intro=["Each line opens: the kernel's full name and what it decodes to, what TE was "
+                          "handed, the verdict's cause and the NVTX ranges around the launch."],
+                   blocks=blocks)
+
+
+def _findings_section(findings: list[dict]) -> Section:
+    table = pd.DataFrame({"finding": [f["code"] for f in findings],
+                          "time at stake ms": [_ms(f["explains_ns"]) for f in findings],
+                          "what it says": [f["statement"] for f in findings]})
+    details = []
+    for f in findings:
+        figures = [f"{key}: {json.dumps(reports._plain(value))}" for key, value in f["figures"].items()]
+        concerns = pd.DataFrame(f["concerns"]) if f["concerns"] else None
+        if concerns is not None and "time_ns" in concerns:
+            concerns = concerns.assign(time_ms=concerns.pop("time_ns").map(_ms))
+        details.append(Details(f"{f['code']}: figures" + (" and where the time is" if concerns is not None else ""),
+                               figures, concerns))
+    title = "Findings, most time at stake first"
+    return Section(title, blocks=[Table(title, table), *details])
+
+
+def _breakdown_section(diagnosis: Diagnosis) -> Section:
+    frame = reports.breakdown_frame(diagnosis.breakdown)
+    ms_columns = [c for c in frame.columns if c.endswith("_ms")]
+    frame[ms_columns] = frame[ms_columns].map(lambda v: f"{v:.3f}")
+    window = (f"Steps matching {diagnosis.step_range}, after the first." if diagnosis.step_range
+              else "The whole trace (no repeating step ranges found).")
+    intro = [window + " Window = busy + idle; category times are kernel durations, which add up to more "
+                      "than the busy time where streams overlap."]
+    blocks: list[Table | Figure | Details] = [Table("Where the GPU time went, per rank", frame)]
+    if not diagnosis.breakdown.empty:
+        blocks.append(Figure("Where the GPU time went, per rank", breakdown_png(diagnosis.breakdown),
+                             "Per rank, in ms: the GPU window (kernel time per category, then idle time), and "
+                             "the kernel time per category alone."))
+    return Section("Where the GPU time went", intro=intro, blocks=blocks)
+
+
+def breakdown_png(breakdown: pd.DataFrame) -> bytes:
+    """Per rank, horizontal stacked bars (ms): above, the GPU window as each category's kernel
+    time then idle time; below, the kernel time by category alone, which idle time can dwarf."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranks = [f"rank {r}" if str(r).isdigit() else str(r) for r in breakdown["rank"]]
+    present = [c for c in CATEGORIES if breakdown[f"{c}_ns"].any()]
+    colours = dict(zip(CATEGORIES, plt.get_cmap("tab10").colors))
+    fig, (window_ax, busy_ax) = plt.subplots(2, 1, figsize=(11, 2.6 + 0.9 * len(ranks)), layout="constrained")
+    for ax, with_idle in ((window_ax, True), (busy_ax, False)):
+        left = pd.Series(0.0, index=breakdown.index)
+        for category in present:
+            ms = breakdown[f"{category}_ns"] / 1e6
+            ax.barh(ranks, ms, left=left, color=colours[category], label=category if with_idle else None)
+            left += ms
+        if with_idle:
+            ax.barh(ranks, breakdown["idle_ns"] / 1e6, left=left, color="#e4e4e4", hatch="//", edgecolor="#a0a0a0",
+                    label="idle")
+        ax.invert_yaxis()  # rank 0 on top
+        ax.set_xlabel("ms")
+    window_ax.set_title("GPU window: kernel time per category, then idle")
+    busy_ax.set_title("Kernel time per category (no idle)")
+    fig.legend(loc="outside right center", frameon=False)
+    png = _png(fig)
+    plt.close(fig)
+    return png
+
+
+# --- from a profile run directory -----------------------------------------------------------------
+
+def is_run_dir(path: Path) -> bool:
+    """A `gemmscope profile` run directory (it writes spec.json, then results.json), as opposed
+    to a folder of traces."""
+    return path.is_dir() and any((path / name).is_file() for name in ("spec.json", "results.json"))
+
+
+def run_report(run: ProfileRun, run_dir: Path) -> Report:
+    """What `gemmscope profile` says about a run directory, as one report."""
+    results = _results_json(run_dir)
+    g = run.gemms
+    ran = g[g["status"] == "ok"]
+    checked = ran[ran["verdict"].notna()]
+    flagged = checked[checked["verdict"] == "FALLBACK"]
+    status = "fail" if len(flagged) else "pass"
+    precisions, modes = list(dict.fromkeys(g["precision"])), list(dict.fromkeys(g["mode"]))
+    not_run = g[g["status"] != "ok"]
+    environment = _run_environment(run, results)
+    asked = (f"{run.plan['model']}: {len(run.plan['gemms'])} GEMMs ({run.plan['num_layers']} layers) at "
+             f"{', '.join(precisions)}, in {' and '.join(modes)} mode")
+    ran_text = f"{len(ran)} of {_count(len(g), 'entry', 'entries')} ran"
+    if len(not_run):
+        ran_text += (f"; {', '.join(dict.fromkeys(not_run['precision']))} did not "
+                     f"({', '.join(dict.fromkeys(not_run['status']))}: TE's reason below)")
+    good = checked.loc[checked["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "kernel_ms"].sum()
+    at_precision = (f"{_share(good, checked['kernel_ms'].sum())} of GEMM kernel time ran at the precision each "
+                    f"entry asked for; {_count(len(flagged), 'entry', 'entries')} flagged (FALLBACK)"
+                    if len(checked) else "not checked: the run has no trace (made with --no-nsys)")
+    verdict = [("Asked", asked), ("Ran", ran_text), ("At the requested precision", at_precision),
+               ("Top findings", "per-layer speedup over BF16: " + _speedups_text(run)),
+               ("Environment", _environment_line(environment))]
+
+    summary_tables = reports.profile_summary_tables(run)
+    sections = [
+        Section("Speedups over BF16", intro=[reports.device_line(run)],
+                blocks=[Table(title, frame) for title, frame in summary_tables[:2]]
+                + [Figure("Per-layer GEMM time", _profile_png(run),
+                          "Per layer, per mode and precision: GEMM kernels and quantization / other kernels (ms); "
+                          "a precision with flagged GEMMs is outlined in red.")]),
+        Section("Every GEMM entry", intro=["Click a header to sort; each GEMM's full figures and kernels are "
+                                           "in the next section."],
+                blocks=[Table("Every GEMM entry", _entries_frame(run))]),
+        _run_details(run),
+        Section("Findings", blocks=[Table(title, frame) for title, frame in summary_tables[2:]]
+                + [Table("GEMM kernels that ran (per mode, pass and precision)", reports.profile_kernel_table(run))]),
+    ]
+    return Report(title=f"gemmscope report: {run_dir.name} ({run.plan['model']} on {run.device['name']})",
+                  status=status, verdict=verdict, environment=environment, sections=sections)
+
+
+def _results_json(run_dir: Path) -> dict:
+    path = run_dir / "results.json"
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path} is not readable JSON ({exc})") from None
+
+
+def _run_environment(run: ProfileRun, results: dict) -> list[tuple[str, str]]:
+    device = devices.lookup(run.device["name"])
+    gpu = f"{run.device['name']} ({run.device['sm']})" + (f" = {device.part}" if device else "")
+    meta = run.trace_meta or {}
+    # results.json records versions only where the run that wrote it did ("versions": {name: version}).
+    versions = results.get("versions") or {}
+    recorded = ", ".join(f"{name} {version}" for name, version in versions.items())
+    return [("GPU", gpu), ("nsys", meta.get("nsys_version") or "no trace (run made with --no-nsys)"),
+            ("TE / torch versions", recorded or "not recorded in results.json")]
+
+
+def _speedups_text(run: ProfileRun) -> str:
+    parts = []
+    for mode, by_precision in run.speedups().items():
+        ran = ", ".join(f"{p} {s:.2f}×" for p, s in by_precision.items() if s is not None)
+        parts.append(f"{mode}: {ran or 'none ran'}")
+    return "; ".join(parts)
+
+
+def _profile_png(run: ProfileRun) -> bytes:
+    buffer = io.BytesIO()
+    reports.profile_png(run, buffer)
+    return buffer.getvalue()
+
+
+# The columns of `reports.profile_pass_tables` that fit one sortable table of every entry.
+_ENTRY_COLUMNS = ["op", "shape (MxKxN)", "precision", "e2e ms", "kernel ms", "speedup", "kernel % peak",
+                  "quant %", "verdict"]
+
+
+def _entries_frame(run: ProfileRun) -> pd.DataFrame:
+    parts = []
+    for title, frame in reports.profile_pass_tables(run):
+        mode, pass_ = title.split(": ", 1)
+        parts.append(frame[_ENTRY_COLUMNS].assign(mode=mode, **{"pass": pass_}))
+    entries = pd.concat(parts)
+    return entries[["mode", "pass", *_ENTRY_COLUMNS]]
+
+
+def _run_details(run: ProfileRun) -> Section:
+    """One <details> per mode × pass × GEMM: every recipe's figures and the kernel that ran, and
+    TE's reason for what did not run."""
+    blocks = []
+    for title, frame in reports.profile_pass_tables(run):
+        rows = run.gemms.loc[frame.index]
+        frame = frame.assign(kernel=rows["kernel"].fillna(""))
+        for op, part in frame.groupby("op", sort=False):
+            speedups = ", ".join(f"{p} {s}" for p, s in zip(part["precision"], part["speedup"]) if s)
+            flagged = int((part["verdict"] == "FALLBACK").sum())
+            summary = (f"{title} · {op} ({part['shape (MxKxN)'].iat[0]}): {speedups or 'no speedup measured'}"
+                       + (f"; {flagged} flagged" if flagged else ""))
+            not_run = rows.loc[part.index][rows.loc[part.index, "status"] != "ok"]
+            lines = [f"{precision} did not run ({status}): {reason}"
+                     for precision, status, reason in zip(not_run["precision"], not_run["status"],
+                                                          not_run["reason"].fillna("(no reason recorded)"))]
+            blocks.append(Details(summary, lines, part.drop(columns=["op", "shape (MxKxN)"])))
+    return Section("Per GEMM (mode · pass · op)",
+                   intro=["Each line opens: every recipe's times, throughput, the reason for its speedup and "
+                          "the kernel that ran, and TE's reason for what did not run."],
+                   blocks=blocks)
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*(?:x|×|%|ms)?\s*$", re.IGNORECASE)
+
+
+def _sort_value(value) -> float | None:
+    """The number a cell sorts by ("1.66x" → 1.66, "99.5 %" → 99.5), or None for text."""
+    value = reports._plain(value)
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    match = _NUMBER.match(str(value))
+    return float(match[1]) if match else None
+
+
+_CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2125;
+       margin: 0 auto; padding: 1.2em 2em 3em; max-width: 1500px; }
+h1 { font-size: 1.45em; margin: 0.2em 0 0.6em; }
+h2 { font-size: 1.2em; margin: 1.8em 0 0.5em; border-bottom: 1px solid #d0d7de; padding-bottom: 0.2em; }
+h3 { font-size: 1em; margin: 1.2em 0 0.4em; }
+#verdict { border: 2px solid; border-radius: 6px; padding: 0.6em 1em; margin-bottom: 1em; }
+#verdict.pass { border-color: #1a7f37; background: #f0fff4; }
+#verdict.fail { border-color: #cf222e; background: #fff5f5; }
+#verdict.unchecked { border-color: #9a6700; background: #fffbea; }
+#verdict .status { font-weight: 700; font-size: 1.1em; margin-bottom: 0.3em; }
+#verdict.pass .status { color: #1a7f37; } #verdict.fail .status { color: #cf222e; }
+#verdict.unchecked .status { color: #9a6700; }
+#verdict dl { display: grid; grid-template-columns: max-content 1fr; gap: 0.15em 1em; margin: 0; }
+#verdict dt { font-weight: 600; }
+#verdict dd { margin: 0; }
+.scroll { overflow: auto; max-width: 100%; max-height: 40em; }
+table { border-collapse: collapse; font-size: 12.5px; margin: 0.3em 0 1em; }
+th, td { border: 1px solid #d0d7de; padding: 2px 7px; text-align: left; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.short { white-space: nowrap; } td.prose { min-width: 18em; }
+thead th { background: #f3f4f6; position: sticky; top: 0; }
+table.sortable th { cursor: pointer; user-select: none; }
+table.sortable th:hover { background: #e5e7eb; }
+th[aria-sort=ascending]::after { content: " \\25B2"; } th[aria-sort=descending]::after { content: " \\25BC"; }
+tbody tr:nth-child(even) { background: #fafbfc; }
+details { margin: 0.15em 0; }
+details > summary { cursor: pointer; padding: 1px 0; }
+details[open] { margin-bottom: 0.6em; }
+details .lines { margin: 0.3em 0 0.3em 1.4em; font-family: ui-monospace, SFMono-Regular, Menlo, monospace;
+                 font-size: 12px; white-space: pre-wrap; word-break: break-all; }
+figure { margin: 0.5em 0 1em; } figure img { max-width: 100%; border: 1px solid #d0d7de; }
+figcaption { color: #57606a; font-size: 12.5px; }
+.empty { color: #57606a; font-style: italic; }
+"""
+
+# Click a header: sort its table's rows by that column (numbers by value, else text; empty last).
+_SORT_JS = """
+document.querySelectorAll("table.sortable th").forEach(function (th) {
+  th.addEventListener("click", function () {
+    var table = th.closest("table"), body = table.tBodies[0], column = th.cellIndex;
+    var ascending = th.getAttribute("aria-sort") !== "ascending";
+    Array.prototype.forEach.call(th.parentNode.cells, function (c) { c.removeAttribute("aria-sort"); });
+    th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+    var rows = Array.prototype.slice.call(body.rows);
+    var numeric = rows.every(function (r) {
+      var c = r.cells[column]; return c.textContent.trim() === "" || c.hasAttribute("data-sort");
+    });
+    function key(r) {
+      var c = r.cells[column];
+      return numeric ? (c.hasAttribute("data-sort") ? Number(c.getAttribute("data-sort")) : null) : c.textContent;
+    }
+    rows.sort(function (a, b) {
+      var x = key(a), y = key(b);
+      if (x === null || x === "") return 1;
+      if (y === null || y === "") return -1;
+      var order = numeric ? x - y : x.localeCompare(y);
+      return ascending ? order : -order;
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+  });
+});
+"""
+
+
+def to_html(report: Report) -> str:
+    e = html.escape
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             f"<title>{e(report.title)}</title>", f"<style>{_CSS}</style></head><body>",
+             f"<h1>{e(report.title)}</h1>",
+             f'<section id="verdict" class="{report.status}">'
+             f'<div class="status">{e(STATUS_WORDS[report.status])}</div><dl>']
+    parts += [f"<dt>{e(label)}</dt><dd>{e(text)}</dd>" for label, text in report.verdict]
+    parts.append("</dl></section>")
+    for section in report.sections + [_environment_section(report)]:
+        parts.append(f"<section><h2>{e(section.title)}</h2>")
+        parts += [f"<p>{e(p)}</p>" for p in section.intro]
+        parts += [_html_block(block, section.title) for block in section.blocks]
+        parts.append("</section>")
+    parts.append(f"<script>{_SORT_JS}</script></body></html>\n")
+    return "\n".join(parts)
+
+
+def _environment_section(report: Report) -> Section:
+    return Section("Environment", blocks=[Table("Environment", pd.DataFrame(report.environment,
+                                                                            columns=["what", "value"]))])
+
+
+def _html_block(block: Table | Figure | Details, section_title: str) -> str:
+    e = html.escape
+    if isinstance(block, Table):
+        heading = f"<h3>{e(block.title)}</h3>" if block.title != section_title else ""
+        return heading + _html_table(block.frame, sortable=True)
+    if isinstance(block, Figure):
+        data = base64.b64encode(block.png).decode("ascii")
+        return (f'<figure><img alt="{e(block.title)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{e(block.caption)}</figcaption></figure>")
+    lines = "".join(f"<div>{e(line)}</div>" for line in block.lines)
+    body = (f'<div class="lines">{lines}</div>' if lines else "") + (
+        _html_table(block.frame, sortable=False) if block.frame is not None else "")
+    return f"<details><summary>{e(block.summary)}</summary>{body}</details>"
+
+
+def _html_table(frame: pd.DataFrame, sortable: bool) -> str:
+    e = html.escape
+    if frame.empty:
+        return '<p class="empty">(none)</p>'
+    head = "".join(f"<th>{e(str(c))}</th>" for c in frame.columns)
+    rows = []
+    for row in frame.itertuples(index=False):
+        cells = []
+        for value in row:
+            number = _sort_value(value)
+            text = e(reports._cell(value))
+            if number is not None:
+                cells.append(f'<td class="num" data-sort="{number!r}">{text}</td>')
+            else:  # short text stays on one line; a sentence gets room to wrap in
+                cells.append(f'<td class="{"prose" if len(text) > SHORT_TEXT_CHARS else "short"}">{text}</td>')
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    css_class = ' class="sortable"' if sortable else ""
+    return (f'<div class="scroll"><table{css_class}><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def to_markdown(report: Report) -> str:
+    """The same report for an issue comment: GitHub renders <details> in Markdown too."""
+    parts = [f"# {report.title}\n", f"**{STATUS_WORDS[report.status]}**\n"]
+    parts += [f"- **{label}**: {text}" for label, text in report.verdict]
+    for section in report.sections + [_environment_section(report)]:
+        parts.append(f"\n## {section.title}\n")
+        parts += [f"{p}\n" for p in section.intro]
+        for block in section.blocks:
+            if isinstance(block, Table):
+                parts += ([f"### {block.title}\n"] if block.title != section.title else []) + [
+                    reports.markdown_table(block.frame)]
+            elif isinstance(block, Figure):
+                parts.append(f"_Plot: {block.title} (in the HTML report: `gemmscope report … -o report.html`)._\n")
+            else:
+                body = "\n".join(f"    {line}" for line in block.lines)
+                table = reports.markdown_table(block.frame) if block.frame is not None else ""
+                parts.append(f"<details><summary>{html.escape(block.summary)}</summary>\n\n{body}\n\n{table}\n"
+                             "</details>\n")
+    return "\n".join(parts) + "\n"
+
+
+def render(report: Report, fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise InputError(f"unknown report format {fmt!r}: choose from {', '.join(FORMATS)}")
+    return to_html(report) if fmt == "html" else to_markdown(report)

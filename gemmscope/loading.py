@@ -1,0 +1,62 @@
+"""Reading many traces at once: one per rank of a job, each read and attributed in its own worker.
+
+`load` reads each trace and joins its launches (trace_parser.read_trace + launches) in a worker:
+in this process for one trace, in a local process pool for several, or on a Dask cluster when
+given a scheduler address (the engine Nsight Systems' own multi-report recipes use). A trace that
+cannot be read is kept as an error for its rank; it never drops the others.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from gemmscope.errors import InputError
+from gemmscope.trace_parser import Trace, launches, read_trace
+
+
+@dataclass
+class LoadedTrace:
+    """One trace read and attributed, or why it could not be."""
+
+    path: Path
+    trace: Trace | None = None
+    launches: pd.DataFrame | None = None
+    error: str | None = None
+
+
+def load_one(path: Path) -> LoadedTrace:
+    try:
+        trace = read_trace(path)
+        if trace.kernels.empty:
+            raise InputError(f"{trace.path} holds no GPU kernels: was it captured with --trace=cuda, on a GPU?")
+        return LoadedTrace(Path(path), trace, launches(trace))
+    except InputError as exc:
+        return LoadedTrace(Path(path), error=str(exc))
+
+
+def load(paths: Sequence[Path], workers: int | None = None, scheduler: str | None = None) -> list[LoadedTrace]:
+    """Every trace of `paths`, in order. `workers`: local processes (default: one per trace, at
+    most one per CPU); `scheduler`: a Dask distributed scheduler address, which takes over."""
+    paths = [Path(p) for p in paths]
+    if scheduler is not None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise InputError("--scheduler needs Dask's distributed package: pip install 'gemmscope[cluster]'") from None
+        try:
+            client = Client(scheduler, timeout="10s")
+        except OSError as exc:
+            raise InputError(f"cannot reach the Dask scheduler at {scheduler} ({exc})") from None
+        with client:
+            return client.gather(client.map(load_one, [str(p) for p in paths], pure=False))
+    workers = min(len(paths), workers or os.cpu_count() or 1)
+    if workers <= 1:
+        return [load_one(p) for p in paths]
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(load_one, paths))

@@ -1,0 +1,63 @@
+"""Many rank traces at once: a local process pool and a Dask cluster give what reading them one
+by one gives, and an unreadable rank trace is reported without dropping the others."""
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gemmscope import loading
+from gemmscope.verify import check
+
+CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+
+
+@pytest.fixture(scope="module")
+def rank_traces(tmp_path_factory) -> list[Path]:
+    """Four per-rank traces: the two real ranks of TE's FSDP example, each twice, renamed."""
+    folder = tmp_path_factory.mktemp("ranks")
+    paths = []
+    for rank in range(4):
+        path = folder / f"fsdp_rank{rank}.sqlite.xz"
+        shutil.copy(CORPUS / f"fsdp_fp8_2gpu_rank{rank % 2}.sqlite.xz", path)
+        paths.append(path)
+    return paths
+
+
+def verdicts(result) -> Counter:
+    return Counter(zip(result.gemms["trace"], result.gemms["te_module"], result.gemms["te_pass"], result.gemms["verdict"]))
+
+
+def test_process_pool_gives_what_one_by_one_gives(rank_traces):
+    one_by_one = check(loading.load(rank_traces, workers=1))
+    pooled = check(loading.load(rank_traces, workers=2))
+    assert verdicts(pooled) == verdicts(one_by_one)
+    assert len(pooled.gemms) == 4 * 72
+    assert [t.path.name for t in pooled.traces] == [p.name for p in rank_traces]
+
+
+def test_dask_local_cluster_gives_the_same(rank_traces):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        on_cluster = check(loading.load(rank_traces, scheduler=cluster.scheduler_address))
+    assert verdicts(on_cluster) == verdicts(check(loading.load(rank_traces, workers=1)))
+
+
+def test_an_unreadable_rank_is_reported_and_the_others_checked(rank_traces, tmp_path):
+    broken = tmp_path / "fsdp_rank7.sqlite"
+    broken.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    result = check(loading.load([*rank_traces[:2], broken], workers=2))
+    assert len(result.gemms) == 2 * 72
+    (bad,) = result.unreadable
+    assert bad["trace"] == "fsdp_rank7.sqlite" and bad["rank"] == 7 and "damaged" in bad["error"]
+    assert result.failed
+
+
+def test_unreachable_scheduler_is_one_clear_error(rank_traces):
+    pytest.importorskip("distributed")
+    from gemmscope.errors import InputError
+
+    with pytest.raises(InputError, match="cannot reach the Dask scheduler"):
+        loading.load(rank_traces, scheduler="tcp://127.0.0.1:9")
