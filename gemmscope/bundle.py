@@ -40,13 +40,10 @@ from typing import Any, NamedTuple
 
 from gemmscope import __version__, diagnose, reports, verify
 from gemmscope.errors import InputError
+from gemmscope.html_report import is_run_dir
 from gemmscope.profile import RUN_TRACES, load_run
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
 from gemmscope.trace_parser import TRACE_SUFFIXES, Trace, read_trace, trace_paths
-
-# Files that make a folder a `gemmscope profile` run directory (events.json: a run without nsys).
-RUN_FILES = ("results.json", "events.json")
-
 
 class Bundle(NamedTuple):
     path: Path
@@ -104,7 +101,7 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
 
 def _run_dir(inputs: Sequence[str | Path]) -> Path | None:
     """The profile run directory `inputs` name, or None when they name traces."""
-    runs = [Path(p) for p in inputs if Path(p).is_dir() and any((Path(p) / f).is_file() for f in RUN_FILES)]
+    runs = [Path(p) for p in inputs if is_run_dir(Path(p))]
     if runs and len(inputs) > 1:
         raise InputError(f"{runs[0]} is a profile run directory: bundle it alone, not with other runs or traces")
     return runs[0] if runs else None

@@ -213,7 +213,8 @@ def test_bundle_of_a_gpu_trace_holds_no_planted_secret_and_reanalyzes(gpu_plante
 
 def test_what_one_trace_recorded_is_redacted_in_all(cpu_capture, gpu_planted, tmp_path):
     """Ranks bundled together: the CPU capture's --password (no shape: known only from its
-    command line) is redacted where the GPU trace's program printed it too."""
+    command line) is redacted where the GPU trace's program printed it too. The capture without
+    GPU kernels is reported as unreadable, the GPU trace checked."""
     (cpu, cpu_planted), (gpu_source, gpu_planted_values) = cpu_capture, gpu_planted
     gpu = tmp_path / "fsdp_fp8_1gpu.sqlite"
     shutil.copyfile(gpu_source, gpu)
@@ -222,8 +223,10 @@ def test_what_one_trace_recorded_is_redacted_in_all(cpu_capture, gpu_planted, tm
                      (f"connecting with {cpu_planted['--password']}",))
         conn.commit()
     made = bundle([cpu, gpu], tmp_path / "issue.zip")
-    assert "holds no GPU kernels" in made.analysis_error
+    assert made.analysis_error is None
     contents = _members(made.path, tmp_path)
+    (unreadable,) = json.loads(contents["analysis.json"])["summary"]["unreadable_traces"]
+    assert unreadable["trace"] == "secrets_probe.sqlite.xz" and "holds no GPU kernels" in unreadable["error"]
     assert sorted(contents) == ["analysis.json", "environment.json", "report.md",
                                 "traces/fsdp_fp8_1gpu.sqlite.xz", "traces/secrets_probe.sqlite.xz"]
     assert_nothing_planted_survives(contents, tmp_path, cpu_planted.strings() + gpu_planted_values.strings())
