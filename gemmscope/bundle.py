@@ -90,8 +90,9 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
         }
         texts = {
             "report.md": report,
-            # report.html goes here once gemmscope renders HTML reports: _write_zip redacts
-            # every text member.
+            # report.html goes here (html_report.render of traces_report / run_report, "html"). Redact
+            # the Report's texts before rendering: html.escape turns & < > " ' into entities, which
+            # would hide a value containing one from the text pass in _write_zip.
             "analysis.json" if run_dir is None else "results.json": _json(redactor.document(results)),
             "environment.json": _json(redactor.document(environment)),
         }
