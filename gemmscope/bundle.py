@@ -45,6 +45,7 @@ from gemmscope.profile import RUN_TRACES, load_run
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
 from gemmscope.trace_parser import TRACE_SUFFIXES, Trace, read_trace, trace_paths
 
+
 class Bundle(NamedTuple):
     path: Path
     analysis_error: str | None  # why the traces could not be analyzed (report.md says it too)
