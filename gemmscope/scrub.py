@@ -97,9 +97,10 @@ class Redactor:
     """Takes secrets, private paths and the user's and machine's names out of text.
 
     `secret_values` (the values of secret-named environment variables and command-line
-    options) are redacted wherever they appear; `paths` (absolute paths named in what scrub removes) wherever they appear as a
-    whole path; `names` (user and host names) as whole words. Always: `NAME=value` and
-    `--name value` where NAME is a SECRET_NAME, SECRET_SHAPES, and home directories.
+    options) are redacted wherever they appear; `paths` (absolute paths named in what scrub
+    removes) wherever they appear as a whole path; `names` (user and host names) as whole
+    words. Always: `NAME=value` and `--name value` where NAME is a SECRET_NAME, SECRET_SHAPES,
+    and home directories.
     """
 
     def __init__(self, secret_values: Iterable[str] = (), paths: Iterable[str] = (), names: Iterable[str] = ()):
@@ -188,7 +189,8 @@ def _recorded(conn: sqlite3.Connection) -> tuple[list[str], list[str]]:
     for table, key, value, patterns in _REDACT:
         if table in tables:
             for pattern in patterns:
-                values = [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,)) if v]
+                values = [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,))
+                          if v]
                 removed += values
                 names += values if pattern in _NAME_KEYS else []
     for table, key, value, pattern in _DELETE:

@@ -97,14 +97,17 @@ def gpu_planted(tmp_path_factory):
     stderr = (f"\nGITHUB_TOKEN={planted.add('github stderr', 'github_pat_', _random(60))}"
               f" slack {planted.add('slack stderr', 'xoxp-', _random(30))}\n")
     with closing(sqlite3.connect(path)) as conn:
-        (thread,) = conn.execute("SELECT globalTid FROM NVTX_EVENTS WHERE globalTid IS NOT NULL LIMIT 1").fetchone()
+        (thread,) = conn.execute("SELECT globalTid FROM NVTX_EVENTS WHERE globalTid IS NOT NULL").fetchone()
         for suffix, text in (("stdout", stdout), ("stderr", stderr)):
-            conn.execute("UPDATE StringIds SET value = value || ? WHERE id IN (SELECT p.contentId FROM ProcessStreams p "
-                         "JOIN StringIds f ON f.id = p.filenameId WHERE f.value LIKE ?)", (text, f"%{suffix}.log"))
+            conn.execute("UPDATE StringIds SET value = value || ? WHERE id IN (SELECT p.contentId FROM "
+                         "ProcessStreams p JOIN StringIds f ON f.id = p.filenameId WHERE f.value LIKE ?)",
+                         (text, f"%{suffix}.log"))
+        key_id = planted.add("aws key id", "AKIA", _random(16, string.ascii_uppercase + string.digits))
+        openai_key = planted.add("openai nvtx", "sk-proj-", _random(40))
         conn.execute("INSERT INTO StringIds (id, value) SELECT max(id) + 1, ? FROM StringIds",
-                     (f"aws key id {planted.add('aws key id', 'AKIA', _random(16, string.ascii_uppercase + string.digits))}",))
-        conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (1, NULL, 34, ?, ?, 0)",
-                     (f"openai {planted.add('openai nvtx', 'sk-proj-', _random(40))}", thread))
+                     (f"aws key id {key_id}",))
+        conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                     "VALUES (1, NULL, 34, ?, ?, 0)", (f"openai {openai_key}", thread))
         conn.execute("INSERT INTO META_DATA_CAPTURE (name, value) VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', ?)",
                      (f'WANDB_API_KEY="{wandb_key}"',))
         conn.commit()

@@ -240,7 +240,8 @@ HF = "hf_" + "Ab1" * 12
     ("xoxb-123456789012-abcdefABCDEF", REDACTED),
     ("xoxp-1-2-3-abcdefabcdef", REDACTED),
     ("id AKIAIOSFODNN7EXAMPLE;", "id [redacted];"),
-    ('HF_TOKEN=abc123 AWS_REGION="us-east-1" DB_PASSWORD=x', "HF_TOKEN=[redacted] AWS_REGION=[redacted] DB_PASSWORD=[redacted]"),
+    ('HF_TOKEN=abc123 AWS_REGION="us-east-1" DB_PASSWORD=x',
+     "HF_TOKEN=[redacted] AWS_REGION=[redacted] DB_PASSWORD=[redacted]"),
     ("train.py --token abc --api-key=def --password 'two words' --steps 3",
      "train.py --token [redacted] --api-key=[redacted] --password [redacted] --steps 3"),
     ("/home/alice/.venv/lib/torch/x.py:12: UserWarning", "[redacted]/.venv/lib/torch/x.py:12: UserWarning"),
@@ -251,9 +252,11 @@ def test_secret_shapes_assignments_and_homes_are_redacted(text, redacted):
 
 
 @pytest.mark.parametrize("text", [
-    "sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x128x128_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+    "sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x128x128_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x"
+    "_cublas",
     "nvjet_sm90_qqtst_192x192_128x4_2x1_v_bz_coopB_bias_TNN",
-    "gemmscope.te_gemm|entry=general_gemm|module=Linear|name=attn.key_proj|layer=0.attn.key|pass=fprop|a=fp8-delayed|b=fp8-delayed",
+    "gemmscope.te_gemm|entry=general_gemm|module=Linear|name=attn.key_proj|layer=0.attn.key|pass=fprop"
+    "|a=fp8-delayed|b=fp8-delayed",
     "transformer_engine._LayerNormMLP.backward.fc1.wgrad_gemm",
     "task-0123456789abcdefghijklmn",  # sk- inside a word
     "AKIAIOSFODNN7EXAMPLEX",  # one character too many for an AWS key id
