@@ -281,7 +281,7 @@ def shapes_cmd(fmt: str, **options) -> None:
     config, plan = plan_from_options(options)
     frame = shapes.plan_frame(plan)
     if fmt == "json":
-        _emit(json.dumps([g.as_dict() for g in plan], indent=2) + "\n")
+        _emit(json.dumps(reports.shapes_document(plan), indent=2) + "\n")
     elif fmt == "csv":
         _emit(frame.to_csv(index=False))
     elif fmt == "markdown":
@@ -298,7 +298,7 @@ def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
     """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout."""
     frame = kernels.decode_frame(pd.Series(list(names)))
     if fmt == "json":
-        _emit(json.dumps(reports.frame_records(frame), indent=2) + "\n")
+        _emit(json.dumps(reports.kernels_document(frame), indent=2) + "\n")
     else:
         reports.print_table(frame, "kernels")
 

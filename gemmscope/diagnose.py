@@ -20,7 +20,8 @@ and the time at stake (`explains_ns`), ordered by that time:
 - ``small-gemm``: GEMMs far below their precision's dense peak (the hook's shape record needed);
 - ``tails``: split-K reduce and bias-gradient kernels;
 - ``gemms-healthy``: GEMMs ran at the requested precision near their expected throughput;
-- ``unsupported``: the requested recipe cannot run on this GPU.
+- ``unsupported``: the requested recipe cannot run on this GPU;
+- ``unknown-device``: the GPU is not in gemmscope's device table, so no share of a peak is computed.
 
 Steps: with `step_range` (a shell pattern, e.g. ``"step *"``), or by default NVTX ranges named
 like ``step 3`` / ``step_3`` / ``iteration 3`` that repeat, the breakdown covers the GPU work the
@@ -105,7 +106,8 @@ def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verificatio
         step_of[mine[inside]] = own["index"].to_numpy()[at[inside]]
     kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([k["trace"].to_numpy(), step_of]).sum()
     per_step = steps.assign(
-        wall_ns=steps["end"] - steps["start"],
+        # whole ns, NA where an older export left the range's end empty (NVTX ends are floats for that)
+        wall_ns=(steps["end"] - steps["start"]).astype("Int64"),
         gpu_kernel_ns=[int(kernel_ns.get((t, i), 0)) for t, i in zip(steps["trace"], steps["index"])])
     measured = step_of >= 1
     if not measured.any():

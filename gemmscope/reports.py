@@ -13,10 +13,16 @@ from rich.table import Table
 
 from gemmscope import devices
 from gemmscope.diagnose import CATEGORIES, Diagnosis
+from gemmscope.shapes import Gemm
 from gemmscope.trace_parser import Trace
 from gemmscope.verify import Verification
 
 FORMATS = ("table", "json", "csv", "markdown")
+
+# The version of every JSON document gemmscope writes (`schema_version`, a top-level key): it
+# changes when a key is removed or renamed, or a value changes type, unit or meaning; a new key or
+# a new value of an enumeration leaves it.
+SCHEMA_VERSION = "1"
 
 _GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "trace", "rank", "thread",
                 "ranges", "te_module", "te_name", "layer", "te_pass", "requested_a", "requested_b",
@@ -119,7 +125,8 @@ def diagnosis_document(diagnosis: Diagnosis) -> dict:
 def analysis_document(result: Verification, command: dict | None = None, diagnosis: Diagnosis | None = None) -> dict:
     """`gemmscope analyze --format json`: meta, one object per GEMM launch, summary, and the
     breakdown and findings."""
-    doc = {"meta": _meta(result, command), "gemms": gemm_records(result), "summary": summary_document(result)}
+    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result, command), "gemms": gemm_records(result),
+           "summary": summary_document(result)}
     return doc | (diagnosis_document(diagnosis) if diagnosis else {})
 
 
@@ -129,7 +136,7 @@ def verification_document(result: Verification, command: dict | None = None,
     findings."""
     mismatches = [r for r in gemm_records(result) if r.get("verdict") == "FALLBACK" and not r["allowed"]]
     allowed = [r for r in gemm_records(result) if r.get("verdict") == "FALLBACK" and r["allowed"]]
-    doc = {"meta": _meta(result, command), "summary": summary_document(result),
+    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result, command), "summary": summary_document(result),
            "mismatches": mismatches, "allowed": allowed}
     return doc | (diagnosis_document(diagnosis) if diagnosis else {})
 
@@ -267,17 +274,22 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
     return console.export_text()
 
 
+def comparison_document(comparison: dict) -> dict:
+    """`gemmscope compare --format json`: the statement, totals, modules and passes, kernels that
+    changed, and each run's findings."""
+    return _plain({"schema_version": SCHEMA_VERSION, "statement": comparison["statement"],
+                   "totals": comparison["totals"], "by_module": frame_records(comparison["by_module"]),
+                   "kernels_changed": frame_records(comparison["kernels_changed"]),
+                   "base_findings": comparison["base_findings"], "new_findings": comparison["new_findings"]})
+
+
 def render_comparison(comparison: dict, fmt: str) -> str:
     """`gemmscope compare`: totals and categories, modules that changed most, kernels that
     changed, and each run's findings."""
+    if fmt == "json":
+        return json.dumps(comparison_document(comparison), indent=2) + "\n"
     totals = pd.DataFrame([{"figure": k, **v} for k, v in comparison["totals"].items()])
     by_module = comparison["by_module"]
-    if fmt == "json":
-        return json.dumps(_plain({"statement": comparison["statement"], "totals": comparison["totals"],
-                                  "by_module": frame_records(by_module),
-                                  "kernels_changed": frame_records(comparison["kernels_changed"]),
-                                  "base_findings": comparison["base_findings"],
-                                  "new_findings": comparison["new_findings"]}), indent=2) + "\n"
     ms = totals.assign(**{c: totals[c].where(totals["figure"] == "kernel_launches", totals[c] / 1e6)
                           for c in ("base", "new", "difference")})
     ms["figure"] = ms["figure"].str.replace("_ns", " (ms)")
@@ -295,6 +307,16 @@ def render_comparison(comparison: dict, fmt: str) -> str:
     for title, frame in sections:
         console.print(rich_table(frame, title) if not frame.empty else f"{title}: none")
     return console.export_text()
+
+
+def shapes_document(plan: list[Gemm]) -> dict:
+    """`gemmscope shapes --format json`: the plan's GEMMs."""
+    return {"schema_version": SCHEMA_VERSION, "gemms": [gemm.as_dict() for gemm in plan]}
+
+
+def kernels_document(decoded: pd.DataFrame) -> dict:
+    """`gemmscope kernel --format json`: what each name says (kernels.decode_frame's rows)."""
+    return {"schema_version": SCHEMA_VERSION, "kernels": frame_records(decoded)}
 
 
 # --- profile runs ---------------------------------------------------------------------------------
@@ -395,6 +417,7 @@ def results_document(run, wall_s: float | None) -> dict:
     """`results.json` of a profile run."""
     device = devices.lookup(run.device["name"])
     return {
+        "schema_version": SCHEMA_VERSION,
         "device": run.device,
         "device_figures": None if device is None else {
             "part": device.part, "dense_peak_tflops": dict(device.peak_tflops),

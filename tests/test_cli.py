@@ -354,7 +354,7 @@ CODONFM_5B = [tuple(row) for row in json.loads(
 def test_shapes_codonfm_json():
     result = invoke("shapes", "--model", "codonfm-5b", "--micro-batch-size", 31, "--seq-len", 512, "--format", "json")
     assert result.exit_code == 0, result.output
-    gemms = json.loads(result.stdout)
+    gemms = json.loads(result.stdout)["gemms"]
     assert len(gemms) == 12
     assert sorted((g["op"], g["pass"], g["m"], g["k"], g["n"]) for g in gemms) == sorted(CODONFM_5B)
     for g in gemms:
@@ -382,7 +382,7 @@ def test_kernel_json_decodes_torch_gemms(gpu_launches):
         want[name] = ranges[-1].removeprefix("torch.")
     result = invoke("kernel", *want, "--format", "json")
     assert result.exit_code == 0, result.output
-    decoded = json.loads(result.stdout)
+    decoded = json.loads(result.stdout)["kernels"]
     assert len(decoded) == len(want)
     assert [d["precision"] for d in decoded] == list(want.values())
     assert {d["role"] for d in decoded} == {"gemm"}

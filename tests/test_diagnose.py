@@ -156,3 +156,15 @@ def test_a_gpu_missing_from_the_device_table_is_named_not_guessed():
     codes = {f["code"]: f for f in diagnose.diagnose(result).findings}
     assert "NVIDIA GH200 480GB" in codes["unknown-device"]["statement"]
     assert "gemms-healthy" not in codes and "small-gemm" not in codes
+
+
+def test_step_ranges_found_in_a_cpu_capture(cpu_traces):
+    """The step finder on a real nsys capture made on this CPU machine (NVTX only, no GPU)."""
+    from gemmscope.verify import Verification
+
+    trace = read_trace(cpu_traces / "nvtx_edge_cases.sqlite")
+    result = Verification(expected=None, gemms=None, tails_ns=0, traces=[trace])
+    outer = diagnose.find_steps(result, "worker-*:outer")
+    assert sorted(outer["name"]) == ["worker-a:outer", "worker-b:outer", "worker-c:outer"]
+    assert (outer["end"] > outer["start"]).all()
+    assert diagnose.find_steps(result).empty  # no range is named like a step there

@@ -546,7 +546,7 @@ def run_shapes(*args):
 def test_cli_shapes_prints_deepseek_v3_ops():
     result = run_shapes("--config", HF_CONFIGS / "deepseek-v3" / "config.json", "--format", "json")
     assert result.exit_code == 0, result.output
-    rows = {(row["op"], row["pass"]): row for row in json.loads(result.stdout)}
+    rows = {(row["op"], row["pass"]): row for row in json.loads(result.stdout)["gemms"]}
     assert {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "shared_expert_up",
             "shared_expert_down", "mtp_eh_proj"} <= {op for op, _ in rows}
     assert (rows["q_b_proj", "fprop"]["n"], rows["router", "fprop"]["count"]) == (24576, 59)
