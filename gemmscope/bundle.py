@@ -19,7 +19,8 @@ The reports are made from the scrubbed traces in the zip, under their names ther
 `gemmscope analyze` of the traces `analysis.json`'s `meta.traces` lists, in that order, gives
 `analysis.json` again. Traces that read but cannot be analyzed (no GPU kernel, several recipes
 and no --expect, a profile run that stopped before its first GEMM) are bundled all the same,
-with the reason in report.md: that is often the bug being reported.
+with the reason in report.md (and no analysis.json or results.json): that is often the bug
+being reported.
 
 Every text member passes one `scrub.Redactor`, built from what all the traces recorded, the
 same one that scrubs the traces.
@@ -80,23 +81,22 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
             else:
                 report, results, recipes = _analyze_run(run_dir, Path(staging) if staged else run_dir)
             error = None
-        except InputError as exc:
+        except InputError as exc:  # no results document then: only documents their schema describes
             error = str(exc)
             report = f"# gemmscope bundle\n\ngemmscope could not analyze what this bundle holds: {error}\n"
-            results = {"error": error}
+            results = None
         environment = {
             "bundled_by": f"gemmscope {__version__}",
             "recipes": recipes or None,
             "traces": [_environment(trace, member) for member, trace in zip(members, originals)],
         }
-        texts = {
-            "report.md": report,
-            # report.html goes here (html_report.render of traces_report / run_report, "html"). Redact
-            # the Report's texts before rendering: html.escape turns & < > " ' into entities, which
-            # would hide a value containing one from the text pass in _write_zip.
-            "analysis.json" if run_dir is None else "results.json": _json(redactor.document(results)),
-            "environment.json": _json(redactor.document(environment)),
-        }
+        texts = {"report.md": report}
+        # report.html goes here (html_report.render of traces_report / run_report, "html"). Redact
+        # the Report's texts before rendering: html.escape turns & < > " ' into entities, which
+        # would hide a value containing one from the text pass in _write_zip.
+        if results is not None:
+            texts["analysis.json" if run_dir is None else "results.json"] = _json(redactor.document(results))
+        texts["environment.json"] = _json(redactor.document(environment))
         _write_zip(out, texts, staged, redactor)
     return Bundle(out, error)
 

@@ -165,14 +165,15 @@ def test_cpu_capture_recorded_what_was_planted(cpu_capture):
 
 
 def test_bundle_of_a_cpu_capture_holds_no_planted_secret(cpu_capture, tmp_path):
-    """A trace with no GPU kernel cannot be analyzed: the bundle says so, and still holds the
-    scrubbed trace and the environment, the command line redacted."""
+    """A trace with no GPU kernel cannot be analyzed: the bundle says so in report.md (no
+    analysis.json), and still holds the scrubbed trace and the environment, the command line
+    redacted."""
     path, planted = cpu_capture
     result = CliRunner().invoke(main, ["bundle", str(path), "-o", str(tmp_path / "issue.zip")])
     assert result.exit_code == 0, result.output
     assert "could not be analyzed" in result.stderr and "holds no GPU kernels" in result.stderr
     contents = _members(tmp_path / "issue.zip", tmp_path)
-    assert sorted(contents) == ["analysis.json", "environment.json", "report.md", "traces/secrets_probe.sqlite.xz"]
+    assert sorted(contents) == ["environment.json", "report.md", "traces/secrets_probe.sqlite.xz"]
     assert_nothing_planted_survives(contents, tmp_path, planted.strings())
     assert "traces/secrets_probe.sqlite.xz holds no GPU kernels" in contents["report.md"].decode()
     environment = json.loads(contents["environment.json"])
