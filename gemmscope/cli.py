@@ -328,6 +328,26 @@ def scrub_cmd(trace: Path, out: Path) -> None:
     click.echo(f"wrote {scrub(trace, out)}")
 
 
+@main.command("bundle")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="The zip to write.")
+@click.option("--expect", type=click.Choice(verify.RECIPES), help="For traces: as analyze's --expect.")
+@click.option("--allow", multiple=True, metavar="PATTERN", help="For traces: as analyze's --allow; repeatable.")
+@click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
+def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, allow: tuple[str, ...],
+               step_range: str | None) -> None:
+    """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the traces
+    scrubbed, and environment.json (GPU, driver, CUDA, nsys, recipes, the command line redacted).
+    INPUTS: traces (files, folders or globs), or one `gemmscope profile` run directory."""
+    from gemmscope.bundle import bundle
+
+    made = bundle(inputs, out, expect, allow, step_range)
+    if made.analysis_error:
+        click.echo(f"gemmscope: note: the traces could not be analyzed ({made.analysis_error}); the bundle "
+                   "holds them, the environment and this reason", err=True)
+    click.echo(f"wrote {made.path}")
+
+
 @main.command()
 @click.option("--canary", is_flag=True,
               help="Also run a tiny GEMM that asks for FP8 but runs BF16, under nsys, and check it is flagged.")

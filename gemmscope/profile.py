@@ -29,6 +29,8 @@ WARMUP_PREFIX = "gemmscope.warmup|"
 RESULT_PREFIX = "gemmscope.result|"
 PLAN_PREFIX = "gemmscope.plan|"
 MODES = ("autocast", "prequant")
+# A run directory's trace, in the order load_run looks for it (the export, or it compressed).
+RUN_TRACES = ("trace.sqlite", "trace.sqlite.xz")
 # The GEMMs' output is BF16 whatever the recipe (the workload asks TE for out_dtype=bfloat16).
 OUTPUT_BYTES = 2
 # A factor of a GEMM's speedup that costs less than this is within run-to-run noise (the example
@@ -369,7 +371,7 @@ def run(spec: dict, out: Path, use_nsys: bool = True) -> Path:
 def load_run(run_dir: Path) -> ProfileRun:
     """Re-derive a run from its trace (`trace.sqlite` or `trace.sqlite.xz`), or from the
     workload's `events.json` for a run made without nsys."""
-    for name in ("trace.sqlite", "trace.sqlite.xz"):
+    for name in RUN_TRACES:
         if (run_dir / name).exists():
             return analyze_run(read_trace(run_dir / name))
     if (run_dir / "events.json").exists():

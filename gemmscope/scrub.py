@@ -3,10 +3,16 @@
 nsys stores the profiled process's whole environment (tokens, paths, user names) in the export:
 `TARGET_INFO_SYSTEM_ENV` row `DeviceEnvironment`, `META_DATA_CAPTURE` rows
 `PROCESS_n:ENVIRONMENT_VARIABLE`, and stray `NAME=value` strings in `StringIds`; plus the
-command line, working directory, user and host names. The paths those values name also turn up
-elsewhere, e.g. as the profiled program's module path in OS-runtime call chains, so each of
-them is redacted wherever it appears. `scrub` writes a copy without them and leaves everything
-gemmscope reads (kernels, API calls, NVTX, GPUs, memory) untouched.
+command line, working directory, user and host names. `scrub` writes a copy without them.
+
+What they held can turn up anywhere else too: the profiled program's stdout and stderr (nsys
+keeps them in `StringIds`), NVTX text, module paths in OS-runtime call chains. So a `Redactor`
+built from them (and from the shapes of well-known credentials) is applied to every text column
+of every table: the values of secret-named environment variables, every path the removed values
+name, home directories, the user's and the machine's names, `NAME=value` and `--name value`
+where the name says secret, and tokens recognisable by their shape (`SECRET_SHAPES`). The same
+`Redactor` cleans what `gemmscope bundle` writes beside the trace. Everything gemmscope reads
+(kernels, API calls, NVTX, GPUs, memory) is left untouched unless it holds one of those.
 """
 
 from __future__ import annotations
@@ -15,10 +21,13 @@ import lzma
 import re
 import shutil
 import sqlite3
+from collections.abc import Iterable
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 from gemmscope.errors import InputError
-from gemmscope.trace_parser import read_trace
+from gemmscope.trace_parser import Trace, read_trace
 
 REDACTED = "[redacted]"
 
@@ -32,74 +41,228 @@ _REDACT = (
 )
 # (table, key column, value column, SQL LIKE pattern of keys whose rows are deleted)
 _DELETE = (("META_DATA_CAPTURE", "name", "value", "PROCESS_%:ENVIRONMENT_VARIABLE"),)
+# Keys of _REDACT whose values are the user's or the machine's name.
+_NAME_KEYS = {"Hostname", "PROCESS_%:USER_NAME", "DEVICE_DISPLAY_NAME", "EXPORT_HOST", "EXPORT_USER"}
+# Environment variables whose values are the user's or the machine's name.
+_NAME_VARIABLES = {"USER", "LOGNAME", "USERNAME", "SUDO_USER", "HOSTNAME"}
+
 # An environment assignment as nsys stores it among other strings: NAME=value.
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# Every assignment inside a removed value: "A=x;B=y" (DeviceEnvironment), 'A="x"'
+# (PROCESS_n:ENVIRONMENT_VARIABLE), "A=x" and "A=x\0B=y" (StringIds: an exec's environment block).
+_ASSIGNMENTS = re.compile(r'(?:^|[;\x00])([A-Za-z_][A-Za-z0-9_]*)=(?:"([^"]*)"|([^;\x00]*))')
 # Characters that continue a path name: a path matches only where none of them is just before
 # it or just after it ("/bin" is not redacted inside "/usr/bin" or "/binaries").
 _PATH_CHAR = r"[A-Za-z0-9_.~+-]"
 # An absolute path inside a removed value ("PATH=/a:/b", "PWD=/x;HOME=/y", 'NAME="/z"',
-# "--out=/w"; not the "/b" of "a/b"): from its slash up to the next separator.
-_PATH_IN_VALUE = re.compile(rf"(?<!{_PATH_CHAR})/[^\s;:=\"',]*")
+# "--out=/w", "A=/x\0B=/y"; not the "/b" of "a/b"): from its slash up to the next separator.
+_PATH_IN_VALUE = re.compile(rf"(?<!{_PATH_CHAR})/[^\s;:=\"',\x00]*")
+
+# Names of environment variables and command-line options whose values are secrets
+# (HF_TOKEN, MY_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, --api-key, --token).
+SECRET_NAME = r"(?i:[A-Za-z0-9_-]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD)[A-Za-z0-9_-]*|AWS_[A-Za-z0-9_]+)"
+# Credentials recognisable by their shape alone, from each provider's documented prefix.
+SECRET_SHAPES = (
+    r"hf_[A-Za-z0-9]{30,}",  # Hugging Face access token
+    r"gh[pousr]_[A-Za-z0-9]{30,}",  # GitHub token: personal (ghp_), OAuth, user-to-server, server, refresh
+    r"github_pat_[A-Za-z0-9_]{30,}",  # GitHub fine-grained personal access token
+    r"sk-[A-Za-z0-9_-]{20,}",  # OpenAI-style API key (sk-…, sk-proj-…)
+    r"xox[abposr]-[A-Za-z0-9-]{10,}",  # Slack token (bot xoxb-, user xoxp-, …)
+    r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])",  # AWS access key id (long-term, temporary)
+)
+# A secret-named variable's or option's value shorter than this is a setting, not a credential
+# (TOKENIZERS_PARALLELISM=false, HF_HUB_DISABLE_TOKEN=1): redacting it wherever it appears would
+# take "1" out of every number. Where it is assigned (NAME=value) it is redacted all the same.
+_MIN_SECRET_LENGTH = 6
+# The value after a secret name: quoted, or up to the next separator.
+_VALUE = r"(?:\"[^\"]*\"|'[^']*'|[^\s\"',;&|]+)"
+_SECRET_VARIABLE = re.compile(SECRET_NAME)
+_SECRET_OPTION = re.compile(rf"--?{SECRET_NAME}")
+_SECRET_OPTION_ASSIGNED = re.compile(rf"--?{SECRET_NAME}=(?P<value>.*)")
+# NAME=value, --name value and --name=value in any text, where the name says secret: the value
+# goes, the name stays (so a reader still sees that a token was given).
+_ASSIGNMENT = rf"(?P<lead>(?<![A-Za-z0-9_-])(?:--?{SECRET_NAME}(?:=|[ \t]+)|{SECRET_NAME}=)){_VALUE}"
+# Home directories: the user's name and what they keep there. The path's tail stays, so a
+# warning's "/home/alice/.venv/…/torch/x.py:12" still says which file.
+_HOME = rf"/(?:home|Users)/[^/\s\"'`:;,=|]+|/root(?!{_PATH_CHAR})"
 
 
-def _path_pattern(removed: list[str]) -> re.Pattern | None:
-    """A pattern matching each absolute path named in the `removed` values, longest first so
-    that a path is redacted whole rather than by its parent."""
-    paths = {path.rstrip("/") for text in removed if text for path in _PATH_IN_VALUE.findall(text)} - {""}
-    if not paths:
-        return None
-    alternatives = "|".join(re.escape(path) for path in sorted(paths, key=len, reverse=True))
-    return re.compile(f"(?<!{_PATH_CHAR})(?<!/)(?:{alternatives})(?!{_PATH_CHAR})")
+def _alternation(literals: Iterable[str]) -> str:
+    """Literal strings as one regex alternation, longest first, so that each is taken whole
+    rather than by a shorter one it starts with."""
+    return "|".join(re.escape(s) for s in sorted(set(literals), key=len, reverse=True))
 
 
-def _redact_paths(conn: sqlite3.Connection, tables: set[str], pattern: re.Pattern) -> None:
-    for table in tables:
-        for column in [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')]:
-            changed = []
-            for rowid, text in conn.execute(
-                    f'SELECT rowid, "{column}" FROM "{table}" WHERE typeof("{column}") = \'text\' '
-                    f'AND instr("{column}", \'/\') > 0'):
-                redacted = pattern.sub(REDACTED, text)
-                if redacted != text:
-                    changed.append((redacted, rowid))
-            conn.executemany(f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?', changed)
+class Redactor:
+    """Takes secrets, private paths and the user's and machine's names out of text.
+
+    `secret_values` (the values of secret-named environment variables and command-line
+    options) are redacted wherever they appear; `paths` (absolute paths named in what scrub
+    removes) wherever they appear as a whole path; `names` (user and host names) as whole
+    words. Always: `NAME=value` and `--name value` where NAME is a SECRET_NAME, SECRET_SHAPES,
+    and home directories.
+    """
+
+    def __init__(self, secret_values: Iterable[str] = (), paths: Iterable[str] = (), names: Iterable[str] = ()):
+        values = {v for v in secret_values if len(v) >= _MIN_SECRET_LENGTH and v != REDACTED}
+        paths = {p.rstrip("/") for p in paths} - {""}
+        names = {n for n in names if n and n != REDACTED}
+        alternatives = [_ASSIGNMENT]
+        if values:
+            alternatives.append(_alternation(values))
+        if paths:
+            alternatives.append(rf"(?<!{_PATH_CHAR})(?<!/)(?:{_alternation(paths)})(?!{_PATH_CHAR})")
+        alternatives += [_HOME, rf"(?<![A-Za-z0-9])(?:{'|'.join(SECRET_SHAPES)})"]
+        if names:
+            alternatives.append(rf"(?<![A-Za-z0-9_])(?:{_alternation(names)})(?![A-Za-z0-9_])")
+        self._pattern = re.compile("|".join(f"(?:{a})" for a in alternatives))
+
+    def __call__(self, text: str) -> str:
+        return self._pattern.sub(lambda m: (m.group("lead") or "") + REDACTED, text)
+
+    def document(self, value: Any) -> Any:
+        """A JSON-able document with every string in it (keys too) redacted. Redact before
+        serialising: JSON's escapes (\\", \\\\) would hide a value from the text pass."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {self.document(k): self.document(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.document(v) for v in value]
+        return value
+
+    @classmethod
+    def of_exports(cls, exports: Iterable[str | Path]) -> Redactor:
+        """One Redactor for several SQLite exports (the ranks of one run): what any of them
+        recorded is redacted in all of them."""
+        secret_values, paths, names = [], [], []
+        for export in exports:
+            with closing(sqlite3.connect(f"file:{export}?mode=ro", uri=True)) as conn:
+                removed, recorded_names = _recorded(conn)
+                argvs = command_lines(conn)
+            for text in removed:
+                for name, quoted, plain in _ASSIGNMENTS.findall(text):
+                    value = quoted or plain
+                    if _SECRET_VARIABLE.fullmatch(name):
+                        secret_values.append(value)
+                    if name in _NAME_VARIABLES:
+                        names.append(value)
+                paths += _PATH_IN_VALUE.findall(text)
+            for argv in argvs:  # "--token VALUE", "--token=VALUE": VALUE, wherever else it turns up
+                for previous, argument in zip(["", *argv], argv):
+                    if assigned := _SECRET_OPTION_ASSIGNED.fullmatch(argument):
+                        secret_values.append(assigned["value"])
+                    elif _SECRET_OPTION.fullmatch(previous):
+                        secret_values.append(argument)
+            names += recorded_names
+        return cls(secret_values, paths, names)
 
 
-def scrub(trace: str | Path, out: str | Path) -> Path:
-    """Write a scrubbed copy of `trace` (an nsys SQLite export, .sqlite.xz or .nsys-rep) to
-    `out`: SQLite, xz-compressed when `out` ends in .xz."""
-    out = Path(out)
-    loaded = read_trace(trace)  # validates; decompresses or exports first where needed
-    source = loaded.sqlite
-    if out.resolve() in (source.resolve(), Path(trace).resolve()):
-        raise InputError("scrub writes a new file: give an output path other than the input")
+_COMMAND_PART = re.compile(r"PROCESS_(\d+):(?:COMMAND|ARGUMENT_(\d+))")
+
+
+def command_lines(conn: sqlite3.Connection) -> list[list[str]]:
+    """The command line of each process nsys launched, as recorded (argv: COMMAND, then
+    ARGUMENT_0, ARGUMENT_1, …), in process order."""
+    if "META_DATA_CAPTURE" not in _tables(conn):
+        return []
+    parts: dict[int, dict[int, str]] = {}
+    for name, value in conn.execute(
+            "SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:COMMAND' "
+            "OR name LIKE 'PROCESS_%:ARGUMENT_%'"):
+        if match := _COMMAND_PART.fullmatch(name):
+            process, argument = match.groups()
+            parts.setdefault(int(process), {})[-1 if argument is None else int(argument)] = value or ""
+    return [[argv[i] for i in sorted(argv)] for _, argv in sorted(parts.items())]
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")}
+
+
+def _recorded(conn: sqlite3.Connection) -> tuple[list[str], list[str]]:
+    """Every value scrub removes (environment, command line, paths, names), and the user's and
+    machine's names among them."""
+    tables = _tables(conn)
+    removed, names = [], []
+    for table, key, value, patterns in _REDACT:
+        if table in tables:
+            for pattern in patterns:
+                values = [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,))
+                          if v]
+                removed += values
+                names += values if pattern in _NAME_KEYS else []
+    for table, key, value, pattern in _DELETE:
+        if table in tables:
+            removed += [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,)) if v]
+    if "StringIds" in tables:
+        removed += [value for (value,) in conn.execute("SELECT value FROM StringIds")
+                    if value and _ENV_ASSIGNMENT.match(value)]
+    return removed, names
+
+
+def _redact_table(conn: sqlite3.Connection, table: str, redactor: Redactor) -> None:
+    """Redact every text value of `table`, each distinct value once (NVTX text repeats a few
+    names millions of times), updating the rows that hold a changed value in one join."""
+    columns = [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')]
+    if not columns:
+        return
+    holds_text = conn.execute("SELECT " + ", ".join(
+        f"max(typeof(\"{c}\") = 'text')" for c in columns) + f' FROM "{table}"').fetchone()
+    for column, has_text in zip(columns, holds_text):
+        if not has_text:
+            continue
+        changed = [(value, redacted) for (value,) in conn.execute(
+            f'SELECT DISTINCT "{column}" FROM "{table}" WHERE typeof("{column}") = \'text\'')
+            if (redacted := redactor(value)) != value]
+        if not changed:
+            continue
+        conn.execute("CREATE TEMP TABLE redacted_values (value TEXT PRIMARY KEY, redacted TEXT)")
+        conn.executemany("INSERT INTO redacted_values VALUES (?, ?)", changed)
+        conn.execute(f'UPDATE "{table}" SET "{column}" = r.redacted FROM redacted_values AS r '
+                     f'WHERE "{table}"."{column}" = r.value')
+        conn.execute("DROP TABLE redacted_values")
+
+
+def check_output(out: Path, inputs: Iterable[Path], command: str) -> None:
+    """`out` must be a new file in an existing folder, none of `inputs` (however spelled)."""
+    if out.resolve() in {Path(p).resolve() for p in inputs}:
+        raise InputError(f"{command} writes a new file: give an output path other than the input")
     if out.is_dir():
         raise InputError(f"{out} is a folder: give the output file's path")
     if not out.parent.is_dir():
         raise InputError(f"no such folder: {out.parent}")
+
+
+def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None = None) -> Path:
+    """Write a scrubbed copy of `trace` (an nsys SQLite export, .sqlite.xz or .nsys-rep, or one
+    already read) to `out`: SQLite, xz-compressed when `out` ends in .xz. `redactor`: one built
+    from several traces (`Redactor.of_exports`), so that what one recorded is redacted in all;
+    by default, the one this trace's own records give."""
+    out = Path(out)
+    loaded = trace if isinstance(trace, Trace) else read_trace(trace)  # validates; decompresses or exports
+    source = loaded.sqlite
+    check_output(out, (source, loaded.path), "scrub")
+    if redactor is None:
+        redactor = Redactor.of_exports([source])
     partial = out.with_name(out.name + ".partial")
     shutil.copyfile(source, partial)
     try:
         conn = sqlite3.connect(partial)
-        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        removed = []  # every value taken out, for the paths it names
+        tables = _tables(conn)
         for table, key, value, patterns in _REDACT:
             if table in tables:
                 for pattern in patterns:
-                    removed += [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,))]
                     conn.execute(f"UPDATE {table} SET {value} = ? WHERE {key} LIKE ?", (REDACTED, pattern))
         for table, key, value, pattern in _DELETE:
             if table in tables:
-                removed += [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,))]
                 conn.execute(f"DELETE FROM {table} WHERE {key} LIKE ?", (pattern,))
-        env_strings = [(string_id, value) for string_id, value in conn.execute("SELECT id, value FROM StringIds")
+        env_strings = [string_id for string_id, value in conn.execute("SELECT id, value FROM StringIds")
                        if value and _ENV_ASSIGNMENT.match(value)]
-        removed += [value for _, value in env_strings]
-        conn.executemany("UPDATE StringIds SET value = ? WHERE id = ?",
-                         [(REDACTED, string_id) for string_id, _ in env_strings])
-        paths = _path_pattern(removed)
-        if paths is not None:
-            _redact_paths(conn, tables, paths)
+        conn.executemany("UPDATE StringIds SET value = ? WHERE id = ?", [(REDACTED, i) for i in env_strings])
+        for table in sorted(tables):
+            _redact_table(conn, table, redactor)
         conn.commit()
         conn.execute("VACUUM")  # freed pages would still hold the old values
         conn.close()

@@ -10,6 +10,7 @@ Each block below is self-contained; add new fixtures as blocks of their own furt
 #   cpu_traces           -> Path of a folder holding
 #                             nvtx_edge_cases.nsys-rep / nvtx_edge_cases.sqlite
 #                             empty_capture.nsys-rep   / empty_capture.sqlite
+#                             build/secrets_probe      (built, not captured: see tests/test_bundle.py)
 #                           generated once, then cached in tests/.cache/cpu-traces/<key>/ (the key
 #                           hashes the fixture sources and the nsys version, so edits regenerate).
 #   cpu_traces_expected  -> dict loaded from tests/fixtures/cpu/expected.json, the hand-written
@@ -32,7 +33,7 @@ import pytest
 
 CPU_FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures" / "cpu"
 _CPU_TRACES_CACHE = Path(__file__).resolve().parent / ".cache" / "cpu-traces"
-_CPU_TRACE_SOURCES = ("make_traces.sh", "nvtx_edge_cases.c", "empty_capture.c")
+_CPU_TRACE_SOURCES = ("make_traces.sh", "nvtx_edge_cases.c", "empty_capture.c", "secrets_probe.c")
 _NSYS_DEFAULT = Path("/opt/nsys-cpu/target-linux-x64/nsys")
 
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import gemmscope
 from gemmscope.cli import main
 from gemmscope.errors import InputError
-from gemmscope.scrub import REDACTED, scrub
+from gemmscope.scrub import REDACTED, Redactor, command_lines, scrub
 from gemmscope.trace_parser import read_trace
 
 GPU_DIR = Path(__file__).parent / "fixtures" / "gpu"
@@ -223,3 +223,77 @@ COMMITTED_TRACES = sorted(
 @pytest.mark.parametrize("path", COMMITTED_TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_committed_trace_is_scrubbed(path):
     assert_no_environment_left(read_trace(path).sqlite)
+
+
+# --- the Redactor: secrets, private paths and names, wherever they appear ------------------------
+
+HF = "hf_" + "Ab1" * 12
+
+
+@pytest.mark.parametrize("text, redacted", [
+    (f"loaded {HF}.", "loaded [redacted]."),
+    ("ghp_" + "x1" * 18, REDACTED),
+    ("gho_" + "x1" * 18, REDACTED),
+    ("github_pat_11AAAAAAA0" + "y_2" * 10, REDACTED),
+    ("key=sk-" + "z3" * 12 + " next", "key=[redacted] next"),
+    ("sk-proj-" + "Q9" * 16, REDACTED),
+    ("xoxb-123456789012-abcdefABCDEF", REDACTED),
+    ("xoxp-1-2-3-abcdefabcdef", REDACTED),
+    ("id AKIAIOSFODNN7EXAMPLE;", "id [redacted];"),
+    ('HF_TOKEN=abc123 AWS_REGION="us-east-1" DB_PASSWORD=x',
+     "HF_TOKEN=[redacted] AWS_REGION=[redacted] DB_PASSWORD=[redacted]"),
+    ("train.py --token abc --api-key=def --password 'two words' --steps 3",
+     "train.py --token [redacted] --api-key=[redacted] --password [redacted] --steps 3"),
+    ("/home/alice/.venv/lib/torch/x.py:12: UserWarning", "[redacted]/.venv/lib/torch/x.py:12: UserWarning"),
+    ("/Users/bob/run and /root/.cache", "[redacted]/run and [redacted]/.cache"),
+])
+def test_secret_shapes_assignments_and_homes_are_redacted(text, redacted):
+    assert Redactor()(text) == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x128x128_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x"
+    "_cublas",
+    "nvjet_sm90_qqtst_192x192_128x4_2x1_v_bz_coopB_bias_TNN",
+    "gemmscope.te_gemm|entry=general_gemm|module=Linear|name=attn.key_proj|layer=0.attn.key|pass=fprop"
+    "|a=fp8-delayed|b=fp8-delayed",
+    "transformer_engine._LayerNormMLP.backward.fc1.wgrad_gemm",
+    "task-0123456789abcdefghijklmn",  # sk- inside a word
+    "AKIAIOSFODNN7EXAMPLEX",  # one character too many for an AWS key id
+    "/rootfs/usr/lib and /opt/myhome/x",
+    "TOKENIZERS_PARALLELISM is false",
+])
+def test_what_is_no_secret_is_left_alone(text):
+    assert Redactor(secret_values=["false"], names=["alice"])(text) == text
+
+
+def test_recorded_values_paths_and_names():
+    redact = Redactor(secret_values=["0123456789abcdef"], paths=["/data/alice-proj"], names=["alice", "gpu-node-7"])
+    assert redact("key 0123456789abcdef, again0123456789abcdef") == "key [redacted], again[redacted]"
+    assert redact("/data/alice-proj/ckpt and /data/alice-project") == "[redacted]/ckpt and /data/[redacted]-project"
+    assert redact("alice@gpu-node-7: malice gpu-node-71") == "[redacted]@[redacted]: malice gpu-node-71"
+    assert redact.document({"alice": ["x 0123456789abcdef", 3, None]}) == {REDACTED: ["x [redacted]", 3, None]}
+
+
+def test_redactor_of_an_export_learns_its_secret_variables_names_and_command_line(tmp_path):
+    path = tmp_path / "made.sqlite"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.executescript("""
+            CREATE TABLE TARGET_INFO_SYSTEM_ENV (name TEXT, value TEXT);
+            CREATE TABLE META_DATA_CAPTURE (name TEXT, value TEXT);
+            CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
+            CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+            INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES
+                ('DeviceEnvironment', 'USER=carol;WANDB_API_KEY=deadbeefcafe01;TOKENIZERS_PARALLELISM=false'),
+                ('Hostname', 'dgx-42');
+            INSERT INTO META_DATA_CAPTURE VALUES
+                ('PROCESS_0:ENVIRONMENT_VARIABLE', 'DB_PASSWORD="pw-hunter22"'),
+                ('PROCESS_0:COMMAND', 'python'), ('PROCESS_0:ARGUMENT_0', 'train.py'),
+                ('PROCESS_0:ARGUMENT_1', '--secret'), ('PROCESS_0:ARGUMENT_2', 'opensesame'),
+                ('PROCESS_0:ARGUMENT_3', '--auth-token=letmein99');
+            INSERT INTO StringIds VALUES (1, 'GH_TOKEN=fromstrings1' || char(0) || 'HOME=/home/carol');
+        """)
+        assert command_lines(conn) == [["python", "train.py", "--secret", "opensesame", "--auth-token=letmein99"]]
+    redact = Redactor.of_exports([path])
+    assert redact("carol on dgx-42: deadbeefcafe01 pw-hunter22 opensesame letmein99 fromstrings1 false") == (
+        "[redacted] on [redacted]: [redacted] [redacted] [redacted] [redacted] [redacted] false")

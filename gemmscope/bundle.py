@@ -1,0 +1,220 @@
+"""`gemmscope bundle`: one zip holding what a bug report needs, and no secret.
+
+From traces (files, folders or globs: one per rank, or one holding every rank):
+
+- `report.md`: `gemmscope analyze --format markdown`, the breakdown and findings included;
+- `analysis.json`: the same as `analyze --format json`;
+- `traces/NAME.sqlite.xz`: each trace, scrubbed (`gemmscope.scrub`).
+
+From a `gemmscope profile` run directory: `report.md` and `results.json` as the run writes them,
+and its trace scrubbed as `trace.sqlite.xz`, so that the unzipped bundle is itself a run
+directory.
+
+And `environment.json`: per trace, the GPUs, the driver, the CUDA version the driver supports,
+the nsys that exported it, the OS and the command line nsys launched, redacted; the recipes the
+run recorded (for a run directory: the recipes it profiled). What a trace does not record is
+null, never guessed: no nsys table records torch's, Transformer Engine's or cuBLAS's version.
+
+The reports are made from the scrubbed traces in the zip, under their names there: unzipped,
+`gemmscope analyze` of the traces `analysis.json`'s `meta.traces` lists, in that order, gives
+`analysis.json` again. Traces that read but cannot be analyzed (no GPU kernel, several recipes
+and no --expect, a profile run that stopped before its first GEMM) are bundled all the same,
+with the reason in report.md (and no analysis.json or results.json): that is often the bug
+being reported.
+
+Every text member passes one `scrub.Redactor`, built from what all the traces recorded, the
+same one that scrubs the traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import sqlite3
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from contextlib import closing
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from gemmscope import __version__, diagnose, reports, verify
+from gemmscope.errors import InputError
+from gemmscope.html_report import is_run_dir
+from gemmscope.profile import RUN_TRACES, load_run
+from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
+from gemmscope.trace_parser import TRACE_SUFFIXES, Trace, read_trace, trace_paths
+
+
+class Bundle(NamedTuple):
+    path: Path
+    analysis_error: str | None  # why the traces could not be analyzed (report.md says it too)
+
+
+def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = None,
+           allow: tuple[str, ...] = (), step_range: str | None = None) -> Bundle:
+    """Write the zip `out` from traces, or from one profile run directory. `expect`, `allow` and
+    `step_range` are analyze's options, for traces."""
+    if not inputs:
+        raise InputError("nothing to bundle: give traces or a gemmscope profile run directory")
+    out = Path(out)
+    run_dir = _run_dir(inputs)
+    if run_dir is None:
+        paths = trace_paths(inputs)
+    elif expect or allow or step_range:
+        raise InputError("--expect, --allow and --step-range are for traces, not a profile run directory")
+    else:
+        paths = [run_dir / name for name in RUN_TRACES if (run_dir / name).exists()][:1]
+    originals = [read_trace(path) for path in paths]
+    check_output(out, [*map(Path, inputs), *paths, *(t.sqlite for t in originals)], "bundle")
+    redactor = Redactor.of_exports(t.sqlite for t in originals)
+    # The unzipped bundle of a run directory is a run directory.
+    members = _member_names(originals, redactor) if run_dir is None else ["trace.sqlite.xz"] * len(originals)
+    with tempfile.TemporaryDirectory(prefix="gemmscope-bundle-") as staging:
+        staged = {member: scrub(trace, _staging_path(Path(staging), member), redactor)
+                  for member, trace in zip(members, originals)}
+        recipes = verify.recorded_recipes(originals) if run_dir is None else []
+        try:
+            if run_dir is None:
+                report, results = _analyze_traces(staged, expect, allow, step_range)
+            else:
+                report, results, recipes = _analyze_run(run_dir, Path(staging) if staged else run_dir)
+            error = None
+        except InputError as exc:  # no results document then: only documents their schema describes
+            error = str(exc)
+            report = f"# gemmscope bundle\n\ngemmscope could not analyze what this bundle holds: {error}\n"
+            results = None
+        environment = {
+            "bundled_by": f"gemmscope {__version__}",
+            "recipes": recipes or None,
+            "traces": [_environment(trace, member) for member, trace in zip(members, originals)],
+        }
+        texts = {"report.md": report}
+        # report.html goes here (html_report.render of traces_report / run_report, "html"). Redact
+        # the Report's texts before rendering: html.escape turns & < > " ' into entities, which
+        # would hide a value containing one from the text pass in _write_zip.
+        if results is not None:
+            texts["analysis.json" if run_dir is None else "results.json"] = _json(redactor.document(results))
+        texts["environment.json"] = _json(redactor.document(environment))
+        _write_zip(out, texts, staged, redactor)
+    return Bundle(out, error)
+
+
+def _run_dir(inputs: Sequence[str | Path]) -> Path | None:
+    """The profile run directory `inputs` name, or None when they name traces."""
+    runs = [Path(p) for p in inputs if is_run_dir(Path(p))]
+    if runs and len(inputs) > 1:
+        raise InputError(f"{runs[0]} is a profile run directory: bundle it alone, not with other runs or traces")
+    return runs[0] if runs else None
+
+
+def _member_names(traces: list[Trace], redactor: Redactor) -> list[str]:
+    """Each trace's name in the zip: traces/ + its file name (redacted, as .sqlite.xz), numbered
+    where two traces share a name (rank0/trace.sqlite and rank1/trace.sqlite)."""
+    names: list[str] = []
+    for trace in traces:
+        name = trace.path.name
+        stem = next((name.removesuffix(s) for s in TRACE_SUFFIXES if name.endswith(s)), name)
+        stem = redactor(stem)
+        member, copies = f"traces/{stem}.sqlite.xz", 1
+        while member in names:
+            copies += 1
+            member = f"traces/{stem}-{copies}.sqlite.xz"
+        names.append(member)
+    return names
+
+
+def _staging_path(staging: Path, member: str) -> Path:
+    path = staging / member
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _analyze_traces(staged: dict[str, Path], expect: str | None, allow: tuple[str, ...],
+                    step_range: str | None) -> tuple[str, dict]:
+    """report.md and analysis.json as `gemmscope analyze` makes them, from the scrubbed traces
+    under their names in the zip."""
+    traces = [dataclasses.replace(read_trace(path), path=Path(member)) for member, path in staged.items()]
+    result = verify.check(traces, expect, allow)
+    diagnosis = diagnose.diagnose(result, step_range)
+    document = reports.analysis_document(result, None, diagnosis)
+    return reports.render_verification(result, "markdown", document, diagnosis), document
+
+
+def _analyze_run(run_dir: Path, scrubbed_run: Path) -> tuple[str, dict, list[str]]:
+    """report.md and results.json as `gemmscope profile` writes them, from the scrubbed trace
+    (`scrubbed_run` holds it; for a run made without nsys, the run directory itself), and the
+    recipes the run profiled."""
+    run = load_run(scrubbed_run)
+    wall_s = _wall_s(run_dir)
+    recipes = list(dict.fromkeys(run.gemms["precision"]))
+    return reports.profile_markdown(run, wall_s), reports.results_document(run, wall_s), recipes
+
+
+def _wall_s(run_dir: Path) -> float | None:
+    """The whole run's wall time: only the run's results.json records it."""
+    path = run_dir / "results.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())["wall_s"]
+    except (ValueError, KeyError, TypeError):
+        raise InputError(f"{path} is not a results.json written by gemmscope profile") from None
+
+
+def _environment(trace: Trace, member: str) -> dict[str, Any]:
+    """What `trace` records about the machine and the software it ran (null where nothing does)."""
+    with closing(sqlite3.connect(f"file:{trace.sqlite}?mode=ro", uri=True)) as conn:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        system = dict(conn.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV")) \
+            if "TARGET_INFO_SYSTEM_ENV" in tables else {}
+        commands = command_lines(conn)
+    return {
+        "trace": member,
+        "gpus": reports.frame_records(trace.gpus),
+        "driver": _recorded(system.get("NvDriverVersion")),
+        "cuda_driver": _cuda_version(system.get("CudaDriverVersion")),  # the CUDA version the driver supports
+        # No table of an nsys export records these, nor does gemmscope's hook.
+        "torch": None,
+        "transformer_engine": None,
+        "cublas": None,
+        "nsys": trace.meta["nsys_version"],  # the nsys that exported the trace: the export records no other
+        "os": _recorded(system.get("OsDescription")),
+        # Shell-quoted, but an argument scrub took out of an already shared trace reads [redacted].
+        "command_lines": [" ".join(a if a == REDACTED else shlex.quote(a) for a in argv) for argv in commands],
+    }
+
+
+def _recorded(value: Any) -> str | None:
+    """A recorded setting, or None where nsys recorded nothing (it writes 0 for the driver's
+    version on a machine without an NVIDIA driver)."""
+    return None if value in (None, "", "0", 0) else str(value)
+
+
+def _cuda_version(value: Any) -> str | None:
+    """The CUDA version as CUDA encodes it, 1000 × major + 10 × minor (13000: "13.0")."""
+    value = _recorded(value)
+    if value is None or not value.isdigit():
+        return value
+    return f"{int(value) // 1000}.{int(value) % 1000 // 10}"
+
+
+def _json(document: Any) -> str:
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _write_zip(out: Path, texts: dict[str, str], files: dict[str, Path], redactor: Redactor) -> None:
+    """The zip, through a temporary name: a failure leaves nothing half-written. Every text
+    member is redacted here, the one place they all pass."""
+    partial = out.with_name(out.name + ".partial")
+    try:
+        with zipfile.ZipFile(partial, "w") as archive:
+            for name, text in texts.items():
+                archive.writestr(name, redactor(text), compress_type=zipfile.ZIP_DEFLATED)
+            for name, path in files.items():
+                archive.write(path, name, compress_type=zipfile.ZIP_STORED)  # already xz-compressed
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    partial.replace(out)
