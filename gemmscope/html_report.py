@@ -230,7 +230,6 @@ def is_run_dir(path: Path) -> bool:
 def run_report(run: ProfileRun, run_dir: Path) -> Report:
     """What `gemmscope profile` says about a run directory, as one report."""
     results = _results_json(run_dir)
-    g = run.gemms
     environment = _run_environment(run, results)
     status, verdict = reports.profile_verdict_block(run, reports.environment_line(environment))
 

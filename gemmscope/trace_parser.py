@@ -17,7 +17,6 @@ import glob
 import hashlib
 import lzma
 import os
-import re
 import sqlite3
 import tempfile
 from collections.abc import Sequence
