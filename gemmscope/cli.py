@@ -54,6 +54,26 @@ def _format_option(formats=reports.FORMATS):
     return click.option("--format", "fmt", type=click.Choice(formats), default="table", show_default=True)
 
 
+def _check_options(func):
+    """What analyze and verify share: --allow, --step-range, --workers, --scheduler."""
+    options = [
+        click.option("--allow", multiple=True, metavar="PATTERN",
+                     help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are "
+                          "allowed; repeatable."),
+        click.option("--step-range", metavar="PATTERN",
+                     help="NVTX range (shell pattern) that marks one training step: the breakdown covers the "
+                          "steps after the first. Default: ranges named like 'step 3' or 'iteration 3', when "
+                          "they repeat."),
+        click.option("--workers", type=click.IntRange(min=1), metavar="N",
+                     help="Read several traces in N local processes (default: one per trace, up to one per CPU)."),
+        click.option("--scheduler", metavar="ADDRESS",
+                     help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def _detail_options(func):
     """--quiet (the verdict block only) and --verbose (every GEMM launch too) for text output."""
     func = click.option("--verbose", is_flag=True, help="Also list every GEMM launch.")(func)
@@ -75,15 +95,7 @@ def _emit(text: str) -> None:
 @main.command()
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
-@click.option("--allow", multiple=True, metavar="PATTERN",
-              help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are allowed; repeatable.")
-@click.option("--step-range", metavar="PATTERN",
-              help="NVTX range (shell pattern) that marks one training step: the breakdown covers the steps "
-                   "after the first. Default: ranges named like 'step 3' or 'iteration 3', when they repeat.")
-@click.option("--workers", type=click.IntRange(min=1), metavar="N",
-              help="Read several traces in N local processes (default: one per trace, up to one per CPU).")
-@click.option("--scheduler", metavar="ADDRESS",
-              help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead.")
+@_check_options
 @_format_option()
 @_detail_options
 def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...], step_range: str | None,
@@ -110,8 +122,6 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> ve
 @main.command("verify", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--expect", type=click.Choice(verify.RECIPES),
               help="Recipe every GEMM should run at; default: the recipe the run's te.autocast asked for.")
-@click.option("--allow", multiple=True, metavar="PATTERN",
-              help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are allowed; repeatable.")
 @click.option("--trace", "trace_args", multiple=True, type=click.Path(path_type=Path),
               help="Check existing traces instead of running a command: files, folders or globs "
                    "(one per rank, or one holding every rank); repeatable.")
@@ -122,13 +132,7 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> ve
 @click.option("--delay", type=click.FloatRange(min=0), metavar="SECONDS", help="Start collecting after this long.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Collect for this long.")
-@click.option("--step-range", metavar="PATTERN",
-              help="NVTX range (shell pattern) that marks one training step: the breakdown covers the steps "
-                   "after the first. Default: ranges named like 'step 3' or 'iteration 3', when they repeat.")
-@click.option("--workers", type=click.IntRange(min=1), metavar="N",
-              help="Read several traces in N local processes (default: one per trace, up to one per CPU).")
-@click.option("--scheduler", metavar="ADDRESS",
-              help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead.")
+@_check_options
 @_format_option()
 @_detail_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)

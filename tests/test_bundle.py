@@ -28,6 +28,7 @@ from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.profile import load_run
 from gemmscope.trace_parser import read_trace
+from sqlite_text import all_text
 
 GPU_TRACE = Path(__file__).parent / "fixtures" / "gpu" / "corpus" / "fsdp_fp8_1gpu.sqlite.xz"
 RUN_DIR = Path(__file__).parent / "fixtures" / "runs" / "h100-codonfm-5b"
@@ -112,20 +113,8 @@ def gpu_planted(tmp_path_factory):
                      (f'WANDB_API_KEY="{wandb_key}"',))
         conn.commit()
     for label in ("hf stdout", "WANDB_API_KEY", "github stderr", "openai nvtx", "aws key id"):
-        assert planted[label] in "\n".join(_all_text(path)), label
+        assert planted[label] in "\n".join(all_text(path)), label
     return path, planted
-
-
-def _all_text(path) -> list[str]:
-    """Every TEXT value of every column of every table of an SQLite file."""
-    values = []
-    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-        tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        for table in tables:
-            for column in [c[1] for c in conn.execute(f'PRAGMA table_info("{table}")')]:
-                values += [v for (v,) in conn.execute(
-                    f'SELECT "{column}" FROM "{table}" WHERE typeof("{column}") = \'text\'')]
-    return values
 
 
 def _members(archive: Path, tmp_path: Path) -> dict[str, bytes]:
@@ -149,7 +138,7 @@ def assert_nothing_planted_survives(contents: dict[str, bytes], tmp_path: Path, 
     for trace in (tmp_path / "unzipped").rglob("*.sqlite.xz"):
         sqlite = tmp_path / (trace.name + ".sqlite")
         sqlite.write_bytes(lzma.decompress(trace.read_bytes()))
-        text = "\n".join(_all_text(sqlite))
+        text = "\n".join(all_text(sqlite))
         assert [s for s in planted if s in text] == [], trace.name
 
 
@@ -157,7 +146,7 @@ def test_cpu_capture_recorded_what_was_planted(cpu_capture):
     """Every secret is in the raw export: in the environment nsys recorded, the command line,
     the program's output or its NVTX text."""
     path, planted = cpu_capture
-    text = "\n".join(_all_text(path))
+    text = "\n".join(all_text(path))
     assert [label for label, (value, _) in planted.values.items() if value not in text] == []
     with closing(sqlite3.connect(path)) as conn:
         nvtx = [t for (t,) in conn.execute("SELECT text FROM NVTX_EVENTS WHERE text IS NOT NULL")]
@@ -240,7 +229,7 @@ def test_scrub_alone_redacts_planted_secrets(cpu_capture, gpu_planted, tmp_path)
     for source, planted in (cpu_capture, gpu_planted):
         out = CliRunner().invoke(main, ["scrub", str(source), "-o", str(tmp_path / source.name)])
         assert out.exit_code == 0, out.output
-        text = "\n".join(_all_text(tmp_path / source.name))
+        text = "\n".join(all_text(tmp_path / source.name))
         assert [s for s in planted.strings() if s in text] == []
 
 

@@ -18,6 +18,7 @@ from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.scrub import REDACTED, Redactor, command_lines, scrub
 from gemmscope.trace_parser import read_trace
+from sqlite_text import all_text
 
 GPU_DIR = Path(__file__).parent / "fixtures" / "gpu"
 
@@ -27,18 +28,6 @@ _NOT_MACHINE = {"PYTEST_CURRENT_TEST"}
 
 def sha256(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def all_text(path) -> list[str]:
-    """Every TEXT value of every column of every table."""
-    values = []
-    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-        tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        for table in tables:
-            for column in [c[1] for c in conn.execute(f'PRAGMA table_info("{table}")')]:
-                values += [v for (v,) in conn.execute(
-                    f'SELECT "{column}" FROM "{table}" WHERE typeof("{column}") = \'text\'')]
-    return values
 
 
 def query(path, sql):
