@@ -188,24 +188,25 @@ CHILD_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), o
 @dataclass
 class Run:
     wall_s: float
+    cpu_s: float  # user + system: what the process itself used, whatever else shares the machine
     peak_rss_mib: float
 
 
 def run(command: Sequence[str], stdout: Path | str, stderr: Path, ok_exits: tuple[int, ...] = (0,)) -> Run:
-    """Run `command` as a child process; its wall time and peak resident memory. wait4 gives the
-    rusage of that one child (and what it waited for), which RUSAGE_CHILDREN deltas do not once
-    several children have ended."""
+    """Run `command` as a child process; its wall time, CPU time and peak resident memory. wait4
+    gives the rusage of that one child (and what it waited for), which RUSAGE_CHILDREN deltas do
+    not once several children have ended."""
     actions = [(os.POSIX_SPAWN_OPEN, 1, str(stdout), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
                (os.POSIX_SPAWN_OPEN, 2, str(stderr), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)]
     started = time.perf_counter()
     pid = os.posix_spawn(command[0], list(command), CHILD_ENV, file_actions=actions)
     _, status, usage = os.wait4(pid, 0)
-    wall = time.perf_counter() - started
+    elapsed = time.perf_counter() - started
     code = os.waitstatus_to_exitcode(status)
     if code not in ok_exits:
         tail = stderr.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{' '.join(command)} exited {code}:\n{tail}")
-    return Run(wall, usage.ru_maxrss / 1024)  # ru_maxrss is in KiB on Linux
+    return Run(elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)  # ru_maxrss is in KiB on Linux
 
 
 def gemm_verdicts(export: Path, scratch: Path) -> Counter:
@@ -237,7 +238,6 @@ def scaled(counts: Counter, factor: int) -> Counter:
 class Measurement:
     factor: int
     size: Size
-    build_s: float
     gemms: int
     counts_scale: bool  # both tools saw exactly factor × what they saw on the seed
     gemmscope: list[Run]
@@ -265,15 +265,25 @@ def measure(seed: Path, factor: int, rounds: int, nsys: str, folder: Path,
         order = list(tools) if round_ % 2 == 0 else list(reversed(tools))
         for name in order:
             runs[name].append(run(tools[name], os.devnull, folder / f"{name}.err", ok_exits[name]))
-            print(f"  {factor}x round {round_ + 1}: {name} {runs[name][-1].wall_s:.2f} s", file=sys.stderr)
+            done = runs[name][-1]
+            print(f"  {factor}x round {round_ + 1}: {name} {done.wall_s:.2f} s wall, {done.cpu_s:.2f} s CPU",
+                  file=sys.stderr)
     # The largest replicas take hundreds of MB: one at a time on disk.
     export.unlink()
-    return Measurement(factor, size, build_s, sum(verdicts.values()), counts_scale, runs["gemmscope"], runs["nsys"])
+    return Measurement(factor, size, sum(verdicts.values()), counts_scale, runs["gemmscope"], runs["nsys"])
+
+
+def wall(runs: list[Run]) -> float:
+    return statistics.median(r.wall_s for r in runs)
+
+
+def cpu(runs: list[Run]) -> float:
+    return statistics.median(r.cpu_s for r in runs)
 
 
 def seconds(runs: list[Run]) -> str:
     walls = [r.wall_s for r in runs]
-    return f"{statistics.median(walls):.2f} [{min(walls):.2f}–{max(walls):.2f}]"
+    return f"{wall(runs):.2f} [{min(walls):.2f}–{max(walls):.2f}]"
 
 
 def peak_mib(runs: list[Run]) -> str:
@@ -287,26 +297,29 @@ def growth_exponent(points: list[tuple[int, float]]) -> float:
 
 
 def report(measurements: list[Measurement]) -> None:
-    print("| factor | kernels | NVTX rows | API rows | GEMMs | gemmscope s median [min–max] | gemmscope peak RSS MiB "
-          "| nsys stats s median [min–max] | nsys stats peak RSS MiB | nsys / gemmscope | counts × factor |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| factor | kernels | NVTX rows | API rows | GEMMs "
+          "| gemmscope wall s median [min–max] | CPU s | peak RSS MiB "
+          "| nsys stats wall s median [min–max] | CPU s | peak RSS MiB "
+          "| nsys / gemmscope (wall) | counts × factor |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for m in measurements:
-        ratio = statistics.median(r.wall_s for r in m.nsys) / statistics.median(r.wall_s for r in m.gemmscope)
         print(f"| {m.factor} | {m.size.kernels:,} | {m.size.nvtx_rows:,} | {m.size.api_rows:,} | {m.gemms:,} "
-              f"| {seconds(m.gemmscope)} | {peak_mib(m.gemmscope)} | {seconds(m.nsys)} | {peak_mib(m.nsys)} "
-              f"| {ratio:.2f} | {'yes' if m.counts_scale else 'NO'} |")
+              f"| {seconds(m.gemmscope)} | {cpu(m.gemmscope):.2f} | {peak_mib(m.gemmscope)} "
+              f"| {seconds(m.nsys)} | {cpu(m.nsys):.2f} | {peak_mib(m.nsys)} "
+              f"| {wall(m.nsys) / wall(m.gemmscope):.2f} | {'yes' if m.counts_scale else 'NO'} |")
     if len({m.size.kernels for m in measurements}) < 2:
         return
     print()
     span = f"{measurements[0].factor}x to {measurements[-1].factor}x"
     for tool in ("gemmscope", "nsys"):
-        points = [(m.size.kernels, statistics.median(r.wall_s for r in getattr(m, tool))) for m in measurements]
-        line = f"{tool}: time ∝ kernels^{growth_exponent(points):.2f} (least squares, {span})"
-        if len(points) > 2:
-            # Start-up (Python and pandas, nsys's own) weighs on the small sizes; the two largest
-            # show where the time goes as traces grow.
-            line += f"; ^{growth_exponent(points[-2:]):.2f} between the two largest"
-        print(line)
+        for clock, median in (("wall", wall), ("CPU", cpu)):
+            points = [(m.size.kernels, median(getattr(m, tool))) for m in measurements]
+            line = f"{tool} {clock} time ∝ kernels^{growth_exponent(points):.2f} (least squares, {span})"
+            if len(points) > 2:
+                # Start-up (Python and pandas, nsys's own) weighs on the small sizes; the two
+                # largest show where the time goes as traces grow.
+                line += f"; ^{growth_exponent(points[-2:]):.2f} between the two largest"
+            print(line)
     if not all(m.counts_scale for m in measurements):
         print("\nWARNING: at some factor a tool did not report exactly factor × the seed's counts")
 
@@ -345,7 +358,8 @@ def main() -> None:
             factors = factors[:2]
         version = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip()
         print(f"seed {args.seed.name}: {seed_size.kernels:,} kernels; factors {factors}; {args.rounds} rounds; "
-              f"{os.cpu_count()} CPUs; Python {platform.python_version()}; {version}", file=sys.stderr)
+              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; Python {platform.python_version()}; "
+              f"{version}", file=sys.stderr)
         seed_verdicts = gemm_verdicts(seed, folder)
         seed_instances = nsys_kernel_instances(nsys, seed, folder)
         measurements = [measure(seed, factor, args.rounds, nsys, folder, seed_verdicts, seed_instances)
