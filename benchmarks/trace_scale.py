@@ -8,7 +8,7 @@ after the other on the timeline; its strings, threads, GPUs and metadata stay on
 labelled in its metadata (META_DATA_EXPORT row GEMMSCOPE_REPLICAS) so that nobody takes it for a
 capture. For each factor the script builds the replica once, checks that both tools see exactly
 N times what they see on the seed, then times each tool `--rounds` times as a separate process,
-the two alternating, and prints wall seconds and each process's peak RSS.
+the two alternating, and prints each process's wall and CPU seconds and peak RSS.
 
     python benchmarks/trace_scale.py [--seed PATH] [--factors 1,10,100] [--rounds 3] [--quick]
 """
@@ -40,8 +40,10 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SEED = REPO / "tests" / "fixtures" / "gpu" / "corpus" / "te_stack_large_fp8-block_1gpu.sqlite.xz"
 NSYS_FALLBACK = Path("/opt/nsys-cpu/target-linux-x64/nsys")
 
-# Tables whose rows are events on the timeline and are repeated once per replica. Everything else
-# (StringIds, ThreadNames, TARGET_INFO_*, META_DATA_*, ENUM_*) describes the capture and stays once.
+# Tables whose rows are events on the timeline and are repeated once per replica. The rest
+# (StringIds, ThreadNames, TARGET_INFO_*, META_DATA_*, ENUM_*) describes the capture and stays
+# once; so do the other event tables (CUDA synchronization and event records, profiler overhead,
+# diagnostics), which neither tool reads.
 REPLICATED_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
     "CUPTI_ACTIVITY_KIND_RUNTIME",
@@ -55,7 +57,7 @@ TIME_COLUMNS = ("start", "end")
 # id pairs a start/end range. Each replica gets ids of its own so that joins stay one to one.
 ID_COLUMNS = ("correlationId", "rangeId")
 # nsys's ENUM_NSYS_EVENT_TYPE NvtxDomainCreate (the same in 2023.4 and 2025.3): a domain is
-# created once per process, and both tools name a domain from its first such row.
+# created once per process, and both tools name a domain's ranges from that row.
 NVTX_DOMAIN_CREATE = 75
 # Between one replica's last event and the next one's first, so that no range or kernel of one
 # replica touches the next.
@@ -176,8 +178,8 @@ def gemmscope_command(export: Path) -> list[str]:
 
 
 def nsys_command(nsys: str, export: Path) -> list[str]:
-    # CSV to the console: the report itself, without the column layout meant for a terminal (as
-    # gemmscope's JSON); an .sqlite input is read as it is, never re-exported.
+    # CSV, as gemmscope's JSON: the report itself, without the column layout meant for a
+    # terminal. An .sqlite input is read as it is, never re-exported.
     return [nsys, "stats", "--quiet", "--report", "nvtx_kern_sum", "--format", "csv", "--output", "-", str(export)]
 
 
