@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from gemmscope.devices import lookup, peak_tflops
+from gemmscope.trace_parser import process_id
 from gemmscope.verify import RECIPE_PRECISIONS, Verification
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",
@@ -95,7 +96,7 @@ def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verificatio
     """The checked run cut to the GPU work of its steps after the first, and per step: wall time
     on the CPU and the GPU time of the kernels it launched."""
     k = result.kernels
-    pid = (k["global_pid"].astype("int64") // (1 << 24)) & 0xFFFFFF
+    pid = process_id(k["global_pid"].astype("int64"))
     launched = k["launch_start"].fillna(k["start"]).astype("int64").to_numpy()
     step_of = np.full(len(k), -1)
     for (trace, process), own in steps.groupby(["trace", "pid"], sort=False):  # per process, not per launch
@@ -122,7 +123,7 @@ def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verificatio
 
 def _rank_key(frame: pd.DataFrame) -> pd.Series:
     """The rank where known, else the trace and process: one GPU timeline each."""
-    pid = ((frame["global_pid"].astype("int64") // (1 << 24)) & 0xFFFFFF).astype(str)
+    pid = process_id(frame["global_pid"].astype("int64")).astype(str)
     fallback = frame["trace"].astype(str) + " pid " + pid
     return frame["rank"].astype("string").fillna(fallback) if "rank" in frame else fallback
 

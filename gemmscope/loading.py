@@ -30,12 +30,17 @@ class LoadedTrace:
     error: str | None = None
 
 
+def attribute(trace: Trace) -> LoadedTrace:
+    """A trace already read, with its launches attributed (or why it has nothing to attribute)."""
+    if trace.kernels.empty:
+        return LoadedTrace(trace.path, error=f"{trace.path} holds no GPU kernels: was it captured with "
+                                             "--trace=cuda, on a GPU?")
+    return LoadedTrace(trace.path, trace, launches(trace))
+
+
 def load_one(path: Path) -> LoadedTrace:
     try:
-        trace = read_trace(path)
-        if trace.kernels.empty:
-            raise InputError(f"{trace.path} holds no GPU kernels: was it captured with --trace=cuda, on a GPU?")
-        return LoadedTrace(Path(path), trace, launches(trace))
+        return attribute(read_trace(path))
     except InputError as exc:
         return LoadedTrace(Path(path), error=str(exc))
 

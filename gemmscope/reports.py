@@ -343,7 +343,6 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
         parts = [f"# gemmscope: {title}\n", verdict.replace("\n", "  \n") + "\n"]
         if detail == "quiet":
             return "\n".join(parts)
-        parts.append(_headline(result) + "\n")
         for title, frame in sections:
             parts += [f"\n## {title}\n", markdown_table(frame)]
         return "\n".join(parts)
@@ -353,7 +352,6 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
         return console.export_text()
     console.width = TABLE_WIDTH
     console.print()
-    console.print(_headline(result))
     for title, frame in sections:
         console.print(rich_table(_for_terminal(frame), title) if not frame.empty else f"{title}: none")
     return console.export_text()

@@ -36,7 +36,8 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 _TID_MASK = 0xFFFFFF
 
 
-def _pid(global_tid: pd.Series) -> pd.Series:
+def process_id(global_tid: pd.Series) -> pd.Series:
+    """The process id packed into nsys's global thread (or process) id."""
     return (global_tid // (1 << 24)) & _TID_MASK
 
 
@@ -228,7 +229,7 @@ def _kernels(export: _Export, strings: pd.Series) -> pd.DataFrame:
     # The demangled name keeps template arguments that tell e.g. cutlass' int8 GEMMs apart.
     k["name"] = _name(k["demangled_id"], strings).fillna(k["short_name"])
     k["duration_ns"] = k["end"] - k["start"]
-    k["pid"] = _pid(k["global_pid"])
+    k["pid"] = process_id(k["global_pid"])
     return k.drop(columns=["demangled_id", "short_id"])
 
 
@@ -283,7 +284,7 @@ def _nvtx(export: _Export, strings: pd.Series, session_end: float) -> pd.DataFra
     )
     # Registered strings (nvtxDomainRegisterString) arrive as textId; plain ones as text.
     n["name"] = n["text"].where(n["text"].notna(), _name(n["text_id"], strings))
-    n["pid"] = _pid(n["global_tid"])
+    n["pid"] = process_id(n["global_tid"])
     n["tid"] = _tid(n["global_tid"])
     # Domain ids are numbered per process; a DomainCreate row names each one (0 is the default).
     created = n[n["event_type"] == NVTX_DOMAIN_CREATE]
@@ -318,7 +319,7 @@ def _session_end(export: _Export) -> float:
 def _threads(export: _Export, strings: pd.Series) -> pd.DataFrame:
     t = export.frame("ThreadNames", {"global_tid": "globalTid", "name_id": "nameId", "priority": "priority"})
     t["name"] = _name(t["name_id"], strings)
-    t["pid"] = _pid(t["global_tid"])
+    t["pid"] = process_id(t["global_tid"])
     t["tid"] = _tid(t["global_tid"])
     # A thread named through NVTX (priority 0) keeps that name over its OS name (priority 20).
     t = t.sort_values("priority", kind="stable").drop_duplicates("global_tid", ignore_index=True)
@@ -586,5 +587,5 @@ def _ranks(launch: pd.DataFrame, nvtx: pd.DataFrame, grammar: pd.DataFrame) -> p
     marks = (grammar["kind"] == te_ranges.PROCESS).to_numpy()
     by_pid = pd.Series(grammar["rank"].array[marks], index=nvtx["pid"].to_numpy()[marks], dtype="Int64")
     by_pid = by_pid[~by_pid.index.duplicated(keep="last")]
-    pid = _pid(launch["global_pid"].astype("int64"))
+    pid = process_id(launch["global_pid"].astype("int64"))
     return pd.Series(pid.map(by_pid).array, index=launch.index, dtype="Int64")

@@ -31,8 +31,8 @@ import pandas as pd
 
 from gemmscope import te_ranges
 from gemmscope.errors import InputError
-from gemmscope.loading import LoadedTrace
-from gemmscope.trace_parser import Trace, launches
+from gemmscope.loading import LoadedTrace, attribute
+from gemmscope.trace_parser import Trace
 
 RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
 
@@ -146,7 +146,7 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     could not be read is reported in `unreadable` and the others are checked; when none could,
     the first reason is the error."""
     items = [traces] if isinstance(traces, (Trace, LoadedTrace)) else list(traces)
-    loaded = [item if isinstance(item, LoadedTrace) else _attributed(item) for item in items]
+    loaded = [item if isinstance(item, LoadedTrace) else attribute(item) for item in items]
     usable = [item for item in loaded if item.error is None]
     if not usable:
         raise InputError(loaded[0].error if loaded else "no trace to check")
@@ -188,23 +188,16 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     return result
 
 
-def _attributed(trace: Trace) -> LoadedTrace:
-    if trace.kernels.empty:
-        return LoadedTrace(trace.path, error=f"{trace.path} holds no GPU kernels: was it captured with "
-                                             "--trace=cuda, on a GPU?")
-    return LoadedTrace(trace.path, trace, launches(trace))
-
-
 def _rank_in_name(path) -> int | None:
     named = _RANK_IN_NAME.search(path.name)
     return int(named[1]) if named else None
 
 
-def _fill_ranks(gemms: pd.DataFrame, trace: Trace, index: int, count: int) -> pd.Series:
+def _fill_ranks(trace_launches: pd.DataFrame, trace: Trace, index: int, count: int) -> pd.Series:
     """The rank the hook's mark named; for a trace of one process without it, the rank in the
     file's name, or its place among several files."""
-    rank = gemms["rank"].astype("Int64")
-    if rank.notna().all() or gemms["global_pid"].nunique() > 1:
+    rank = trace_launches["rank"].astype("Int64")
+    if rank.notna().all() or trace_launches["global_pid"].nunique() > 1:
         return rank
     named = _rank_in_name(trace.path)
     fallback = named if named is not None else (index if count > 1 else pd.NA)
