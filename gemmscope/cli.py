@@ -153,7 +153,7 @@ def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, s
         paths = trace_paths(trace_args)
     elif command:
         path, outcome = _capture(list(command), out, window)
-        paths = [path]
+        paths = [path] if path is not None else []
     else:
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
     failed_command = outcome is not None and outcome["exit_code"] != 0
@@ -179,7 +179,7 @@ def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, s
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
-def _capture(command: list[str], out: Path | None, window: dict) -> tuple[Path, dict]:
+def _capture(command: list[str], out: Path | None, window: dict) -> tuple[Path | None, dict]:
     from gemmscope import nsys_runner
 
     out = out or Path(tempfile.mkdtemp(prefix="gemmscope-verify-"))
@@ -191,16 +191,20 @@ def _capture(command: list[str], out: Path | None, window: dict) -> tuple[Path, 
     if window["nvtx_range"] is not None:  # a range pushed with a plain string, not a registered one
         env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
     done = nsys_runner.profile(command, report, env, nsys_runner.capture_window_flags(**window))
+    outcome = {"exit_code": done.returncode, "capture_window": {k: v for k, v in window.items() if v is not None} or None}
     if not report.exists():
-        raise InputError(f"nsys wrote no report for {' '.join(command)} (exit {done.returncode})")
+        if done.returncode == 0:
+            raise InputError(f"nsys wrote no report for {' '.join(command)}")
+        # a command that failed is reported as such even when it left nothing to read
+        click.echo("gemmscope: nsys wrote no report for the failed command", err=True)
+        return None, outcome
     if done.returncode != 0:
         click.echo(f"gemmscope: note: the command exited {done.returncode}; checking what it ran", err=True)
     click.echo(f"gemmscope: trace {report}", err=True)
     # The command line itself stays out of reports: it may hold secrets.
-    captured = {k: v for k, v in window.items() if v is not None}
-    if captured:
-        click.echo(f"gemmscope: capture window {captured}", err=True)
-    return nsys_runner.export_sqlite(report), {"exit_code": done.returncode, "capture_window": captured or None}
+    if outcome["capture_window"]:
+        click.echo(f"gemmscope: capture window {outcome['capture_window']}", err=True)
+    return nsys_runner.export_sqlite(report), outcome
 
 
 @main.command("compare")
