@@ -215,8 +215,10 @@ def gemm_verdicts(export: Path, scratch: Path) -> Counter:
     """How many GEMMs gemmscope reports per (layer, pass, precision, verdict)."""
     out = scratch / "gemmscope.json"
     run(gemmscope_command(export), out, scratch / "gemmscope.err", (0, GEMMSCOPE_EXIT_MISMATCH))
-    gemms = json.loads(out.read_text())["gemms"]
-    return Counter((g["layer"], g["te_pass"], g["precision"], g["verdict"]) for g in gemms)
+    counts: Counter = Counter()
+    for group in json.loads(out.read_text())["summary"]["groups"]:
+        counts[(group["layer"], group["pass"], group["precision"], group["verdict"])] += group["launches"]
+    return counts
 
 
 def nsys_kernel_instances(nsys: str, export: Path, scratch: Path) -> Counter:

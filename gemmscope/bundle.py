@@ -133,12 +133,12 @@ def _staging_path(staging: Path, member: str) -> Path:
 
 def _analyze_traces(staged: dict[str, Path], expect: str | None, allow: tuple[str, ...],
                     step_range: str | None) -> tuple[str, dict]:
-    """report.md and analysis.json as `gemmscope analyze` makes them, from the scrubbed traces
-    under their names in the zip."""
+    """report.md and analysis.json as `gemmscope analyze --per-launch` makes them (a bug report
+    keeps every GEMM launch), from the scrubbed traces under their names in the zip."""
     traces = [dataclasses.replace(read_trace(path), path=Path(member)) for member, path in staged.items()]
     result = verify.check(traces, expect, allow)
     diagnosis = diagnose.diagnose(result, step_range)
-    document = reports.analysis_document(result, None, diagnosis)
+    document = reports.analysis_document(result, None, diagnosis, per_launch=True)
     return reports.render_verification(result, "markdown", document, diagnosis), document
 
 

@@ -50,7 +50,8 @@ def assert_one_line_error(done):
 
 @pytest.fixture(scope="module")
 def te_linear_json(gpu_xz):
-    result = invoke("analyze", gpu_xz("te_linear_fp8-current"), "--expect", "fp8-current", "--format", "json")
+    result = invoke("analyze", gpu_xz("te_linear_fp8-current"), "--expect", "fp8-current", "--format", "json",
+                    "--per-launch")
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -94,8 +95,28 @@ def test_analyze_json_summary(te_linear_json):
     }
 
 
+def test_json_is_grouped_unless_per_launch_is_asked_for(gpu_xz):
+    """A long job has hundreds of thousands of GEMM launches: by default the JSON holds them
+    grouped (summary.groups), and the same launches one by one only with --per-launch."""
+    trace = gpu_xz("train_mixed")
+    analyze = invoke("analyze", trace, "--expect", "fp8-current", "--format", "json")
+    verify_ = invoke("verify", "--trace", trace, "--expect", "fp8-current", "--format", "json")
+    grouped, checked = json.loads(analyze.stdout), json.loads(verify_.stdout)
+    assert "gemms" not in grouped and not {"mismatches", "allowed"} & set(checked)
+    per_launch = json.loads(invoke("analyze", trace, "--expect", "fp8-current", "--format", "json",
+                                   "--per-launch").stdout)
+    assert {k: v for k, v in per_launch.items() if k != "gemms"} == grouped
+    launches = Counter((g["layer"], g["te_pass"], g["kernel"], g["verdict"]) for g in per_launch["gemms"])
+    groups = Counter()
+    for row in grouped["summary"]["groups"]:
+        groups[(row["layer"], row["pass"], row["kernel"], row["verdict"])] += row["launches"]
+    assert groups == launches and sum(groups.values()) == grouped["summary"]["gemm_launches"] == 81
+    fallback = sum(row["launches"] for row in checked["summary"]["groups"] if row["verdict"] == "FALLBACK")
+    assert fallback == checked["summary"]["mismatches"] > 0
+
+
 def test_analyze_json_without_recipe_has_no_verdicts(gpu_xz):
-    result = invoke("analyze", gpu_xz("te_linear_bf16"), "--format", "json")
+    result = invoke("analyze", gpu_xz("te_linear_bf16"), "--format", "json", "--per-launch")
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
     assert doc["summary"]["expected"] is None
@@ -261,7 +282,7 @@ def test_verify_bad_trace_is_one_line_exit_2(tmp_path):
 
 def test_verify_trace_json(gpu_xz):
     result = invoke("verify", "--trace", gpu_xz("nn_linear_in_fp8_autocast"), "--expect", "fp8-current",
-                    "--format", "json")
+                    "--format", "json", "--per-launch")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert {"summary", "mismatches"} <= set(doc)
@@ -277,7 +298,8 @@ def test_verify_trace_json(gpu_xz):
 
 
 def test_verify_trace_json_with_allow(gpu_xz):
-    result = invoke("verify", "--trace", gpu_xz("train_mixed"), "--allow", "_LayerNormMLP", "--format", "json")
+    result = invoke("verify", "--trace", gpu_xz("train_mixed"), "--allow", "_LayerNormMLP", "--format", "json",
+                    "--per-launch")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert len(doc["allowed"]) == 18 and {m["te_module"] for m in doc["allowed"]} == {"_LayerNormMLP"}
@@ -286,7 +308,8 @@ def test_verify_trace_json_with_allow(gpu_xz):
 
 
 def test_verify_trace_nothing_ran(gpu_xz):
-    result = invoke("verify", "--trace", gpu_xz("request_nvfp4"), "--expect", "nvfp4", "--format", "json")
+    result = invoke("verify", "--trace", gpu_xz("request_nvfp4"), "--expect", "nvfp4", "--format", "json",
+                    "--per-launch")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert doc["mismatches"] == []
@@ -295,7 +318,7 @@ def test_verify_trace_nothing_ran(gpu_xz):
 
 
 def test_verify_trace_clean(gpu_xz):
-    result = invoke("verify", "--trace", gpu_xz("train_clean"), "--format", "json")
+    result = invoke("verify", "--trace", gpu_xz("train_clean"), "--format", "json", "--per-launch")
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
     assert doc["mismatches"] == []
