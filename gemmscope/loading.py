@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from gemmscope.errors import InputError
-from gemmscope.trace_parser import Trace, launches, read_trace
+from gemmscope.trace_parser import EnclosingRanges, Trace, launches_with_ranges, read_trace
 
 
 @dataclass
@@ -27,6 +27,7 @@ class LoadedTrace:
     path: Path
     trace: Trace | None = None
     launches: pd.DataFrame | None = None
+    ranges: EnclosingRanges | None = None  # the NVTX ranges around each of `launches`
     error: str | None = None
 
 
@@ -35,7 +36,8 @@ def attribute(trace: Trace) -> LoadedTrace:
     if trace.kernels.empty:
         return LoadedTrace(trace.path, error=f"{trace.path} holds no GPU kernels: was it captured with "
                                              "--trace=cuda, on a GPU?")
-    return LoadedTrace(trace.path, trace, launches(trace))
+    frame, ranges = launches_with_ranges(trace)
+    return LoadedTrace(trace.path, trace, frame, ranges)
 
 
 def load_one(path: Path) -> LoadedTrace:

@@ -56,6 +56,7 @@ def _gemm_fields(result: Verification) -> list[str]:
 def gemm_records(gemms: pd.DataFrame, result: Verification) -> list[dict]:
     """`gemms` (rows of result.gemms) as JSON-able records, one per launch."""
     g = gemms.rename(columns={"name": "kernel", "start": "start_ns"})
+    g["ranges"] = result.ranges.lists(g["kernel_row"].to_numpy()) if len(g) else []
     return [{f: _plain(row[f]) for f in _gemm_fields(result)} for row in g.to_dict("records")]
 
 

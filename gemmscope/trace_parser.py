@@ -13,6 +13,7 @@ ranges, which tell module and pass even for backward GEMMs launched from autogra
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import lzma
@@ -385,17 +386,95 @@ ATTRIBUTION_COLUMNS = ("te_module", "te_name", "layer", "te_pass", "pass_source"
                        "recorded", "rank")
 
 
+@dataclass
+class EnclosingRanges:
+    """Every NVTX range open around each launch (on the launching thread, from every domain, plus
+    process-wide start/end ranges) as pairs: `launch` (row position in the launches frame,
+    ascending; for one launch its ranges outermost first) and `name` (code into `names`, the
+    few distinct range names). Kept as arrays, not a list per launch: a long job has millions of
+    launches, and patterns are matched once per distinct name."""
+
+    launch: np.ndarray
+    name: np.ndarray
+    names: np.ndarray
+
+    @classmethod
+    def empty(cls) -> EnclosingRanges:
+        return cls(np.empty(0, dtype="int64"), np.empty(0, dtype="int64"), np.empty(0, dtype=object))
+
+    def lists(self, rows: np.ndarray) -> list[list]:
+        """The range names around each launch of `rows` (positions), outermost first: for the
+        few launches shown one by one."""
+        rows = np.asarray(rows, dtype="int64")
+        low, high = np.searchsorted(self.launch, rows, "left"), np.searchsorted(self.launch, rows, "right")
+        return [self.names[self.name[a:b]].tolist() for a, b in zip(low, high)]
+
+    def matching_names(self, patterns: Sequence[str]) -> np.ndarray:
+        """Per distinct name, whether a shell pattern (case-sensitive) matches it."""
+        return name_matches(self.names, patterns)
+
+    def innermost_matching(self, patterns: Sequence[str], rows: np.ndarray) -> np.ndarray:
+        """Per launch of `rows`, the innermost enclosing range whose name a pattern matches
+        (None where none does)."""
+        rows = np.asarray(rows, dtype="int64")
+        if not len(self.names):
+            return np.full(len(rows), None, dtype=object)
+        keep = self.matching_names(patterns)[self.name] & (self.launch <= rows.max(initial=-1))
+        innermost = np.full(int(rows.max(initial=-1)) + 1, -1, dtype="int64")
+        innermost[self.launch[keep]] = self.name[keep]  # pairs run outermost first: the last write wins
+        found = innermost[rows]
+        return np.where(found >= 0, self.names[np.maximum(found, 0)], None)
+
+    def any_matching(self, patterns: Sequence[str], rows: np.ndarray) -> np.ndarray:
+        """Per launch of `rows`, whether a pattern matches any range around it."""
+        rows = np.asarray(rows, dtype="int64")
+        keep = self.matching_names(patterns)[self.name] & (self.launch <= rows.max(initial=-1))
+        hit = np.zeros(int(rows.max(initial=-1)) + 1, dtype=bool)
+        hit[self.launch[keep]] = True
+        return hit[rows]
+
+    @classmethod
+    def concat(cls, parts: Sequence[EnclosingRanges], offsets: Sequence[int]) -> EnclosingRanges:
+        """The ranges of several launches frames stacked in order, the n-th starting at row
+        offsets[n]."""
+        if not parts:
+            return cls.empty()
+        names = pd.Index(np.concatenate([p.names for p in parts]))
+        distinct = names.unique()
+        launch, name, first = [], [], 0
+        for part, offset in zip(parts, offsets):
+            recode = distinct.get_indexer(names[first:first + len(part.names)])
+            first += len(part.names)
+            launch.append(part.launch + offset)
+            name.append(recode[part.name])
+        return cls(np.concatenate(launch), np.concatenate(name), distinct.to_numpy(dtype=object))
+
+
+def name_matches(names: np.ndarray | pd.Series, patterns: Sequence[str]) -> np.ndarray:
+    """Whether a shell pattern (case-sensitive, as --allow's) matches each name (None matches
+    nothing); each distinct name is matched once."""
+    values = pd.Series(np.asarray(names, dtype=object))
+    distinct = values.dropna().unique()
+    hits = {v for v in distinct if isinstance(v, str) and any(fnmatch.fnmatchcase(v, p) for p in patterns)}
+    return values.isin(hits).to_numpy() if hits else np.zeros(len(values), dtype=bool)
+
+
 def launches(trace: Trace) -> pd.DataFrame:
+    """One row per kernel launch (`launches_with_ranges` without the ranges)."""
+    return launches_with_ranges(trace)[0]
+
+
+def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     """One row per kernel launch: the kernel's record, its decoded name, the API call that
-    launched it (`launch_*`, `thread`), `ranges` (every NVTX range open around the launch on the
-    launching thread, from every domain, plus process-wide start/end ranges; outermost first)
-    and what they say (ATTRIBUTION_COLUMNS): the TE module, its name and layer, the pass, the
+    launched it (`launch_*`, `thread`), and what the NVTX ranges open around the launch say
+    (ATTRIBUTION_COLUMNS): the TE module, its name and layer, the pass, the
     operand types TE was handed (`requested_*`) and the call's shape (`gemm_m/n/k`, `call_flops`),
     both from gemmscope's hook, whether TE launched it
     (`via_te`), whether the hook recorded it (`recorded`) and the process's rank. `pass_source`
     says what told the pass: "hook", "te-range" (TE's per-GEMM range), "te-order" (the launch
     order inside a module-level TE range) or "layout" (a 16-bit kernel's layout letters, also
-    for GEMMs outside TE such as a torch.nn.Linear)."""
+    for GEMMs outside TE such as a torch.nn.Linear). With it, the ranges around each launch
+    (EnclosingRanges)."""
     k = trace.kernels
     api = trace.api_calls[["correlation_id", "global_pid", "start", "end", "global_tid", "name"]].rename(
         columns={"start": "launch_start", "end": "launch_end", "global_tid": "launch_global_tid",
@@ -411,18 +490,13 @@ def launches(trace: Trace) -> pd.DataFrame:
     for column in ("role", "precision", "family", "layout"):
         out[column] = decoded[column].values
     launch_ids, range_ids = _enclosing_ranges(out, trace.nvtx)
-    nvtx_names = trace.nvtx["name"].to_numpy()
-    out["ranges"] = _lists(launch_ids, nvtx_names[range_ids], len(out))
+    codes, names = pd.factorize(trace.nvtx["name"].to_numpy(dtype=object)[range_ids], use_na_sentinel=False)
+    names = np.array([name if isinstance(name, str) else None for name in names], dtype=object)
+    ranges = EnclosingRanges(launch_ids, codes.astype("int64"), names)
     attribution = _attribute(out, launch_ids, range_ids, trace.nvtx)
     for column in ATTRIBUTION_COLUMNS:
         out[column] = attribution[column].array
-    return out
-
-
-def _lists(groups: np.ndarray, values: np.ndarray, n: int) -> list[list]:
-    """`values` split by `groups` (sorted, in 0..n-1) into n lists."""
-    bounds = np.searchsorted(groups, np.arange(n + 1))
-    return [values[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
+    return out, ranges
 
 
 def _enclosing_ranges(launch: pd.DataFrame, nvtx: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

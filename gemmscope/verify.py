@@ -21,7 +21,6 @@ same GEMM.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ import pandas as pd
 from gemmscope import te_ranges
 from gemmscope.errors import InputError
 from gemmscope.loading import LoadedTrace, attribute
-from gemmscope.trace_parser import Trace
+from gemmscope.trace_parser import EnclosingRanges, Trace, name_matches
 
 RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
 
@@ -113,6 +112,7 @@ class Verification:
     tails_ns: int
     traces: list[Trace] = field(default_factory=list)
     kernels: pd.DataFrame = field(default_factory=pd.DataFrame)  # every launch; gemms' kernel_row indexes it
+    ranges: EnclosingRanges = field(default_factory=EnclosingRanges.empty)  # NVTX ranges around each kernel_row
     memops: pd.DataFrame = field(default_factory=pd.DataFrame)  # memcpy / memset, with trace and rank
     unreadable: list[dict] = field(default_factory=list)  # traces that could not be read: trace, rank, error
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -164,6 +164,8 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         memop_parts.append(trace.memops.assign(trace=trace.path.name,
                                                rank=trace.memops["global_pid"].map(rank_of_pid).astype("Int64")))
     all_kernels = pd.concat(kernel_parts, ignore_index=True)
+    offsets = np.cumsum([0] + [len(part) for part in kernel_parts[:-1]])
+    ranges = EnclosingRanges.concat([item.ranges for item in usable], offsets)
     memops = pd.concat(memop_parts, ignore_index=True)
     tails_ns = int(all_kernels.loc[all_kernels["role"] == "gemm-tail", "duration_ns"].sum())
     gemms = all_kernels[all_kernels["role"] == "gemm"].rename_axis("kernel_row").reset_index()
@@ -176,12 +178,9 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         verdicts = {p: verdict(p, expected, sm) for p in gemms["precision"].dropna().unique()}
         gemms["verdict"] = gemms["precision"].map(verdicts).fillna("UNKNOWN")
         gemms["cause"] = _causes(gemms, expected)
-        gemms["allowed"] = [
-            v == "FALLBACK" and _matches(allow, row)
-            for v, row in zip(gemms["verdict"], gemms.itertuples(index=False))
-        ]
+        gemms["allowed"] = (gemms["verdict"] == "FALLBACK").to_numpy() & allowed(allow, gemms, ranges)
     result = Verification(expected=expected, gemms=gemms, tails_ns=tails_ns, traces=traces,
-                          kernels=all_kernels, memops=memops, unreadable=unreadable)
+                          kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable)
     result.summary = summarize(gemms, expected)
     result.groups = group(gemms)
     result.rank_comparison = compare_ranks(gemms)
@@ -216,14 +215,16 @@ def _causes(gemms: pd.DataFrame, expected: str) -> np.ndarray:
     return np.where(gemms["verdict"] == "FALLBACK", cause, None)
 
 
-def _matches(patterns: tuple[str, ...], row) -> bool:
-    """An --allow pattern (shell-style, case-sensitive) matches the kernel name, the module label
-    (a TE module, or "(outside TE)"), the layer, or any NVTX range around the launch (e.g.
-    '*lm_head*')."""
-    if not patterns:
-        return False
-    subjects = [row.name, row.module, *([row.layer] if isinstance(row.layer, str) else []), *row.ranges]
-    return any(fnmatch.fnmatchcase(s, p) for p in patterns for s in subjects)
+def allowed(patterns: Sequence[str], gemms: pd.DataFrame, ranges: EnclosingRanges) -> np.ndarray:
+    """Per GEMM launch, whether an --allow pattern (shell-style, case-sensitive) matches its
+    kernel name, its module label (a TE module, or "(outside TE)"), its layer, or any NVTX range
+    around the launch (e.g. '*lm_head*')."""
+    if not patterns or gemms.empty:
+        return np.zeros(len(gemms), dtype=bool)
+    hit = ranges.any_matching(patterns, gemms["kernel_row"].to_numpy())
+    for column in ("name", "module", "layer"):
+        hit |= name_matches(gemms[column], patterns)
+    return hit
 
 
 def module_labels(gemms: pd.DataFrame) -> pd.Series:

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope.cli import main
-from gemmscope.trace_parser import read_trace
+from gemmscope.trace_parser import launches_with_ranges, read_trace
 
 REPO = Path(__file__).resolve().parent.parent
 GEMM_FIELDS = {"kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges", "te_module", "te_pass"}
@@ -396,13 +396,13 @@ def test_shapes_unknown_model_is_one_line_exit_2():
     assert_one_line_error(gemmscope("shapes", "--model", "no-such-model"))
 
 
-def test_kernel_json_decodes_torch_gemms(gpu_launches):
+def test_kernel_json_decodes_torch_gemms(gpu_trace):
     # one kernel per `torch.<precision>` range of torch_gemms: the range says what it ran at
-    launched = gpu_launches("torch_gemms")
+    launched, ranges = launches_with_ranges(gpu_trace("torch_gemms"))
     gemms = launched[launched["role"] == "gemm"]
     want = {}
-    for ranges, name in zip(gemms["ranges"], gemms["name"]):
-        want[name] = ranges[-1].removeprefix("torch.")
+    for names, name in zip(ranges.lists(gemms.index.to_numpy()), gemms["name"]):
+        want[name] = names[-1].removeprefix("torch.")
     result = invoke("kernel", *want, "--format", "json")
     assert result.exit_code == 0, result.output
     decoded = json.loads(result.stdout)["kernels"]
