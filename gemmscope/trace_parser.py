@@ -67,6 +67,10 @@ class Trace:
     memory: pd.DataFrame
 
 
+# Stands for SQL NULL in an integer column fetched as text (no nsys id or time takes it).
+_NULL = -(1 << 63)
+
+
 class _Export:
     """A read-only connection to an export, with table and column feature detection."""
 
@@ -77,19 +81,55 @@ class _Export:
         self.tables = set(self.db.table_names())
 
     def columns(self, table: str) -> set[str]:
-        return set(self.db[table].columns_dict) if table in self.tables else set()
+        return set(self.types(table))
+
+    def types(self, table: str) -> dict[str, type]:
+        return self.db[table].columns_dict if table in self.tables else {}
 
     def frame(self, table: str, columns: dict[str, str], where: str = "") -> pd.DataFrame:
         """`columns` maps output name → column (or SQL expression over present columns); columns
-        this export lacks come back as NA, a missing table as an empty frame."""
-        present = self.columns(table)
-        if not present:
+        this export lacks come back as NA, a missing table as an empty frame. Integer columns
+        come as pandas reads them (int64; float64 with NaN where some are NULL; None where all
+        are), the rest through pandas."""
+        types = self.types(table)
+        if not types:
             return pd.DataFrame({name: pd.Series(dtype="object") for name in columns})
-        select = [
-            f"{expr} AS {name}" if expr in present or not expr.isidentifier() else f"NULL AS {name}"
-            for name, expr in columns.items()
-        ]
-        return pd.read_sql_query(f"SELECT {', '.join(select)} FROM {table} {where}", self.conn)
+        missing = [name for name, expr in columns.items() if expr.isidentifier() and expr not in types]
+        integers = {name: expr for name, expr in columns.items() if types.get(expr) is int}
+        others = {name: expr for name, expr in columns.items() if name not in integers and name not in missing}
+        fetched = self._integers(table, integers, where)
+        if others or fetched is None:
+            rest = others if fetched is not None else {n: e for n, e in columns.items() if n not in missing}
+            select = ", ".join(f"{expr} AS {name}" for name, expr in rest.items())
+            read = pd.read_sql_query(f"SELECT {select} FROM {table} {where}", self.conn)
+            fetched = (fetched or {}) | {name: read[name] for name in rest}
+        count = len(next(iter(fetched.values()))) if fetched else 0
+        return pd.DataFrame({name: fetched[name] if name in fetched else np.full(count, None, dtype=object)
+                             for name in columns})
+
+    def _integers(self, table: str, columns: dict[str, str], where: str) -> dict[str, np.ndarray] | None:
+        """Integer columns as one comma-separated text each, which SQLite writes and numpy parses
+        several times faster than Python builds a tuple per row (a long job's trace has millions
+        of rows); None if a value is not an integer after all (SQLite's types are per value)."""
+        if not columns:
+            return {}
+        texts = ", ".join(f'group_concat(COALESCE("{expr}", {_NULL}))' for expr in columns.values())
+        count, *texts = self.conn.execute(f'SELECT COUNT(*), {texts} FROM "{table}" {where}').fetchone()
+        out = {}
+        for name, text in zip(columns, texts):
+            values = np.fromstring(text, dtype="int64", sep=",") if count else np.empty(0, dtype="int64")
+            if len(values) != count:
+                return None
+            null = values == _NULL
+            if not count:
+                out[name] = np.empty(0, dtype=object)
+            elif null.all():
+                out[name] = np.full(count, None, dtype=object)
+            elif null.any():
+                out[name] = np.where(null, np.nan, values.astype("float64"))
+            else:
+                out[name] = values
+        return out
 
     def strings(self) -> pd.Series:
         """StringIds as a Series indexed by id (for vectorised lookups)."""
@@ -224,8 +264,7 @@ def _kernels(export: _Export, strings: pd.Series) -> pd.DataFrame:
     k = export.frame(
         "CUPTI_ACTIVITY_KIND_KERNEL",
         _GPU_ACTIVITY | {"demangled_id": "demangledName", "short_id": "shortName", "graph_node_id": "graphNodeId"},
-        "ORDER BY start",
-    )
+    ).sort_values("start", kind="stable", ignore_index=True)
     k["short_name"] = _name(k["short_id"], strings)
     # The demangled name keeps template arguments that tell e.g. cutlass' int8 GEMMs apart.
     k["name"] = _name(k["demangled_id"], strings).fillna(k["short_name"])
@@ -359,8 +398,7 @@ def _memory(export: _Export) -> pd.DataFrame:
             "mem_kind": "memKind",
             "operation": "memoryOperationType",
         },
-        "ORDER BY start",
-    )
+    ).sort_values("start", kind="stable", ignore_index=True)
     # ENUM_CUDA_DEV_MEM_EVENT_OPER: 0 allocation, 1 deallocation
     m["delta_bytes"] = m["bytes"].where(m["operation"] == 0, -m["bytes"])
     return m
