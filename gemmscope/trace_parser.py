@@ -21,6 +21,7 @@ import os
 import sqlite3
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,18 +232,23 @@ def _read(export: _Export, given: Path) -> Trace:
         "schema_version": meta_rows.get("EXPORT_SCHEMA_VERSION"),
         "gpus": gpus.to_dict("records"),
     }
-    return Trace(
-        path=given,
-        sqlite=export.path,
-        meta=meta,
-        kernels=_kernels(export, strings),
-        memops=_memops(export),
-        api_calls=_api_calls(export, strings),
-        nvtx=_nvtx(export, strings, _session_end(export)),
-        threads=_threads(export, strings),
-        gpus=gpus,
-        memory=_memory(export),
-    )
+    with ThreadPoolExecutor(1) as pool:
+        # The CUDA API table is the largest (several calls per kernel): SQLite scans it on a
+        # connection of its own in a second thread (it lets go of the GIL while it steps) while
+        # this one reads the rest.
+        api_calls = pool.submit(lambda: _api_calls(_Export(export.path), strings))
+        return Trace(
+            path=given,
+            sqlite=export.path,
+            meta=meta,
+            kernels=_kernels(export, strings),
+            memops=_memops(export),
+            nvtx=_nvtx(export, strings, _session_end(export)),
+            threads=_threads(export, strings),
+            gpus=gpus,
+            memory=_memory(export),
+            api_calls=api_calls.result(),
+        )
 
 
 def _name(ids: pd.Series, strings: pd.Series) -> pd.Series:
