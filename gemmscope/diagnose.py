@@ -96,21 +96,23 @@ def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verificatio
     """The checked run cut to the GPU work of its steps after the first, and per step: wall time
     on the CPU and the GPU time of the kernels it launched."""
     k = result.kernels
-    pid = process_id(k["global_pid"].astype("int64"))
+    pid = process_id(k["global_pid"].astype("int64")).to_numpy()
+    trace_code, trace_names = pd.factorize(k["trace"])
+    code_of = {name: code for code, name in enumerate(trace_names)}
     launched = k["launch_start"].fillna(k["start"]).astype("int64").to_numpy()
     step_of = np.full(len(k), -1)
     for (trace, process), own in steps.groupby(["trace", "pid"], sort=False):  # per process, not per launch
-        mine = np.flatnonzero(((k["trace"] == trace) & (pid == process)).to_numpy())
+        mine = np.flatnonzero((trace_code == code_of.get(trace, -2)) & (pid == process))
         # a range an older export left without an end is open to the end of the capture
         starts, ends = own["start"].to_numpy("int64"), own["end"].fillna(np.iinfo("int64").max).to_numpy("int64")
         at = np.searchsorted(starts, launched[mine], side="right") - 1
         inside = (at >= 0) & (launched[mine] <= ends[np.maximum(at, 0)])
         step_of[mine[inside]] = own["index"].to_numpy()[at[inside]]
-    kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([k["trace"].to_numpy(), step_of]).sum()
+    kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([trace_code, step_of]).sum()
     per_step = steps.assign(
         # whole ns, NA where an older export left the range's end empty (NVTX ends are floats for that)
         wall_ns=(steps["end"] - steps["start"]).astype("Int64"),
-        gpu_kernel_ns=[int(kernel_ns.get((t, i), 0)) for t, i in zip(steps["trace"], steps["index"])])
+        gpu_kernel_ns=[int(kernel_ns.get((code_of.get(t, -2), i), 0)) for t, i in zip(steps["trace"], steps["index"])])
     measured = step_of >= 1
     if not measured.any():
         return result, per_step
@@ -122,10 +124,15 @@ def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verificatio
 
 
 def _rank_key(frame: pd.DataFrame) -> pd.Series:
-    """The rank where known, else the trace and process: one GPU timeline each."""
-    pid = process_id(frame["global_pid"].astype("int64")).astype(str)
-    fallback = frame["trace"].astype(str) + " pid " + pid
-    return frame["rank"].astype("string").fillna(fallback) if "rank" in frame else fallback
+    """The rank where known, else the trace and process: one GPU timeline each (labelled once per
+    distinct trace, process and rank, not once per kernel)."""
+    pid = process_id(frame["global_pid"].astype("int64"))
+    rank = frame["rank"] if "rank" in frame else pd.Series(pd.NA, index=frame.index, dtype="Int64")
+    timelines = pd.DataFrame({"trace": frame["trace"], "pid": pid, "rank": rank})
+    codes = timelines.groupby(["trace", "pid", "rank"], dropna=False, sort=False).ngroup().to_numpy()
+    first = timelines.iloc[np.unique(codes, return_index=True)[1]]
+    labels = [str(r) if pd.notna(r) else f"{t} pid {p}" for t, p, r in zip(first["trace"], first["pid"], first["rank"])]
+    return pd.Series(np.array(labels, dtype=object)[codes], index=frame.index, dtype=object)
 
 
 def categorize(result: Verification) -> pd.DataFrame:

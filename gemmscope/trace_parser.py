@@ -252,7 +252,15 @@ def _read(export: _Export, given: Path) -> Trace:
 
 
 def _name(ids: pd.Series, strings: pd.Series) -> pd.Series:
-    return ids.map(strings).astype("object").where(ids.notna(), None)
+    at = strings.index.get_indexer(ids.to_numpy()) if len(strings) else np.full(len(ids), -1)
+    return _objects(np.where(at >= 0, strings.to_numpy(dtype=object)[np.maximum(at, 0)] if len(strings) else None, None),
+                    ids.index)
+
+
+def _objects(values: np.ndarray, index: pd.Index) -> pd.Series:
+    """`values` as a column of Python objects: pandas would check each of a long trace's million
+    strings to make them its own string type."""
+    return pd.Series(np.array(values, dtype=object), index=index, dtype=object, copy=False)
 
 
 # Columns every CUPTI GPU activity table (kernels, memsets, memcpys) has.
@@ -527,19 +535,19 @@ def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     # A correlation id is unique per process; keep the outermost call if a trace repeats one.
     api = api.sort_values("launch_start").drop_duplicates(["correlation_id", "global_pid"])
     out = k.merge(api, on=["correlation_id", "global_pid"], how="left")
-    out = out.sort_values("start", ignore_index=True)
+    out = out.sort_values("start", kind="stable", ignore_index=True)
     threads = trace.threads.set_index("global_tid")["name"]
-    out["thread"] = out["launch_global_tid"].map(threads)
+    out["thread"] = _objects(out["launch_global_tid"].map(threads).to_numpy(dtype=object), out.index)
     decoded = kernels.decode_frame(out["name"])
     for column in ("role", "precision", "family", "layout"):
-        out[column] = decoded[column].values
+        out[column] = _objects(decoded[column].to_numpy(dtype=object), out.index)
     launch_ids, range_ids = _enclosing_ranges(out, trace.nvtx)
     codes, names = pd.factorize(trace.nvtx["name"].to_numpy(dtype=object)[range_ids], use_na_sentinel=False)
     names = np.array([name if isinstance(name, str) else None for name in names], dtype=object)
     ranges = EnclosingRanges(launch_ids, codes.astype("int64"), names)
     attribution = _attribute(out, launch_ids, range_ids, trace.nvtx)
     for column in ATTRIBUTION_COLUMNS:
-        out[column] = attribution[column].array
+        out[column] = attribution[column]
     return out, ranges
 
 
@@ -645,14 +653,16 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     c_gemm = _innermost(launch_ids, range_ids, kind == te_ranges.TE_C_GEMM, n)
     out = pd.DataFrame(index=launch.index)
     # The hook's record says what TE itself was doing; TE's ranges are next best.
-    out["te_module"] = _first(field(hook, "module"), field(te_gemm, "module"), field(module_range, "module"))
-    out["te_name"] = _first(field(hook, "name"), field(te_gemm, "name"))
-    out["layer"] = _first(field(hook, "layer"), out["te_name"].to_numpy())
+    out["te_module"] = _objects(_first(field(hook, "module"), field(te_gemm, "module"), field(module_range, "module")),
+                                out.index)
+    out["te_name"] = _objects(_first(field(hook, "name"), field(te_gemm, "name")), out.index)
+    out["layer"] = _objects(_first(field(hook, "layer"), out["te_name"].to_numpy()), out.index)
     hook_pass, range_pass = field(hook, "pass"), field(te_gemm, "pass")
-    out["te_pass"] = _first(hook_pass, range_pass)
-    out["pass_source"] = np.select([pd.notna(hook_pass), pd.notna(range_pass)], ["hook", "te-range"], None)
+    out["te_pass"] = _objects(_first(hook_pass, range_pass), out.index)
+    out["pass_source"] = _objects(np.select([pd.notna(hook_pass), pd.notna(range_pass)], ["hook", "te-range"], None),
+                                  out.index)
     for column, source in (("requested_a", "operand_a"), ("requested_b", "operand_b"), ("requested", "requested")):
-        out[column] = field(hook, source)
+        out[column] = _objects(field(hook, source), out.index)
     # The GEMM call's shape and FLOPs, as the hook read them from TE's operands (a grouped call's
     # FLOPs are its members' sum, shared by the kernels it launched: `call_flops`).
     for column, source in (("gemm_m", "m"), ("gemm_n", "n"), ("gemm_k", "k"), ("call_flops", "flops")):

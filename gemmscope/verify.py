@@ -157,7 +157,8 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     kernel_parts, memop_parts = [], []
     for index, item in enumerate(usable):
         trace, all_launches = item.trace, item.launches
-        all_launches["trace"] = trace.path.name
+        # a column of one Python string, not pandas' string type (checked element by element)
+        all_launches["trace"] = pd.Series(trace.path.name, index=all_launches.index, dtype=object)
         all_launches["rank"] = _fill_ranks(all_launches, trace, index, len(traces))
         kernel_parts.append(all_launches)
         rank_of_pid = all_launches.drop_duplicates("global_pid").set_index("global_pid")["rank"]
