@@ -117,10 +117,20 @@ def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verificatio
     if not measured.any():
         return result, per_step
     window_start, window_end = k.loc[measured, "start"].min(), k.loc[measured, "end"].max()
-    kernels = k[(k["start"] >= window_start) & (k["start"] <= window_end)]
-    memops = result.memops[(result.memops["start"] >= window_start) & (result.memops["start"] <= window_end)]
+    kernels = _rows(k, ((k["start"] >= window_start) & (k["start"] <= window_end)).to_numpy())
+    memops = _rows(result.memops, ((result.memops["start"] >= window_start)
+                                   & (result.memops["start"] <= window_end)).to_numpy())
     gemms = result.gemms[result.gemms["kernel_row"].isin(kernels.index)]
     return dataclasses.replace(result, kernels=kernels, memops=memops, gemms=gemms), per_step
+
+
+def _rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """The rows of `frame` that `keep` says; a slice (no copy) when they are one run of rows, as
+    one trace's kernels in a time window are: a copy of a long trace's launches is large."""
+    rows = np.flatnonzero(keep)
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return frame.iloc[rows[0]:rows[-1] + 1]
+    return frame[keep]
 
 
 def _rank_key(frame: pd.DataFrame) -> pd.Series:

@@ -117,7 +117,8 @@ class _Export:
         texts = ", ".join(f'group_concat(COALESCE("{expr}", {_NULL}))' for expr in columns.values())
         count, *texts = self.conn.execute(f'SELECT COUNT(*), {texts} FROM "{table}" {where}').fetchone()
         out = {}
-        for name, text in zip(columns, texts):
+        for at, name in enumerate(columns):
+            text, texts[at] = texts[at], None  # each text freed once parsed: a long trace's are large
             values = np.fromstring(text, dtype="int64", sep=",") if count else np.empty(0, dtype="int64")
             if len(values) != count:
                 return None
@@ -666,7 +667,7 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     # The GEMM call's shape and FLOPs, as the hook read them from TE's operands (a grouped call's
     # FLOPs are its members' sum, shared by the kernels it launched: `call_flops`).
     for column, source in (("gemm_m", "m"), ("gemm_n", "n"), ("gemm_k", "k"), ("call_flops", "flops")):
-        out[column] = pd.array(field(hook, source), dtype="Int64")
+        out[column] = grammar[source].array.take(hook, allow_fill=True)  # NA where no record
     out["recorded"] = hook >= 0
     out["via_te"] = (c_gemm >= 0) | out["recorded"].to_numpy()
     _pass_from_layout_and_order(launch, out, module_range, field(module_range, "direction"),
