@@ -77,13 +77,13 @@ def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame
     shell `pattern`, or the default step names), in time order."""
     parts = []
     for trace in result.traces:
-        n = trace.nvtx[(trace.nvtx["kind"] == "push-pop") & trace.nvtx["name"].notna()]
-        distinct = pd.Series(n["name"].astype(str).unique())  # match each name once, not each range
+        n = trace.nvtx
+        distinct = [name for name in n["name"].dropna().unique()]  # match each name once, not each range
         if pattern:
-            wanted = distinct[distinct.map(lambda name: fnmatch.fnmatchcase(name, pattern)).astype(bool)]
+            wanted = [name for name in distinct if fnmatch.fnmatchcase(name, pattern)]
         else:
-            wanted = distinct[distinct.str.match(_DEFAULT_STEP)]
-        parts.append(n[n["name"].isin(wanted)].assign(trace=trace.path.name))
+            wanted = [name for name in distinct if _DEFAULT_STEP.match(name)]
+        parts.append(n[n["name"].isin(wanted) & (n["kind"] == "push-pop")].assign(trace=trace.path.name))
     steps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if steps.empty:
         return pd.DataFrame(columns=["trace", "pid", "name", "start", "end", "index"])

@@ -181,9 +181,11 @@ def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def read_trace(path: str | Path) -> Trace:
+def read_trace(path: str | Path, threads: int = 2) -> Trace:
     """Read an nsys SQLite export: `.sqlite`, `.sqlite.xz` (as fixtures and examples ship), or
-    an `.nsys-rep` (exported beside it with nsys first)."""
+    an `.nsys-rep` (exported beside it with nsys first). `threads`: 2 reads the CUDA API table in
+    a second thread meanwhile (for one long trace); 1 reads all in this thread (where processes
+    already read several traces side by side)."""
     given = path = Path(path)
     if path.suffix == ".xz":
         path = _decompressed(path)
@@ -200,7 +202,7 @@ def read_trace(path: str | Path) -> Trace:
             raise InputError(
                 f"{path} is an SQLite file but not an Nsight Systems export (no META_DATA_EXPORT table)"
             )
-        return _read(export, given)
+        return _read(export, given, threads)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:  # pandas wraps sqlite's errors
         raise InputError(f"{path} is a damaged or truncated SQLite file ({exc})") from None
 
@@ -224,7 +226,7 @@ def _decompressed(path: Path) -> Path:
     return target
 
 
-def _read(export: _Export, given: Path) -> Trace:
+def _read(export: _Export, given: Path, threads: int) -> Trace:
     strings = export.strings()
     meta_rows = dict(export.conn.execute("SELECT name, value FROM META_DATA_EXPORT"))
     gpus = _gpus(export)
@@ -237,7 +239,7 @@ def _read(export: _Export, given: Path) -> Trace:
         # The CUDA API table is the largest (several calls per kernel): SQLite scans it on a
         # connection of its own in a second thread (it lets go of the GIL while it steps) while
         # this one reads the rest.
-        api_calls = pool.submit(lambda: _api_calls(_Export(export.path), strings))
+        api_calls = pool.submit(lambda: _api_calls(_Export(export.path), strings)) if threads > 1 else None
         return Trace(
             path=given,
             sqlite=export.path,
@@ -248,7 +250,7 @@ def _read(export: _Export, given: Path) -> Trace:
             threads=_threads(export, strings),
             gpus=gpus,
             memory=_memory(export),
-            api_calls=api_calls.result(),
+            api_calls=api_calls.result() if api_calls else _api_calls(export, strings),
         )
 
 

@@ -74,9 +74,10 @@ def recorded_recipes(traces: Sequence[Trace]) -> list[str]:
     """Recipes of the enabled `te.autocast` regions the autocast hook recorded, in order seen."""
     seen: list[str] = []
     for trace in traces:
-        names = pd.Series(trace.nvtx["name"].dropna().unique())
-        grammar = te_ranges.classify(names)
-        for cls in grammar.loc[grammar["kind"] == te_ranges.AUTOCAST, "recipe_class"]:
+        names = trace.nvtx["name"].dropna().unique()
+        # parsed one by one: a handful of names per trace, and a run may have thousands of traces
+        regions = [te_ranges.parse(name) for name in names if name.startswith(te_ranges.AUTOCAST_PREFIX)]
+        for cls in (region["recipe_class"] for region in regions if region["kind"] == te_ranges.AUTOCAST):
             recipe = RECIPE_BY_CLASS.get(cls, cls)
             if cls != "disabled" and recipe not in seen:
                 seen.append(recipe)
