@@ -545,9 +545,9 @@ def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     for column in ("role", "precision", "family", "layout"):
         out[column] = _objects(decoded[column].to_numpy(dtype=object), out.index)
     launch_ids, range_ids = _enclosing_ranges(out, trace.nvtx)
-    codes, names = pd.factorize(trace.nvtx["name"].to_numpy(dtype=object)[range_ids], use_na_sentinel=False)
+    codes, names = pd.factorize(trace.nvtx["name"].to_numpy(dtype=object), use_na_sentinel=False)  # per range, not per pair
     names = np.array([name if isinstance(name, str) else None for name in names], dtype=object)
-    ranges = EnclosingRanges(launch_ids, codes.astype("int64"), names)
+    ranges = EnclosingRanges(launch_ids, codes[range_ids].astype("int64"), names)
     attribution = _attribute(out, launch_ids, range_ids, trace.nvtx)
     for column in ATTRIBUTION_COLUMNS:
         out[column] = attribution[column]
