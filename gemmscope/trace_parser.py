@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import sqlite_utils
 
 from gemmscope import kernels, te_ranges
 from gemmscope.errors import InputError
@@ -78,14 +77,18 @@ class _Export:
     def __init__(self, path: Path):
         self.path = path
         self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        self.db = sqlite_utils.Database(self.conn)
-        self.tables = set(self.db.table_names())
+        self.tables = {name for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
     def columns(self, table: str) -> set[str]:
         return set(self.types(table))
 
     def types(self, table: str) -> dict[str, type]:
-        return self.db[table].columns_dict if table in self.tables else {}
+        """Column → int for the columns SQLite gives integer affinity (a declared type holding
+        "INT"), object for the rest."""
+        if table not in self.tables:
+            return {}
+        declared = self.conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+        return {row[1]: int if "INT" in (row[2] or "").upper() else object for row in declared}
 
     def frame(self, table: str, columns: dict[str, str], where: str = "") -> pd.DataFrame:
         """`columns` maps output name → column (or SQL expression over present columns); columns
@@ -700,11 +703,14 @@ def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_
     out.loc[forward, "te_pass"] = "fprop"
     out.loc[wgrad_range | forward, "pass_source"] = "te-order"
     unknown &= ~(wgrad_range | forward)
-    by_layout = launch["layout"].map(_PASS_BY_LAYOUT).where(launch["precision"].isin(_LAYOUT_TELLS_PASS))
-    layout_known = unknown & by_layout.notna().to_numpy()
-    out.loc[layout_known, "te_pass"] = by_layout[layout_known]
-    out.loc[layout_known, "pass_source"] = "layout"
-    backward = pd.DataFrame({"range": module_range, "module": out["te_module"]})[in_module & ~(wgrad_range | forward)]
+    candidates = launch.loc[unknown, ["layout", "precision"]]  # GEMMs only: a few of a trace's kernels
+    by_layout = candidates["layout"].map(_PASS_BY_LAYOUT).where(candidates["precision"].isin(_LAYOUT_TELLS_PASS))
+    by_layout = by_layout[by_layout.notna()]
+    out.loc[by_layout.index, "te_pass"] = by_layout
+    out.loc[by_layout.index, "pass_source"] = "layout"
+    rows = np.flatnonzero(in_module & ~(wgrad_range | forward))
+    backward = pd.DataFrame({"range": module_range[rows], "module": out["te_module"].to_numpy()[rows]},
+                            index=out.index[rows])
     for (module, _), members in backward.groupby(["module", "range"], sort=False):
         expected = _TE_SEQUENCE.get((module, "backward"))
         if expected is not None and len(expected) == len(members):
