@@ -54,9 +54,19 @@ def _format_option(formats=reports.FORMATS):
     return click.option("--format", "fmt", type=click.Choice(formats), default="table", show_default=True)
 
 
+def _expect_map_option(func):
+    return click.option(
+        "--expect-map", "expect_map", multiple=True, metavar="PATTERN=RECIPE",
+        callback=lambda _ctx, _param, items: verify.parse_expect_map(items),
+        help="GEMMs inside an NVTX range whose name matches PATTERN (shell-style; the innermost "
+             "matching range decides) should run at RECIPE, e.g. 'FP8Block_*=fp8-block'; repeatable. "
+             "A mapped range that ran no GEMM, or a pattern that names no range, fails the check.")(func)
+
+
 def _check_options(func):
-    """What analyze and verify share: --allow, --step-range, --workers, --scheduler."""
+    """What analyze and verify share: --expect-map, --allow, --step-range, --workers, --scheduler."""
     options = [
+        _expect_map_option,
         click.option("--allow", multiple=True, metavar="PATTERN",
                      help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are "
                           "allowed; repeatable."),
@@ -98,8 +108,9 @@ def _emit(text: str) -> None:
 @_check_options
 @_format_option()
 @_detail_options
-def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...], step_range: str | None,
-            workers: int | None, scheduler: str | None, fmt: str, quiet: bool, verbose: bool) -> None:
+def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
+            allow: tuple[str, ...], step_range: str | None, workers: int | None, scheduler: str | None, fmt: str,
+            quiet: bool, verbose: bool) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep; files, folders or
     globs, e.g. one per rank): precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
@@ -108,15 +119,15 @@ def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...]
     if not traces:
         traces = (EXAMPLE_TRACE,)
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
-    result = _check(trace_paths(traces), expect, allow, workers, scheduler)
+    result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map)
     diagnosis = diagnose.diagnose(result, step_range)
     _emit(reports.render_verification(result, fmt, reports.analysis_document(result, None, diagnosis), diagnosis,
                                       _detail(quiet, verbose)))
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
-def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> verify.Verification:
-    return verify.check(loading.load(paths, workers, scheduler), expect, allow)
+def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=()) -> verify.Verification:
+    return verify.check(loading.load(paths, workers, scheduler), expect, allow, expect_map)
 
 
 @main.command("verify", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -128,7 +139,8 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> ve
 @click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a temporary folder).")
 @click.option("--capture-range", metavar="NVTX_RANGE",
               help="Collect only the first instance of this NVTX range of COMMAND (e.g. a range your "
-                   "training loop pushes around steps 10-12): a long job costs a small trace.")
+                   "training loop pushes around steps 10-12): a long job costs a small trace. "
+                   "'cudaProfilerApi': from COMMAND's first cudaProfilerStart to its cudaProfilerStop.")
 @click.option("--delay", type=click.FloatRange(min=0), metavar="SECONDS", help="Start collecting after this long.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Collect for this long.")
@@ -136,8 +148,8 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> ve
 @_format_option()
 @_detail_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, step_range, workers, scheduler,
-               fmt, quiet, verbose, command) -> None:
+def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_map, allow, step_range, workers,
+               scheduler, fmt, quiet, verbose, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
     --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
     Exit 1 on any non-allowed FALLBACK or when no GEMM ran, 3 when COMMAND failed, 4 when the
@@ -158,7 +170,7 @@ def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, s
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
     failed_command = outcome is not None and outcome["exit_code"] != 0
     try:
-        result = _check(paths, expect, allow, workers, scheduler)
+        result = _check(paths, expect, allow, workers, scheduler, expect_map)
     except InputError as exc:
         if not failed_command:
             raise
@@ -172,7 +184,7 @@ def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, s
         click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
                    "a pass, whatever ran before it", err=True)
         sys.exit(EXIT_COMMAND_FAILED)
-    if result.expected is None:
+    if not result.checked and not expect_map:
         click.echo("gemmscope: no recipe to check against: the run recorded no enabled te.autocast "
                    "recipe; pass --expect RECIPE (e.g. --expect bf16)", err=True)
         sys.exit(EXIT_RECIPE_UNKNOWN)
@@ -227,10 +239,11 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
 @click.option("--format", "fmt", type=click.Choice(("html", "markdown")),
               help="Default: markdown for an output ending in .md, else html.")
 @click.option("--expect", type=click.Choice(verify.RECIPES), help="Traces: recipe the GEMMs should run at.")
+@_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Traces: mismatches allowed (see analyze); repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="Traces: NVTX range that marks one training step (see analyze).")
-def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None, allow: tuple[str, ...],
-               step_range: str | None) -> None:
+def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None,
+               expect_map: tuple[tuple[str, str], ...], allow: tuple[str, ...], step_range: str | None) -> None:
     """One file to attach to an issue: a self-contained HTML page (nothing loaded from anywhere:
     sortable tables, per-GEMM details, findings, plots, environment; verdict first) or the same
     as Markdown. TARGETS: a `gemmscope profile` run directory, or traces as for analyze. Without
@@ -243,11 +256,12 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
     if any(html_report.is_run_dir(t) for t in targets):
         if len(targets) > 1:
             raise InputError("give one profile run directory, or traces, not both")
-        if expect or allow or step_range:
-            raise InputError("--expect, --allow and --step-range apply to traces, not to a profile run directory")
+        if expect or expect_map or allow or step_range:
+            raise InputError("--expect, --expect-map, --allow and --step-range apply to traces, not to a profile "
+                             "run directory")
         report = html_report.run_report(profile.load_run(targets[0]), targets[0])
     else:
-        result = _check(trace_paths(targets), expect, allow)
+        result = _check(trace_paths(targets), expect, allow, expect_map=expect_map)
         report = html_report.traces_report(result, diagnose.diagnose(result, step_range))
     text = html_report.render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
     if str(out) == "-":
@@ -340,16 +354,17 @@ def scrub_cmd(trace: Path, out: Path) -> None:
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="The zip to write.")
 @click.option("--expect", type=click.Choice(verify.RECIPES), help="For traces: as analyze's --expect.")
+@_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="For traces: as analyze's --allow; repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
-def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, allow: tuple[str, ...],
-               step_range: str | None) -> None:
+def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, expect_map: tuple[tuple[str, str], ...],
+               allow: tuple[str, ...], step_range: str | None) -> None:
     """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the traces
     scrubbed, and environment.json (GPU, driver, CUDA, nsys, recipes, the command line redacted).
     INPUTS: traces (files, folders or globs), or one `gemmscope profile` run directory."""
     from gemmscope.bundle import bundle
 
-    made = bundle(inputs, out, expect, allow, step_range)
+    made = bundle(inputs, out, expect, allow, step_range, expect_map)
     if made.analysis_error:
         click.echo(f"gemmscope: note: the traces could not be analyzed ({made.analysis_error}); the bundle "
                    "holds them, the environment and this reason", err=True)

@@ -228,11 +228,12 @@ def findings(result: Verification, times: pd.DataFrame) -> list[dict]:
     device = _device_name(result)
     sm = _sm(result)
 
-    if result.expected in RECIPE_MIN_SM and sm is not None and sm < RECIPE_MIN_SM[result.expected]:
-        out.append({"code": "unsupported", "explains_ns": window,
-                    "statement": f"{result.expected} cannot run on {device} (sm{sm}): TE needs compute "
-                                 f"capability {RECIPE_MIN_SM[result.expected] / 10:.1f} or higher",
-                    "figures": {"sm": sm, "min_sm": RECIPE_MIN_SM[result.expected]}, "concerns": []})
+    for recipe in result.expected_recipes:
+        if recipe in RECIPE_MIN_SM and sm is not None and sm < RECIPE_MIN_SM[recipe]:
+            out.append({"code": "unsupported", "explains_ns": window,
+                        "statement": f"{recipe} cannot run on {device} (sm{sm}): TE needs compute "
+                                     f"capability {RECIPE_MIN_SM[recipe] / 10:.1f} or higher",
+                        "figures": {"sm": sm, "min_sm": RECIPE_MIN_SM[recipe], "recipe": recipe}, "concerns": []})
     if window and idle / window >= 0.3:
         out.append({"code": "gpu-idle", "explains_ns": idle,
                     "statement": f"the GPU is idle {_pct(idle / window)} of its {_ms(window)} window; GEMMs are "
@@ -293,7 +294,7 @@ def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.
             causes = fallback.groupby("cause")["duration_ns"].sum().sort_values(ascending=False)
             out.append({"code": "fallback", "explains_ns": int(t * (1 - 1 / ASSUMED_SPEEDUP)),
                         "statement": f"{_pct(t / gemm_ns)} of GEMM time ({_ms(t)}, {len(fallback)} launches) ran at "
-                                     f"another precision than {result.expected} ("
+                                     f"another precision than {' / '.join(result.expected_recipes)} ("
                                      + ", ".join(f"{c}: {_ms(v)}" for c, v in causes.items()) + ")",
                         "figures": {"fallback_ns": t, "gemm_ns": gemm_ns, "share": t / gemm_ns,
                                     "by_cause_ns": {c: int(v) for c, v in causes.items()}},
@@ -332,7 +333,7 @@ def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.
                                      + ", ".join(f"{s} {_pct(v)}" for s, v in shapes.items()) + ")",
                         "figures": {"launches": len(small), "time_ns": int(small["duration_ns"].sum()),
                                     "time_above_peak_ns": lost}, "concerns": _top(small)})
-        wanted = RECIPE_PRECISIONS.get(result.expected or "", set())
+        wanted = set().union(*(RECIPE_PRECISIONS[r] for r in result.expected_recipes))
         at_request = rated[rated["precision"].isin(wanted)] if wanted else rated.iloc[0:0]
         if len(at_request):
             weighted = float(at_request["call_flops"].astype("float64").sum()
@@ -340,7 +341,8 @@ def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.
             if weighted >= HEALTHY_SHARE_OF_PEAK:
                 t = int(at_request["duration_ns"].sum())
                 out.append({"code": "gemms-healthy", "explains_ns": t,
-                            "statement": f"GEMMs ran at {result.expected} as requested, at {_pct(weighted)} of the "
+                            "statement": f"GEMMs ran at {' / '.join(result.expected_recipes)} as requested, at "
+                                         f"{_pct(weighted)} of the "
                                          f"GPU's dense {', '.join(sorted(wanted))} peak ({_ms(t)})",
                             "figures": {"share_of_peak": weighted, "time_ns": t}, "concerns": []})
     return out

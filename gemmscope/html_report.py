@@ -103,7 +103,11 @@ def traces_report(result: verify.Verification, diagnosis: Diagnosis) -> Report:
     sections = [_findings_section(diagnosis.findings), _breakdown_section(diagnosis),
                 Section("GEMMs per module and pass", blocks=[Table("GEMMs per module and pass",
                                                                    reports._summary_frame(result))])]
-    if result.expected:
+    if result.expect_map:
+        sections.insert(0, Section("Ranges checked (--expect-map)", blocks=[
+            Table("Each NVTX range an --expect-map pattern names, against its recipe",
+                  reports.ranges_frame(result.ranges_checked))]))
+    if result.checked:
         mismatches = [Table("Mismatches (the requested precision did not run), grouped by layer × module × "
                             "pass × kernel", reports._mismatch_frame(result, False))]
         if len(result.allowed):

@@ -50,7 +50,8 @@ def frame_records(frame: pd.DataFrame) -> list[dict]:
 
 
 def _gemm_fields(result: Verification) -> list[str]:
-    return list(_GEMM_FIELDS) + (["expected", "verdict", "cause", "allowed"] if result.expected else [])
+    return (list(_GEMM_FIELDS) + (["expected", "verdict", "cause", "allowed"] if result.checked else [])
+            + (["expect_range"] if result.expect_map else []))
 
 
 def gemm_records(result: Verification) -> list[dict]:
@@ -72,15 +73,20 @@ def summary_document(result: Verification) -> dict:
         "rank_comparison": frame_records(result.rank_comparison),
         "unreadable_traces": _plain(result.unreadable),
     }
-    if result.expected:
+    if result.expect_map:
+        doc["expect_map"] = [{"pattern": p, "recipe": r} for p, r in result.expect_map]
+        doc["ranges_checked"] = frame_records(result.ranges_checked)
+    if result.checked:
         doc["verdicts"] = {k: int(v) for k, v in g["verdict"].value_counts().items()} if len(g) else {}
-        total = doc["gemm_time_ns"]
-        ok = g.loc[g["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "duration_ns"].sum() if len(g) else 0
+        checked = g[g["verdict"].notna()] if len(g) else g
+        total = int(checked["duration_ns"].sum()) if len(g) else 0
+        ok = checked.loc[checked["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "duration_ns"].sum() if len(g) else 0
         doc["expected_time_share"] = _plain(ok / total) if total else None
+        doc["unchecked_gemm_launches"] = len(g) - len(checked)
         doc["mismatches"] = len(result.mismatches)
         doc["allowed"] = len(result.allowed)
         if len(g) == 0:
-            doc["note"] = f"no GEMM kernel ran: nothing ran at {result.expected}"
+            doc["note"] = f"no GEMM kernel ran: nothing ran at {' or '.join(result.expected_recipes)}"
     elif len(g) == 0:
         doc["note"] = "no GEMM kernel in this trace"
     return doc
@@ -165,6 +171,22 @@ def _summary_frame(result: Verification) -> pd.DataFrame:
     return s
 
 
+def ranges_frame(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The mapped ranges for people: milliseconds and shares; a range that ran no GEMM shows no
+    time, not 0."""
+    ran = ranges["gemms"] > 0
+    return pd.DataFrame({
+        "range": ranges["range"].fillna("(no range matches " + ranges["pattern"] + ")"),
+        "expected": ranges["expected"],
+        "instances": ranges["instances"],
+        "gemms": ranges["gemms"],
+        "gemm_ms": (ranges["gemm_time_ns"] / 1e6).where(ran),
+        "at_expected": ((ranges["expected_time_share"] * 100).round(1).astype(str) + " %").where(ran),
+        "fallbacks": ranges["fallbacks"],
+        "verdict": ranges["verdict"],
+    })
+
+
 def _mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
     """Mismatches grouped by layer × module × pass × kernel, with counts."""
     g = result.groups
@@ -175,6 +197,7 @@ def _mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
             "module": rows["module"],
             "pass": rows["pass"],
             "kernel": rows["kernel"],
+            **({"expected": rows["expected"]} if result.expect_map else {}),
             "precision": rows["precision"],
             "requested": rows["requested"],
             "cause": rows["cause"],
@@ -226,9 +249,9 @@ def _headline(result: Verification) -> str:
     ranks = f", ranks {', '.join(map(str, doc['ranks']))}" if len(doc["ranks"]) > 1 else ""
     line = (f"{names}: nsys {first.meta['nsys_version']}, {', '.join(gpu_names) or 'GPU unknown'}{ranks}; "
             f"{doc['gemm_launches']} GEMM launches, {doc['gemm_time_ns'] / 1e6:.3f} ms of GEMM kernels")
-    if result.expected:
+    if result.checked:
         share = doc["expected_time_share"]
-        line += (f"; expected {result.expected}: {doc['mismatches']} mismatch(es), {doc['allowed']} allowed"
+        line += (f"; expected {_asked_recipes(result)}: {doc['mismatches']} mismatch(es), {doc['allowed']} allowed"
                  + (f", {share * 100:.1f} % of GEMM time at the expected precision" if share is not None else ""))
     if "note" in doc:
         line += f"; {doc['note']}"
@@ -281,15 +304,18 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
         ran += f": {shares_by_precision(g)} of GEMM time"
     if "note" in doc:
         ran += f"; {doc['note']}"
-    if result.expected:
+    if result.checked or result.expect_map:
         status = "fail" if result.failed else "pass"
-        source = ("the recipe the run's te.autocast recorded"
-                  if recorded_recipes(result.traces) == [result.expected] else "--expect")
-        asked = f"{result.expected} ({source})"
+        asked = _asked_recipes(result)
         share = doc["expected_time_share"]
         at_precision = ((f"{share * 100:.1f} % of GEMM time" if share is not None else "no GEMM time")
-                        + f" at {result.expected}; {_count(doc['mismatches'], 'mismatch', 'mismatches')}, "
-                          f"{doc['allowed']} allowed")
+                        + f" at {'the recipe asked of each' if result.expect_map else result.expected}; "
+                          f"{_count(doc['mismatches'], 'mismatch', 'mismatches')}, {doc['allowed']} allowed")
+        if result.expect_map:
+            at_precision += "; ranges: " + _ranges_verdicts(result.ranges_checked)
+        if doc.get("unchecked_gemm_launches"):
+            at_precision += f"; {_count(doc['unchecked_gemm_launches'], 'GEMM launch', 'GEMM launches')} " \
+                            "outside every mapped range, not checked"
     else:
         status = "unchecked"
         asked = "no recipe: no --expect, and the run recorded no enabled te.autocast"
@@ -299,6 +325,29 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
     environment = environment_line(trace_environment(result))
     return status, [("Asked", asked), ("Ran", ran), ("At the requested precision", at_precision),
                     ("Top findings", top_findings(diagnosis.findings)), ("Environment", environment)]
+
+
+def _asked_recipes(result: Verification) -> str:
+    """What each GEMM was checked against: "fp8-current (--expect)", or the map and what holds
+    outside it."""
+    default = None
+    if result.expected:
+        source = ("the recipe the run's te.autocast recorded"
+                  if recorded_recipes(result.traces) == [result.expected] else "--expect")
+        default = f"{result.expected} ({source})"
+    if not result.expect_map:
+        return default or "nothing"
+    mapped = ", ".join(f"{p}={r}" for p, r in result.expect_map)
+    return f"by NVTX range (--expect-map): {mapped}; elsewhere {default or 'nothing (not checked)'}"
+
+
+def _ranges_verdicts(ranges: pd.DataFrame) -> str:
+    """"4 OK, 1 NO GEMM (MXFP8_4096x4096x4096)": the mapped ranges' verdicts, the failing ones named."""
+    parts = []
+    for verdict, rows in ranges.groupby("verdict", sort=False):
+        named = "" if verdict == "OK" else " (" + ", ".join(rows["range"].fillna(rows["pattern"]).astype(str)) + ")"
+        parts.append(f"{len(rows)} {verdict}{named}")
+    return ", ".join(parts)
 
 
 STATUS_WORDS = {"pass": "PASS", "fail": "MISMATCHES", "unchecked": "NOT CHECKED"}
@@ -320,7 +369,9 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
         frame.to_csv(buf, index=False)
         return buf.getvalue()
     sections = [("GEMMs per module and pass", _summary_frame(result))]
-    if result.expected:
+    if result.expect_map:
+        sections.insert(0, ("Ranges checked (--expect-map)", ranges_frame(result.ranges_checked)))
+    if result.checked:
         sections.append(("Mismatches (requested precision did not run)", _mismatch_frame(result, False)))
         if len(result.allowed):
             sections.append(("Allowed mismatches", _mismatch_frame(result, True)))

@@ -113,6 +113,11 @@ CHECKED = {
     "te-stack-fp8-block-steps": ([CORPUS / "te_stack_fp8-block_1gpu.sqlite.xz"], ["--step-range", "step *"]),
     "train-mixed-allowed": ([GPU / "train_mixed.sqlite.xz"], ["--expect", "fp8-current", "--allow", "_LayerNormMLP"]),
     "te-linear-bf16-no-recipe": ([GPU / "te_linear_bf16.sqlite.xz"], []),
+    # TE's GEMM benchmark range by range: one recipe raised (NO GEMM), one pattern names no range,
+    # one range mapped to a recipe it did not run, GEMMs outside every mapped range left unchecked
+    "gemm-benchmark-expect-map": ([CORPUS / "gemm_bench_4096_all.sqlite.xz"],
+                                  ["--expect-map", "FP8Block_*=fp8-current", "--expect-map", "MXFP8_*=mxfp8",
+                                   "--expect-map", "NVFP4_*=nvfp4", "--expect-map", "BF16_*=bf16"]),
 }
 
 
