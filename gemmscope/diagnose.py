@@ -214,7 +214,7 @@ def step_breakdown(result: Verification, steps: pd.DataFrame) -> pd.DataFrame:
     step[: len(k)] = launching_step(k, steps)  # categorize puts the kernels first, in order
     names = steps.set_index(["trace", "pid", "index"])["name"]
     kernel_keys = pd.MultiIndex.from_arrays([k["trace"], process_id(k["global_pid"].astype("int64")), step[: len(k)]])
-    activity["name"] = np.r_[names.reindex(kernel_keys).to_numpy(dtype=object), [None] * (len(activity) - len(k))]
+    activity["name"] = pd.Series(names.reindex(kernel_keys).to_numpy(dtype=object)).reindex(activity.index)
     activity["step"] = step
     measured = activity[activity["step"] >= 1]
     first = measured.groupby(["rank_key", "step"]).agg(start=("start", "min"), name=("name", "first"))
@@ -262,9 +262,7 @@ def _gemm_throughput(result: Verification) -> pd.DataFrame:
         return g.iloc[0:0]
     g = g[g["gemm_m"].notna() & (g["duration_ns"] > 0)].copy()
     g["tflops"] = g["call_flops"].astype("float64") / g["duration_ns"] / 1e3
-    device = device_name(result)
-    peaks = {p: peak_tflops(device, p) for p in g["precision"].dropna().unique()} if device else {}
-    g["peak_tflops"] = g["precision"].map(peaks).astype("float64")
+    g["peak_tflops"] = _peaks(result, g["precision"])
     g["share_of_peak"] = g["tflops"] / g["peak_tflops"]
     return g
 
@@ -291,12 +289,17 @@ def gemm_group_throughput(result: Verification) -> pd.DataFrame:
     out["flops"] = out["flops"].where(out["recorded_launches"] > 0)
     out["flops_per_launch"] = out["flops"] / out["recorded_launches"]
     out["tflops"] = out["flops"] / out["recorded_ns"] / 1e3
-    device = device_name(result)
-    peaks = {p: peak_tflops(device, p) for p in out["precision"].dropna().unique()} if device else {}
-    out["peak_tflops"] = out["precision"].map(peaks).astype("float64")
+    out["peak_tflops"] = _peaks(result, out["precision"])
     out["share_of_peak"] = out["tflops"] / out["peak_tflops"]
     out["flagged"] = out["verdict"] == "FALLBACK" if "verdict" in out else False
     return out
+
+
+def _peaks(result: Verification, precisions: pd.Series) -> pd.Series:
+    """The dense peak (TFLOP/s) of each precision on the traces' GPU, NaN where unknown."""
+    device = device_name(result)
+    peaks = {p: peak_tflops(device, p) for p in precisions.dropna().unique()} if device else {}
+    return precisions.map(peaks).astype("float64")
 
 
 def device_name(result: Verification) -> str | None:
@@ -449,10 +452,10 @@ def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
     window, per_step = within_steps(result, steps) if len(steps) > 1 else (result, steps)
     times = breakdown(window)
     cut = step_range or ("(default step names)" if len(steps) > 1 else None)
-    cut_by_steps = window is not result
-    return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step,
-                     step_range=cut if cut_by_steps else None,
-                     step_times=step_breakdown(window, steps) if cut_by_steps else pd.DataFrame(columns=STEP_COLUMNS))
+    if window is result:
+        return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=None)
+    return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=cut,
+                     step_times=step_breakdown(window, steps))
 
 
 def compare(base: Verification, new: Verification, step_range: str | None = None) -> dict:
