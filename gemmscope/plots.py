@@ -29,8 +29,8 @@ import pandas as pd
 from gemmscope import devices
 from gemmscope.diagnose import CATEGORIES, Diagnosis, device_name, gemm_group_throughput
 from gemmscope.errors import InputError
-from gemmscope.profile import recipe_precision
-from gemmscope.verify import RECIPES, Verification
+from gemmscope.profile import ProfileRun, recipe_precision
+from gemmscope.verify import Verification
 
 DPI = 110
 FLAGGED_COLOUR = "#d62728"
@@ -39,6 +39,16 @@ IDLE_STYLE = {"color": "#e4e4e4", "hatch": "//", "edgecolor": "#a0a0a0"}
 MAX_RANK_PANELS = 4
 # Above this many steps only every n-th step is labelled on the axis.
 MAX_STEP_LABELS = 30
+# Red is kept for what is flagged: FALLBACK GEMM time, and the rings and outlines of flagged GEMMs.
+RECIPE_COLOURS = {"bf16": "#1f77b4", "fp8-delayed": "#ff7f0e", "fp8-current": "#2ca02c", "fp8-block": "#9467bd",
+                  "mxfp8": "#8c564b", "nvfp4": "#17becf"}
+CATEGORY_COLOURS = {"gemm": "#1f77b4", "gemm-fallback": FLAGGED_COLOUR, "gemm-tail": "#aec7e8",
+                    "quantize": "#ff7f0e", "attention": "#2ca02c", "communication": "#9467bd", "memcpy": "#8c564b",
+                    "memset": "#c49c94", "other": "#7f7f7f"}
+# Kernel precisions of traces, in the order they get colours (red left out).
+PRECISION_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#e377c2")
+PASS_MARKERS = {"fprop": "o", "dgrad": "s", "wgrad": "^"}
+OTHER_PASS_MARKER = "D"
 
 
 @dataclass
@@ -82,18 +92,6 @@ def _png(fig, dpi: int = DPI) -> bytes:
     return buffer.getvalue()
 
 
-# Red is kept for what is flagged: FALLBACK GEMM time, and the rings and outlines of flagged GEMMs.
-RECIPE_COLOURS = {"bf16": "#1f77b4", "fp8-delayed": "#ff7f0e", "fp8-current": "#2ca02c", "fp8-block": "#9467bd",
-                  "mxfp8": "#8c564b", "nvfp4": "#17becf"}
-CATEGORY_COLOURS = {"gemm": "#1f77b4", "gemm-fallback": FLAGGED_COLOUR, "gemm-tail": "#aec7e8",
-                    "quantize": "#ff7f0e", "attention": "#2ca02c", "communication": "#9467bd", "memcpy": "#8c564b",
-                    "memset": "#c49c94", "other": "#7f7f7f"}
-# Kernel precisions of traces, in the order they get colours (red left out).
-PRECISION_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#e377c2")
-PASS_MARKERS = {"fprop": "o", "dgrad": "s", "wgrad": "^"}
-OTHER_PASS_MARKER = "D"
-
-
 def _peak_lines(ax, peaks: pd.Series) -> None:
     """A dashed horizontal line per datasheet row (peak label → TFLOP/s), labelled at its right."""
     for label, peak in peaks.items():
@@ -111,23 +109,19 @@ def _flagged_handle(count: int, what: str):
 
 # --- a profile run ----------------------------------------------------------------------------------
 
-def profile_plots(run) -> list[Plot]:
-    """The plots of a `gemmscope profile` run (a `profile.ProfileRun`), report.png first."""
+def profile_plots(run: ProfileRun) -> list[Plot]:
+    """The plots of a `gemmscope profile` run, report.png (per layer) first."""
     return [profile_layer_plot(run), profile_speedup_plot(run), profile_tflops_plot(run)]
 
 
-def _gemm_label(op: pd.Series, pass_: pd.Series) -> pd.Series:
-    return op + "\n" + pass_
-
-
-def profile_layer_plot(run) -> Plot:
+def profile_layer_plot(run: ProfileRun) -> Plot:
     return Plot("report.png", "Per-layer GEMM time",
                 "Per layer, per mode and precision: GEMM kernels and quantization / other kernels (ms); "
                 "a precision with flagged GEMMs is outlined in red.",
                 profile_png(run), run.per_layer().reset_index())
 
 
-def profile_png(run) -> bytes:
+def profile_png(run: ProfileRun) -> bytes:
     """Per-layer stacked bars, GEMM kernels vs quantization overhead, per mode and precision;
     a precision with flagged GEMMs is outlined in red and labelled."""
     plt = _pyplot()
@@ -155,12 +149,12 @@ def profile_png(run) -> bytes:
     return _png(fig, dpi=120)
 
 
-def _profile_rows(run) -> pd.DataFrame:
+def _profile_rows(run: ProfileRun) -> pd.DataFrame:
     """Every entry of the run with its GEMM label and whether it is flagged (it ran and its
     verdict is not OK)."""
     g = run.gemms
     flagged = g["verdict"].notna() & (g["verdict"] != "OK")
-    return g.assign(gemm=_gemm_label(g["op"], g["pass"]), flagged=flagged)
+    return g.assign(gemm=g["op"] + "\n" + g["pass"], flagged=flagged)
 
 
 def _not_run_notes(rows: pd.DataFrame, drawn: list[str]) -> list[str]:
@@ -191,7 +185,7 @@ def _dodge(count: int, width: float = 0.8) -> np.ndarray:
     return (np.arange(count) - (count - 1) / 2) * width / max(count, 1)
 
 
-def profile_speedup_plot(run) -> Plot:
+def profile_speedup_plot(run: ProfileRun) -> Plot:
     """Per GEMM and mode, each recipe's speedup over BF16 (CUDA-event time), with the peak ratio
     the recipe's precision has over BF16 on this GPU."""
     plt = _pyplot()
@@ -244,7 +238,7 @@ def profile_speedup_plot(run) -> Plot:
                 "GPU; flagged entries are outlined in red.", _png(fig), data, tuple(notes))
 
 
-def profile_tflops_plot(run) -> Plot:
+def profile_tflops_plot(run: ProfileRun) -> Plot:
     """Per GEMM and mode, each recipe's GEMM kernel TFLOP/s, with the dense peak of each
     precision that ran."""
     plt = _pyplot()
@@ -402,7 +396,7 @@ def trace_tflops_plot(result: Verification) -> Plot | None:
     if drawn.empty:
         note = (f"GEMM TFLOP/s unknown: gemmscope's hook recorded no GEMM shape in these traces, so no FLOPs "
                 f"({len(data)} GEMMs, {flagged_total} flagged FALLBACK); `gemmscope verify -- COMMAND` records them")
-        fig, ax = plt.subplots(figsize=(10, 2.6), layout="constrained")
+        fig, ax = plt.subplots(figsize=(10, 1.6), layout="constrained")
         ax.axis("off")
         ax.text(0.5, 0.5, textwrap.fill(note, 110), ha="center", va="center", fontsize=10)
         ax.set_title(f"{title} ({device})", fontsize=11)
