@@ -64,7 +64,7 @@ def _expect_map_option(func):
 
 
 def _check_options(func):
-    """What analyze and verify share: --expect-map, --allow, --step-range, --workers, --scheduler."""
+    """What analyze and verify share: --expect-map, --allow, --step-range, --workers, --scheduler, --plots."""
     options = [
         _expect_map_option,
         click.option("--allow", multiple=True, metavar="PATTERN",
@@ -78,6 +78,9 @@ def _check_options(func):
                      help="Read several traces in N local processes (default: one per trace, up to one per CPU)."),
         click.option("--scheduler", metavar="ADDRESS",
                      help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead."),
+        click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+                     help="Also write the plots as PNG files into DIR (made if missing): GPU time per rank, "
+                          "GEMM TFLOP/s against the GPU's peak, and GPU time per step when steps are found."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -109,8 +112,8 @@ def _emit(text: str) -> None:
 @_format_option()
 @_detail_options
 def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
-            allow: tuple[str, ...], step_range: str | None, workers: int | None, scheduler: str | None, fmt: str,
-            quiet: bool, verbose: bool) -> None:
+            allow: tuple[str, ...], step_range: str | None, workers: int | None, scheduler: str | None,
+            plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep; files, folders or
     globs, e.g. one per rank): precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
@@ -119,11 +122,32 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
     if not traces:
         traces = (EXAMPLE_TRACE,)
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
+    _make_plots_dir(plots_dir)
     result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map)
     diagnosis = diagnose.diagnose(result, step_range)
     _emit(reports.render_verification(result, fmt, reports.analysis_document(result, None, diagnosis), diagnosis,
                                       _detail(quiet, verbose)))
+    _write_plots(plots_dir, result, diagnosis)
     sys.exit(EXIT_MISMATCH if result.failed else 0)
+
+
+def _make_plots_dir(directory: Path | None) -> None:
+    """--plots DIR made before the traces are read: a folder that cannot be made fails first."""
+    if directory is not None:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot make the --plots folder {directory}: {exc.strerror}") from None
+
+
+def _write_plots(directory: Path | None, result: verify.Verification, diagnosis: diagnose.Diagnosis) -> None:
+    """--plots DIR: the trace plots as PNG files, named on stderr."""
+    if directory is None:
+        return
+    from gemmscope import plots
+
+    written = plots.write(plots.trace_plots(result, diagnosis), directory)
+    click.echo(f"gemmscope: plots in {directory}: {', '.join(p.name for p in written) or 'none'}", err=True)
 
 
 def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=()) -> verify.Verification:
@@ -149,7 +173,7 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expec
 @_detail_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_map, allow, step_range, workers,
-               scheduler, fmt, quiet, verbose, command) -> None:
+               scheduler, plots_dir, fmt, quiet, verbose, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
     --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
     Exit 1 on any non-allowed FALLBACK or when no GEMM ran, 3 when COMMAND failed, 4 when the
@@ -160,6 +184,7 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
     if trace_args and any(v is not None for v in window.values()):
         raise InputError("--capture-range, --delay and --duration choose what a command's capture holds: "
                          "they do not apply to --trace")
+    _make_plots_dir(plots_dir)
     outcome = None
     if trace_args:
         paths = trace_paths(trace_args)
@@ -180,6 +205,7 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
         diagnosis = diagnose.diagnose(result, step_range)
         document = reports.verification_document(result, outcome, diagnosis)
         _emit(reports.render_verification(result, fmt, document, diagnosis, _detail(quiet, verbose)))
+        _write_plots(plots_dir, result, diagnosis)
     if failed_command:
         click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
                    "a pass, whatever ran before it", err=True)

@@ -677,44 +677,14 @@ def profile_markdown(run, wall_s: float | None) -> str:
     return "\n".join(parts)
 
 
-def profile_png(run, path) -> None:
-    """Per-layer stacked bars, GEMM kernels vs quantization overhead, per mode and precision;
-    a precision with flagged GEMMs is outlined in red and labelled."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    layer = run.per_layer().reset_index()
-    labels = [f"{m}\n{p}" for m, p in zip(layer["mode"], layer["precision"])]
-    kernel = layer["kernel_ms"].fillna(0)
-    overhead = layer["overhead_ms"].fillna(0)
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(layer)), 4.5))
-    ax.bar(labels, kernel, label="GEMM kernels", color="#4C72B0")
-    ax.bar(labels, overhead, bottom=kernel, label="quantization / other kernels", color="#DD8452")
-    statuses = run.gemms[run.gemms["per_layer"]].groupby(["mode", "precision"], sort=False)["status"]
-    for i, row in layer.iterrows():
-        if row["not_ok"]:
-            why = "/".join(sorted(set(statuses.get_group((row["mode"], row["precision"]))) - {"ok"}))
-            ax.text(i, 0, why, ha="center", va="bottom", rotation=90, fontsize=8)
-        elif row["flagged"]:
-            ax.bar(labels[i], kernel[i] + overhead[i], fill=False, edgecolor="red", linewidth=2)
-            ax.text(i, kernel[i] + overhead[i], f"{row['flagged']} flagged", ha="center", va="bottom",
-                    color="red", fontsize=8)
-    ax.set_ylim(0, 1.15 * max((kernel + overhead).max(), 1e-3))
-    ax.set_ylabel("ms per layer (one step's GEMMs)")
-    ax.set_title(f"{run.plan['model']} on {run.device['name']}: per-layer GEMM time")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def write_profile_reports(run, run_dir, wall_s: float | None) -> None:
-    """results.json, report.md and report.png into the run directory."""
+    """results.json, report.md and the plots (report.png, the per-layer one, first: `plots`)
+    into the run directory."""
     from pathlib import Path
+
+    from gemmscope import plots
 
     run_dir = Path(run_dir)
     (run_dir / "results.json").write_text(json.dumps(results_document(run, wall_s), indent=1) + "\n")
     (run_dir / "report.md").write_text(profile_markdown(run, wall_s))
-    profile_png(run, run_dir / "report.png")
+    plots.write(plots.profile_plots(run), run_dir)
