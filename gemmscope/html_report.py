@@ -139,7 +139,7 @@ def _gemm_details(result: verify.Verification) -> Section:
     blocks = []
     for row in groups.to_dict("records"):
         where = " · ".join(str(row[k]) if pd.notna(row[k]) else "?" for k in ("layer", "module", "pass"))
-        verdict = f", {row['verdict']}" if "verdict" in row else ""
+        verdict = "" if "verdict" not in row else f", {row['verdict']}" if pd.notna(row["verdict"]) else ", not checked"
         kernel = row["kernel"]
         if len(kernel) > SUMMARY_KERNEL_CHARS:
             kernel = kernel[:SUMMARY_KERNEL_CHARS] + "…"
