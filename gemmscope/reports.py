@@ -276,7 +276,7 @@ def shorten_layer(name: str, width: int) -> str:
     room = width - len(head) - 1
     tails = [".".join(rest[k:]) for k in range(len(rest))]
     tail = next((t for t in tails if len(t) <= room), None)
-    if not rest or room < 8 or tail is None:
+    if tail is None:
         return shorten_middle(name, width)
     return head + "…" + tail
 
