@@ -245,7 +245,7 @@ _GAP = 2
 # A column of prose (a finding, a reason) wraps, down to this width, before any name is shortened;
 # a name is never shortened below _NAME_WIDTH (a kernel name keeps its family, arch and layout).
 _PROSE_WIDTH = 24
-_NAME_WIDTH = 20
+_NAME_WIDTH = 21
 # A cell that reads as a number ("12", "0.4521", "1.73x", "45.6 %"): its column is right-aligned.
 _NUMBER_CELL = re.compile(r"[-+]?\d[\d.]*(?:e[-+]?\d+)?(?: ?[x×%])?")
 # The indent (and diff sign) before a name on a cell's second and later lines.
@@ -326,8 +326,8 @@ def _blank_repeats(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
 
 
 def terminal_table(frame: pd.DataFrame, shorten: dict[str, Shortener] | None = None,
-                   wrap: Collection[str] = (), width: int = TERMINAL_WIDTH) -> Table:
-    """`frame` as a table that fits `width` columns: its `wrap` columns (prose) wrap first, down to
+                   wrap: Collection[str] = ()) -> Table:
+    """`frame` as a table that fits TERMINAL_WIDTH columns: its `wrap` columns (prose) wrap first, down to
     _PROSE_WIDTH; then its `shorten` columns are cut by their shortener, the widest first, down to
     _NAME_WIDTH. Only the columns of prose wrap: names and numbers stay on their line."""
     shorten = shorten or {}
@@ -335,7 +335,7 @@ def terminal_table(frame: pd.DataFrame, shorten: dict[str, Shortener] | None = N
     natural = {c: max([_text_width(str(c)), *(cells[c].map(_text_width) if len(frame) else [])])
                for c in frame.columns}
     widths = dict(natural)
-    room = width - 1 - _GAP * (len(widths) - 1)
+    room = TERMINAL_WIDTH - 1 - _GAP * (len(widths) - 1)
     for narrowable, floor in ((wrap, _PROSE_WIDTH), (shorten, _NAME_WIDTH)):
         floors = {c: max(floor, _text_width(str(c))) for c in narrowable if c in widths}
         while sum(widths.values()) > room:
@@ -701,6 +701,8 @@ def _breakdown_sections(diagnosis: Diagnosis) -> list[TextSection]:
     frame = breakdown_frame(diagnosis.breakdown)
     if frame.empty:
         return [TextSection(f"{title}: none")]
+    numbered = pd.to_numeric(frame["rank"], errors="coerce")  # rank 2 before rank 10
+    frame = frame.iloc[numbered.reset_index(drop=True).sort_values(kind="stable", na_position="last").index]
     labels = frame["rank"].astype(str)
     headers = labels.map(lambda label: f"rank {label}" if label.isdigit() else label)
     if len(headers) > 1:

@@ -9,6 +9,7 @@ wider, as a user's shell would."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -137,6 +138,20 @@ def test_two_rank_mismatches_say_the_rank_count_once():
     table = rows(section(text, heading))
     assert sum(int(r[-2]) for r in table) == 72
     assert table[0][0] == "layers.2.self_attention.layernorm_qkv · _LayerNormLinear"  # fits whole
+
+
+def test_ranks_beyond_the_width_continue_in_a_second_table(tmp_path):
+    # twelve per-rank copies of a real trace that records no rank: the file names number them
+    for rank in range(12):
+        shutil.copyfile(CORPUS / "grouped_linear_fp8-block.sqlite.xz", tmp_path / f"trace_rank{rank}.sqlite.xz")
+    text = invoke("analyze", tmp_path, "--workers", 1, code=0)
+    assert_fits(text)
+    first, continued = section(text, "Where the GPU time went"), section(text, "Where the GPU time went, continued")
+    headers = re.findall(r"rank \d+", first[1]) + re.findall(r"rank \d+", continued[1])
+    assert headers == [f"rank {rank}" for rank in range(12)]  # in rank order, 2 before 10
+    launches = [int(n) for r in rows(first) + rows(continued) if r[0] == "kernel launches" for n in r[1:]]
+    per_rank = json_of("analyze", tmp_path, "--workers", 1)["breakdown"]["per_rank"]
+    assert launches == [r["kernel_launches"] for r in sorted(per_rank, key=lambda r: int(r["rank"]))]
 
 
 def test_verbose_lists_every_launch_once_with_its_kernel_named_in_full():
