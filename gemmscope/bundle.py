@@ -10,7 +10,7 @@ From a `gemmscope profile` run directory: `report.md` and `results.json` as the 
 and its trace scrubbed as `trace.sqlite.xz`, so that the unzipped bundle is itself a run
 directory.
 
-And `environment.json`: per trace, the GPUs, the driver, the CUDA version the driver supports,
+And `environment.json` (gemmscope/schemas/environment.schema.json): per trace, the GPUs, the driver, the CUDA version the driver supports,
 the nsys that exported it, the OS and the command line nsys launched, redacted; the recipes the
 run recorded (for a run directory: the recipes it profiled). What a trace does not record is
 null, never guessed: no nsys table records torch's, Transformer Engine's or cuBLAS's version.
@@ -87,6 +87,7 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
             report = f"# gemmscope bundle\n\ngemmscope could not analyze what this bundle holds: {error}\n"
             results = None
         environment = {
+            "schema_version": reports.SCHEMA_VERSION,
             "bundled_by": f"gemmscope {__version__}",
             "recipes": recipes or None,
             "traces": [_environment(trace, member) for member, trace in zip(members, originals)],

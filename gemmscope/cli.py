@@ -350,8 +350,7 @@ def shapes_cmd(fmt: str, **options) -> None:
     elif fmt == "markdown":
         _emit(reports.markdown_table(frame))
     else:
-        title = f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs"
-        reports.print_table(frame, title)
+        _emit(reports.table_text(f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs", frame))
 
 
 @main.command("kernel")
@@ -363,7 +362,7 @@ def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
     if fmt == "json":
         _emit(json.dumps(reports.kernels_document(frame), indent=2) + "\n")
     else:
-        reports.print_table(frame, "kernels")
+        _emit(reports.kernels_text(frame))
 
 
 @main.command("scrub")
@@ -404,7 +403,7 @@ def doctor(canary: bool) -> None:
     """What this machine can do: nsys, GPU, Transformer Engine and each recipe's availability."""
     from gemmscope import doctor as doctor_checks
 
-    reports.print_table(doctor_checks.checks(), "gemmscope doctor")
+    _emit(reports.table_text("gemmscope doctor", doctor_checks.checks(), wrap={"detail"}))
     if canary:
         flagged = doctor_checks.canary()
         click.echo(flagged.message)
@@ -433,7 +432,8 @@ def _csv_choice(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, .
 @click.option("--no-nsys", is_flag=True, help="CUDA-event times only: no trace, no kernel times, no verdicts.")
 @click.option("--out", type=click.Path(path_type=Path), help="New run directory (default: ./gemmscope-run-<time>).")
 @click.option("--quiet", is_flag=True, help="Print only the verdict block.")
-def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, **options) -> None:
+@click.option("--verbose", is_flag=True, help="Also print each entry's throughput, % of peak, intensity and noise.")
+def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, **options) -> None:
     """Every GEMM of the model through TE at each recipe and mode, under nsys: speedup tables
     and, per GEMM, the kernel that ran and whether its precision is the one asked for. On a
     machine without a GPU: the run shipped with gemmscope, re-derived from its trace."""
@@ -442,10 +442,11 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, **options
     from gemmscope import profile
 
     started = time.perf_counter()
+    detail = _detail(quiet, verbose)
     if not profile.gpu_available():
         click.echo(f"gemmscope: no CUDA GPU here: showing the run shipped with gemmscope, "
                    f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
-        reports.print_profile(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, quiet)
+        _emit(reports.profile_text(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail))
         return
     precisions = _csv_choice(precisions, verify.RECIPES, "precision")
     modes = _csv_choice(modes, profile.MODES, "mode")
@@ -456,5 +457,5 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, **options
     run = profile.load_run(run_dir)
     wall_s = time.perf_counter() - started
     reports.write_profile_reports(run, run_dir, wall_s)
-    reports.print_profile(run, run_dir, quiet)
+    _emit(reports.profile_text(run, run_dir, detail))
     click.echo(f"gemmscope: run directory {run_dir} ({wall_s:.1f} s)", err=True)
