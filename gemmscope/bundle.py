@@ -10,7 +10,7 @@ From a `gemmscope profile` run directory: `report.md` and `results.json` as the 
 and its trace scrubbed as `trace.sqlite.xz`, so that the unzipped bundle is itself a run
 directory.
 
-And `environment.json`: per trace, the GPUs, the driver, the CUDA version the driver supports,
+And `environment.json` (gemmscope/schemas/environment.schema.json): per trace, the GPUs, the driver, the CUDA version the driver supports,
 the nsys that exported it, the OS and the command line nsys launched, redacted; the recipes the
 run recorded (for a run directory: the recipes it profiled). What a trace does not record is
 null, never guessed: no nsys table records torch's, Transformer Engine's or cuBLAS's version.
@@ -53,17 +53,18 @@ class Bundle(NamedTuple):
 
 
 def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = None,
-           allow: tuple[str, ...] = (), step_range: str | None = None) -> Bundle:
-    """Write the zip `out` from traces, or from one profile run directory. `expect`, `allow` and
-    `step_range` are analyze's options, for traces."""
+           allow: tuple[str, ...] = (), step_range: str | None = None,
+           expect_map: Sequence[tuple[str, str]] = ()) -> Bundle:
+    """Write the zip `out` from traces, or from one profile run directory. `expect`, `allow`,
+    `step_range` and `expect_map` are analyze's options, for traces."""
     if not inputs:
         raise InputError("nothing to bundle: give traces or a gemmscope profile run directory")
     out = Path(out)
     run_dir = _run_dir(inputs)
     if run_dir is None:
         paths = trace_paths(inputs)
-    elif expect or allow or step_range:
-        raise InputError("--expect, --allow and --step-range are for traces, not a profile run directory")
+    elif expect or expect_map or allow or step_range:
+        raise InputError("--expect, --expect-map, --allow and --step-range are for traces, not a profile run directory")
     else:
         paths = [run_dir / name for name in RUN_TRACES if (run_dir / name).exists()][:1]
     originals = [read_trace(path) for path in paths]
@@ -77,7 +78,7 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
         recipes = verify.recorded_recipes(originals) if run_dir is None else []
         try:
             if run_dir is None:
-                report, results = _analyze_traces(staged, expect, allow, step_range)
+                report, results = _analyze_traces(staged, expect, allow, step_range, expect_map)
             else:
                 report, results, recipes = _analyze_run(run_dir, Path(staging) if staged else run_dir)
             error = None
@@ -86,6 +87,7 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
             report = f"# gemmscope bundle\n\ngemmscope could not analyze what this bundle holds: {error}\n"
             results = None
         environment = {
+            "schema_version": reports.SCHEMA_VERSION,
             "bundled_by": f"gemmscope {__version__}",
             "recipes": recipes or None,
             "traces": [_environment(trace, member) for member, trace in zip(members, originals)],
@@ -132,11 +134,11 @@ def _staging_path(staging: Path, member: str) -> Path:
 
 
 def _analyze_traces(staged: dict[str, Path], expect: str | None, allow: tuple[str, ...],
-                    step_range: str | None) -> tuple[str, dict]:
+                    step_range: str | None, expect_map: Sequence[tuple[str, str]]) -> tuple[str, dict]:
     """report.md and analysis.json as `gemmscope analyze --per-launch` makes them (a bug report
     keeps every GEMM launch), from the scrubbed traces under their names in the zip."""
     traces = [dataclasses.replace(read_trace(path), path=Path(member)) for member, path in staged.items()]
-    result = verify.check(traces, expect, allow)
+    result = verify.check(traces, expect, allow, expect_map)
     diagnosis = diagnose.diagnose(result, step_range)
     document = reports.analysis_document(result, None, diagnosis, per_launch=True)
     return reports.render_verification(result, "markdown", document, diagnosis), document

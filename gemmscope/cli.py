@@ -54,9 +54,19 @@ def _format_option(formats=reports.FORMATS):
     return click.option("--format", "fmt", type=click.Choice(formats), default="table", show_default=True)
 
 
+def _expect_map_option(func):
+    return click.option(
+        "--expect-map", "expect_map", multiple=True, metavar="PATTERN=RECIPE",
+        callback=lambda _ctx, _param, items: verify.parse_expect_map(items),
+        help="GEMMs inside an NVTX range whose name matches PATTERN (shell-style; the innermost "
+             "matching range decides) should run at RECIPE, e.g. 'FP8Block_*=fp8-block'; repeatable. "
+             "A mapped range that ran no GEMM, or a pattern that names no range, fails the check.")(func)
+
+
 def _check_options(func):
-    """What analyze and verify share: --allow, --step-range, --workers, --scheduler."""
+    """What analyze and verify share: --expect-map, --allow, --step-range, --workers, --scheduler, --plots."""
     options = [
+        _expect_map_option,
         click.option("--allow", multiple=True, metavar="PATTERN",
                      help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are "
                           "allowed; repeatable."),
@@ -68,6 +78,9 @@ def _check_options(func):
                      help="Read several traces in N local processes (default: one per trace, up to one per CPU)."),
         click.option("--scheduler", metavar="ADDRESS",
                      help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead."),
+        click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+                     help="Also write the plots as PNG files into DIR (made if missing): GPU time per rank, "
+                          "GEMM TFLOP/s against the GPU's peak, and GPU time per step when steps are found."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -102,8 +115,9 @@ def _emit(text: str) -> None:
 @_check_options
 @_format_option()
 @_detail_options
-def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...], step_range: str | None,
-            workers: int | None, scheduler: str | None, fmt: str, quiet: bool, verbose: bool, per_launch: bool) -> None:
+def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
+            allow: tuple[str, ...], step_range: str | None, workers: int | None, scheduler: str | None,
+            plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool, per_launch: bool) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep; files, folders or
     globs, e.g. one per rank): precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
@@ -112,15 +126,36 @@ def analyze(traces: tuple[Path, ...], expect: str | None, allow: tuple[str, ...]
     if not traces:
         traces = (EXAMPLE_TRACE,)
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
-    result = _check(trace_paths(traces), expect, allow, workers, scheduler)
+    _make_plots_dir(plots_dir)
+    result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map)
     diagnosis = diagnose.diagnose(result, step_range)
     document = reports.analysis_document(result, None, diagnosis, per_launch)
     _emit(reports.render_verification(result, fmt, document, diagnosis, _detail(quiet, verbose)))
+    _write_plots(plots_dir, result, diagnosis)
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
-def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> verify.Verification:
-    return verify.check(loading.load(paths, workers, scheduler), expect, allow)
+def _make_plots_dir(directory: Path | None) -> None:
+    """--plots DIR made before the traces are read: a folder that cannot be made fails first."""
+    if directory is not None:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot make the --plots folder {directory}: {exc.strerror}") from None
+
+
+def _write_plots(directory: Path | None, result: verify.Verification, diagnosis: diagnose.Diagnosis) -> None:
+    """--plots DIR: the trace plots as PNG files, named on stderr."""
+    if directory is None:
+        return
+    from gemmscope import plots
+
+    written = plots.write(plots.trace_plots(result, diagnosis), directory)
+    click.echo(f"gemmscope: plots in {directory}: {', '.join(p.name for p in written) or 'none'}", err=True)
+
+
+def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=()) -> verify.Verification:
+    return verify.check(loading.load(paths, workers, scheduler), expect, allow, expect_map)
 
 
 @main.command("verify", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -132,7 +167,8 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> ve
 @click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a temporary folder).")
 @click.option("--capture-range", metavar="NVTX_RANGE",
               help="Collect only the first instance of this NVTX range of COMMAND (e.g. a range your "
-                   "training loop pushes around steps 10-12): a long job costs a small trace.")
+                   "training loop pushes around steps 10-12): a long job costs a small trace. "
+                   "'cudaProfilerApi': from COMMAND's first cudaProfilerStart to its cudaProfilerStop.")
 @click.option("--delay", type=click.FloatRange(min=0), metavar="SECONDS", help="Start collecting after this long.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Collect for this long.")
@@ -140,8 +176,8 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None) -> ve
 @_format_option()
 @_detail_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, step_range, workers, scheduler,
-               fmt, quiet, verbose, per_launch, command) -> None:
+def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_map, allow, step_range, workers,
+               scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
     --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
     Exit 1 on any non-allowed FALLBACK or when no GEMM ran, 3 when COMMAND failed, 4 when the
@@ -152,6 +188,7 @@ def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, s
     if trace_args and any(v is not None for v in window.values()):
         raise InputError("--capture-range, --delay and --duration choose what a command's capture holds: "
                          "they do not apply to --trace")
+    _make_plots_dir(plots_dir)
     outcome = None
     if trace_args:
         paths = trace_paths(trace_args)
@@ -162,7 +199,7 @@ def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, s
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
     failed_command = outcome is not None and outcome["exit_code"] != 0
     try:
-        result = _check(paths, expect, allow, workers, scheduler)
+        result = _check(paths, expect, allow, workers, scheduler, expect_map)
     except InputError as exc:
         if not failed_command:
             raise
@@ -172,11 +209,12 @@ def verify_cmd(expect, allow, trace_args, out, capture_range, delay, duration, s
         diagnosis = diagnose.diagnose(result, step_range)
         document = reports.verification_document(result, outcome, diagnosis, per_launch)
         _emit(reports.render_verification(result, fmt, document, diagnosis, _detail(quiet, verbose)))
+        _write_plots(plots_dir, result, diagnosis)
     if failed_command:
         click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
                    "a pass, whatever ran before it", err=True)
         sys.exit(EXIT_COMMAND_FAILED)
-    if result.expected is None:
+    if not result.checked and not expect_map:
         click.echo("gemmscope: no recipe to check against: the run recorded no enabled te.autocast "
                    "recipe; pass --expect RECIPE (e.g. --expect bf16)", err=True)
         sys.exit(EXIT_RECIPE_UNKNOWN)
@@ -231,10 +269,11 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
 @click.option("--format", "fmt", type=click.Choice(("html", "markdown")),
               help="Default: markdown for an output ending in .md, else html.")
 @click.option("--expect", type=click.Choice(verify.RECIPES), help="Traces: recipe the GEMMs should run at.")
+@_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Traces: mismatches allowed (see analyze); repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="Traces: NVTX range that marks one training step (see analyze).")
-def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None, allow: tuple[str, ...],
-               step_range: str | None) -> None:
+def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None,
+               expect_map: tuple[tuple[str, str], ...], allow: tuple[str, ...], step_range: str | None) -> None:
     """One file to attach to an issue: a self-contained HTML page (nothing loaded from anywhere:
     sortable tables, per-GEMM details, findings, plots, environment; verdict first) or the same
     as Markdown. TARGETS: a `gemmscope profile` run directory, or traces as for analyze. Without
@@ -247,11 +286,12 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
     if any(html_report.is_run_dir(t) for t in targets):
         if len(targets) > 1:
             raise InputError("give one profile run directory, or traces, not both")
-        if expect or allow or step_range:
-            raise InputError("--expect, --allow and --step-range apply to traces, not to a profile run directory")
+        if expect or expect_map or allow or step_range:
+            raise InputError("--expect, --expect-map, --allow and --step-range apply to traces, not to a profile "
+                             "run directory")
         report = html_report.run_report(profile.load_run(targets[0]), targets[0])
     else:
-        result = _check(trace_paths(targets), expect, allow)
+        result = _check(trace_paths(targets), expect, allow, expect_map=expect_map)
         report = html_report.traces_report(result, diagnose.diagnose(result, step_range))
     text = html_report.render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
     if str(out) == "-":
@@ -314,8 +354,7 @@ def shapes_cmd(fmt: str, **options) -> None:
     elif fmt == "markdown":
         _emit(reports.markdown_table(frame))
     else:
-        title = f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs"
-        reports.print_table(frame, title)
+        _emit(reports.table_text(f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs", frame))
 
 
 @main.command("kernel")
@@ -327,7 +366,7 @@ def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
     if fmt == "json":
         _emit(json.dumps(reports.kernels_document(frame), indent=2) + "\n")
     else:
-        reports.print_table(frame, "kernels")
+        _emit(reports.kernels_text(frame))
 
 
 @main.command("scrub")
@@ -344,16 +383,17 @@ def scrub_cmd(trace: Path, out: Path) -> None:
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="The zip to write.")
 @click.option("--expect", type=click.Choice(verify.RECIPES), help="For traces: as analyze's --expect.")
+@_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="For traces: as analyze's --allow; repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
-def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, allow: tuple[str, ...],
-               step_range: str | None) -> None:
+def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, expect_map: tuple[tuple[str, str], ...],
+               allow: tuple[str, ...], step_range: str | None) -> None:
     """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the traces
     scrubbed, and environment.json (GPU, driver, CUDA, nsys, recipes, the command line redacted).
     INPUTS: traces (files, folders or globs), or one `gemmscope profile` run directory."""
     from gemmscope.bundle import bundle
 
-    made = bundle(inputs, out, expect, allow, step_range)
+    made = bundle(inputs, out, expect, allow, step_range, expect_map)
     if made.analysis_error:
         click.echo(f"gemmscope: note: the traces could not be analyzed ({made.analysis_error}); the bundle "
                    "holds them, the environment and this reason", err=True)
@@ -367,7 +407,7 @@ def doctor(canary: bool) -> None:
     """What this machine can do: nsys, GPU, Transformer Engine and each recipe's availability."""
     from gemmscope import doctor as doctor_checks
 
-    reports.print_table(doctor_checks.checks(), "gemmscope doctor")
+    _emit(reports.table_text("gemmscope doctor", doctor_checks.checks(), wrap={"detail"}))
     if canary:
         flagged = doctor_checks.canary()
         click.echo(flagged.message)
@@ -396,7 +436,8 @@ def _csv_choice(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, .
 @click.option("--no-nsys", is_flag=True, help="CUDA-event times only: no trace, no kernel times, no verdicts.")
 @click.option("--out", type=click.Path(path_type=Path), help="New run directory (default: ./gemmscope-run-<time>).")
 @click.option("--quiet", is_flag=True, help="Print only the verdict block.")
-def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, **options) -> None:
+@click.option("--verbose", is_flag=True, help="Also print each entry's throughput, % of peak, intensity and noise.")
+def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, **options) -> None:
     """Every GEMM of the model through TE at each recipe and mode, under nsys: speedup tables
     and, per GEMM, the kernel that ran and whether its precision is the one asked for. On a
     machine without a GPU: the run shipped with gemmscope, re-derived from its trace."""
@@ -405,10 +446,11 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, **options
     from gemmscope import profile
 
     started = time.perf_counter()
+    detail = _detail(quiet, verbose)
     if not profile.gpu_available():
         click.echo(f"gemmscope: no CUDA GPU here: showing the run shipped with gemmscope, "
                    f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
-        reports.print_profile(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, quiet)
+        _emit(reports.profile_text(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail))
         return
     precisions = _csv_choice(precisions, verify.RECIPES, "precision")
     modes = _csv_choice(modes, profile.MODES, "mode")
@@ -419,5 +461,5 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, **options
     run = profile.load_run(run_dir)
     wall_s = time.perf_counter() - started
     reports.write_profile_reports(run, run_dir, wall_s)
-    reports.print_profile(run, run_dir, quiet)
+    _emit(reports.profile_text(run, run_dir, detail))
     click.echo(f"gemmscope: run directory {run_dir} ({wall_s:.1f} s)", err=True)

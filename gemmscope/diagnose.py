@@ -49,6 +49,9 @@ from gemmscope.verify import RECIPE_PRECISIONS, Verification
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",
               "memcpy", "memset", "other")
+# The columns of `step_breakdown`: per rank and step, the figures `breakdown` has per rank.
+STEP_COLUMNS = ["rank", "step", "name", "window_ns", "busy_ns", "idle_ns", "kernel_launches",
+                *(f"{c}_ns" for c in CATEGORIES), "overlap_ns"]
 # Kernel roles (the rule table's) that are a category of their own; NCCL's kernels are
 # communication whatever their role.
 _CATEGORY_OF_ROLE = {"gemm": "gemm", "gemm-tail": "gemm-tail", "quantize": "quantize", "attention": "attention"}
@@ -70,6 +73,8 @@ class Diagnosis:
     findings: list[dict]
     steps: pd.DataFrame  # one row per step range instance (empty when no steps were found)
     step_range: str | None  # the pattern the window was cut by, or None for the whole trace
+    # per rank and step after the first: `step_breakdown` (empty when the window is the whole trace)
+    step_times: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS))
 
 
 def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame:
@@ -92,23 +97,37 @@ def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame
     return steps[["trace", "pid", "name", "start", "end", "index"]]
 
 
-def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verification, pd.DataFrame]:
-    """The checked run cut to the GPU work of its steps after the first, and per step: wall time
-    on the CPU and the GPU time of the kernels it launched."""
-    k = result.kernels
-    pid = process_id(k["global_pid"].astype("int64")).to_numpy()
-    trace_code, trace_names = pd.factorize(k["trace"])
-    code_of = {name: code for code, name in enumerate(trace_names)}
-    launched = k["launch_start"].fillna(k["start"]).astype("int64").to_numpy()
-    step_of = np.full(len(k), -1)
+def launching_step(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
+    """Per kernel, the `index` of the step range (of its own trace and process) that its launch
+    call fell in, or -1."""
+    pid = process_id(kernels["global_pid"].astype("int64")).to_numpy()
+    trace_code = _trace_codes(kernels)
+    code_of = {name: code for code, name in enumerate(trace_code.categories)}
+    launched = kernels["launch_start"].fillna(kernels["start"]).astype("int64").to_numpy()
+    step_of = np.full(len(kernels), -1)
     for (trace, process), own in steps.groupby(["trace", "pid"], sort=False):  # per process, not per launch
-        mine = np.flatnonzero((trace_code == code_of.get(trace, -2)) & (pid == process))
+        mine = np.flatnonzero((trace_code.codes == code_of.get(trace, -2)) & (pid == process))
         # a range an older export left without an end is open to the end of the capture
         starts, ends = own["start"].to_numpy("int64"), own["end"].fillna(np.iinfo("int64").max).to_numpy("int64")
         at = np.searchsorted(starts, launched[mine], side="right") - 1
         inside = (at >= 0) & (launched[mine] <= ends[np.maximum(at, 0)])
         step_of[mine[inside]] = own["index"].to_numpy()[at[inside]]
-    kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([trace_code, step_of]).sum()
+    return step_of
+
+
+def _trace_codes(kernels: pd.DataFrame) -> pd.Categorical:
+    """The kernels' trace names as codes: compared and grouped as integers, not a million strings."""
+    return pd.Categorical(kernels["trace"])
+
+
+def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verification, pd.DataFrame]:
+    """The checked run cut to the GPU work of its steps after the first, and per step: wall time
+    on the CPU and the GPU time of the kernels it launched."""
+    k = result.kernels
+    step_of = launching_step(k, steps)
+    trace_code = _trace_codes(k)
+    code_of = {name: code for code, name in enumerate(trace_code.categories)}
+    kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([trace_code.codes, step_of]).sum()
     per_step = steps.assign(
         # whole ns, NA where an older export left the range's end empty (NVTX ends are floats for that)
         wall_ns=(steps["end"] - steps["start"]).astype("Int64"),
@@ -160,18 +179,31 @@ def categorize(result: Verification) -> pd.DataFrame:
     return pd.concat([kernels[columns], memops[columns]], ignore_index=True)
 
 
-def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
-    """Length of the union of intervals [start, end)."""
-    if len(start) == 0:
-        return 0
+def _union_blocks(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [start, end) as disjoint blocks, in time order: (starts, ends)."""
     order = np.argsort(start, kind="stable")
     s, e = start[order], end[order]
     reach = np.maximum.accumulate(e)
     new_block = np.r_[True, s[1:] > reach[:-1]]
     block = np.cumsum(new_block) - 1
-    block_start = s[new_block]
-    block_end = pd.Series(reach).groupby(block).max().to_numpy()
+    return s[new_block], pd.Series(reach).groupby(block).max().to_numpy()
+
+
+def busy_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """Length of the union of intervals [start, end)."""
+    if len(start) == 0:
+        return 0
+    block_start, block_end = _union_blocks(start, end)
     return int((block_end - block_start).sum())
+
+
+def _covered_ns(block_start: np.ndarray, block_end: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """For each time in `at`, how much of the blocks (disjoint, in time order) lies before it."""
+    before = np.r_[0, np.cumsum(block_end - block_start)]
+    n = np.searchsorted(block_start, at, side="right")  # blocks starting at or before the time
+    last = np.maximum(n - 1, 0)
+    inside = np.minimum(at, block_end[last]) - block_start[last]
+    return np.where(n > 0, before[last] + inside, 0)
 
 
 def breakdown(result: Verification) -> pd.DataFrame:
@@ -191,6 +223,47 @@ def breakdown(result: Verification) -> pd.DataFrame:
         row["overlap_ns"] = int(times.sum()) - busy
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def step_breakdown(result: Verification, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per rank and step after the first (`find_steps`' instances), the figures of `breakdown`.
+    On a rank's GPU timeline a step runs from the first start of a kernel it launched to that
+    of the next step; the first measured step from the rank's first activity, the last to its
+    last. Each kernel and memory operation counts in the step its start falls in, and busy time
+    is cut at the boundaries, so on a run cut by `within_steps` a rank's steps add up to its
+    `breakdown` row: window, busy, idle, launches and every category."""
+    activity = categorize(result)
+    k = result.kernels
+    step = np.full(len(activity), -1)
+    step[: len(k)] = launching_step(k, steps)  # categorize puts the kernels first, in order
+    names = steps.set_index(["trace", "pid", "index"])["name"]
+    kernel_keys = pd.MultiIndex.from_arrays([k["trace"], process_id(k["global_pid"].astype("int64")), step[: len(k)]])
+    activity["name"] = pd.Series(names.reindex(kernel_keys).to_numpy(dtype=object)).reindex(activity.index)
+    activity["step"] = step
+    measured = activity[activity["step"] >= 1]
+    first = measured.groupby(["rank_key", "step"]).agg(start=("start", "min"), name=("name", "first"))
+    parts = []
+    for key, part in activity.groupby("rank_key", sort=True):  # per rank, not per kernel
+        if key not in first.index.get_level_values(0):
+            continue  # no kernel of this rank was launched in a measured step
+        own = first.loc[key]
+        start, end = part["start"].to_numpy("int64"), part["end"].to_numpy("int64")
+        edges = np.maximum.accumulate(np.r_[start.min(), own["start"].to_numpy("int64")[1:], end.max()])
+        which = np.searchsorted(edges[1:-1], start, side="right")
+        blocks = _union_blocks(start, end)
+        covered = _covered_ns(*blocks, edges)
+        times = (part.groupby([which, part["category"].to_numpy()])["duration_ns"].sum()
+                 .unstack(fill_value=0).reindex(index=range(len(own)), columns=CATEGORIES, fill_value=0))
+        frame = pd.DataFrame({"rank": key, "step": own.index.to_numpy(), "name": own["name"].to_numpy(),
+                              "window_ns": np.diff(edges), "busy_ns": np.diff(covered)})
+        frame["idle_ns"] = frame["window_ns"] - frame["busy_ns"]
+        launched = (~part["category"].isin(("memcpy", "memset"))).groupby(which).sum()
+        frame["kernel_launches"] = launched.reindex(range(len(own)), fill_value=0).to_numpy()
+        for category in CATEGORIES:
+            frame[f"{category}_ns"] = times[category].to_numpy()
+        frame["overlap_ns"] = times.sum(axis=1).to_numpy() - frame["busy_ns"]
+        parts.append(frame)
+    return pd.concat(parts, ignore_index=True)[STEP_COLUMNS] if parts else pd.DataFrame(columns=STEP_COLUMNS)
 
 
 def _amdahl(share: float, speedup: float) -> float:
@@ -213,14 +286,47 @@ def _gemm_throughput(result: Verification) -> pd.DataFrame:
         return g.iloc[0:0]
     g = g[g["gemm_m"].notna() & (g["duration_ns"] > 0)].copy()
     g["tflops"] = g["call_flops"].astype("float64") / g["duration_ns"] / 1e3
-    device = _device_name(result)
-    peaks = {p: peak_tflops(device, p) for p in g["precision"].dropna().unique()} if device else {}
-    g["peak_tflops"] = g["precision"].map(peaks).astype("float64")
+    g["peak_tflops"] = _peaks(result, g["precision"])
     g["share_of_peak"] = g["tflops"] / g["peak_tflops"]
     return g
 
 
-def _device_name(result: Verification) -> str | None:
+def gemm_group_throughput(result: Verification) -> pd.DataFrame:
+    """Per GEMM: layer × module × pass × call shape (M, N, K as the hook recorded them; NaN
+    without a record) × precision (× verdict, where checked), the launches and their time, and
+    over the launches whose shape was recorded (`_gemm_throughput`): FLOPs, TFLOP/s and share of
+    the precision's dense peak on this GPU (NaN where none was recorded, or no peak is known).
+    `flagged`: the verdict is FALLBACK; `allowed`: all of them by --allow."""
+    g = result.gemms
+    shape = [c for c in ("gemm_m", "gemm_n", "gemm_k") if c in g]
+    keys = ["layer", "module", "pass", *shape, "precision", *(["verdict"] if "verdict" in g else [])]
+    rated = _gemm_throughput(result)
+    recorded = g.index.isin(rated.index)
+    g = g.assign(**{"pass": g["te_pass"], "recorded": recorded,
+                    "recorded_ns": g["duration_ns"].where(recorded, 0),
+                    "flops": rated["call_flops"].astype("float64").reindex(g.index).fillna(0)})
+    if "allowed" not in g:
+        g["allowed"] = False
+    out = g.groupby(keys, dropna=False, sort=False).agg(
+        launches=("duration_ns", "size"), time_ns=("duration_ns", "sum"), recorded_launches=("recorded", "sum"),
+        recorded_ns=("recorded_ns", "sum"), flops=("flops", "sum"), allowed=("allowed", "all")).reset_index()
+    out["flops"] = out["flops"].where(out["recorded_launches"] > 0)
+    out["flops_per_launch"] = out["flops"] / out["recorded_launches"]
+    out["tflops"] = out["flops"] / out["recorded_ns"] / 1e3
+    out["peak_tflops"] = _peaks(result, out["precision"])
+    out["share_of_peak"] = out["tflops"] / out["peak_tflops"]
+    out["flagged"] = out["verdict"] == "FALLBACK" if "verdict" in out else False
+    return out
+
+
+def _peaks(result: Verification, precisions: pd.Series) -> pd.Series:
+    """The dense peak (TFLOP/s) of each precision on the traces' GPU, NaN where unknown."""
+    device = device_name(result)
+    peaks = {p: peak_tflops(device, p) for p in precisions.dropna().unique()} if device else {}
+    return precisions.map(peaks).astype("float64")
+
+
+def device_name(result: Verification) -> str | None:
     names = [gpu["name"] for t in result.traces for gpu in t.meta["gpus"] if gpu.get("name")]
     return names[0] if names else None
 
@@ -242,14 +348,15 @@ def findings(result: Verification, times: pd.DataFrame) -> list[dict]:
     if measured_speedup:
         bounds[f"s={measured_speedup:.2f} (measured)"] = _amdahl(share, measured_speedup)
     bound_text = ", ".join(f"{k}: at most {v:.3f}× end to end" for k, v in bounds.items())
-    device = _device_name(result)
+    device = device_name(result)
     sm = _sm(result)
 
-    if result.expected in RECIPE_MIN_SM and sm is not None and sm < RECIPE_MIN_SM[result.expected]:
-        out.append({"code": "unsupported", "explains_ns": window,
-                    "statement": f"{result.expected} cannot run on {device} (sm{sm}): TE needs compute "
-                                 f"capability {RECIPE_MIN_SM[result.expected] / 10:.1f} or higher",
-                    "figures": {"sm": sm, "min_sm": RECIPE_MIN_SM[result.expected]}, "concerns": []})
+    for recipe in result.expected_recipes:
+        if recipe in RECIPE_MIN_SM and sm is not None and sm < RECIPE_MIN_SM[recipe]:
+            out.append({"code": "unsupported", "explains_ns": window,
+                        "statement": f"{recipe} cannot run on {device} (sm{sm}): TE needs compute "
+                                     f"capability {RECIPE_MIN_SM[recipe] / 10:.1f} or higher",
+                        "figures": {"sm": sm, "min_sm": RECIPE_MIN_SM[recipe], "recipe": recipe}, "concerns": []})
     if window and idle / window >= 0.3:
         out.append({"code": "gpu-idle", "explains_ns": idle,
                     "statement": f"the GPU is idle {_pct(idle / window)} of its {_ms(window)} window; GEMMs are "
@@ -310,7 +417,7 @@ def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.
             causes = fallback.groupby("cause")["duration_ns"].sum().sort_values(ascending=False)
             out.append({"code": "fallback", "explains_ns": int(t * (1 - 1 / ASSUMED_SPEEDUP)),
                         "statement": f"{_pct(t / gemm_ns)} of GEMM time ({_ms(t)}, {len(fallback)} launches) ran at "
-                                     f"another precision than {result.expected} ("
+                                     f"another precision than {' / '.join(result.expected_recipes)} ("
                                      + ", ".join(f"{c}: {_ms(v)}" for c, v in causes.items()) + ")",
                         "figures": {"fallback_ns": t, "gemm_ns": gemm_ns, "share": t / gemm_ns,
                                     "by_cause_ns": {c: int(v) for c, v in causes.items()}},
@@ -349,7 +456,7 @@ def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.
                                      + ", ".join(f"{s} {_pct(v)}" for s, v in shapes.items()) + ")",
                         "figures": {"launches": len(small), "time_ns": int(small["duration_ns"].sum()),
                                     "time_above_peak_ns": lost}, "concerns": _top(small)})
-        wanted = RECIPE_PRECISIONS.get(result.expected or "", set())
+        wanted = set().union(*(RECIPE_PRECISIONS[r] for r in result.expected_recipes))
         at_request = rated[rated["precision"].isin(wanted)] if wanted else rated.iloc[0:0]
         if len(at_request):
             weighted = float(at_request["call_flops"].astype("float64").sum()
@@ -357,7 +464,8 @@ def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.
             if weighted >= HEALTHY_SHARE_OF_PEAK:
                 t = int(at_request["duration_ns"].sum())
                 out.append({"code": "gemms-healthy", "explains_ns": t,
-                            "statement": f"GEMMs ran at {result.expected} as requested, at {_pct(weighted)} of the "
+                            "statement": f"GEMMs ran at {' / '.join(result.expected_recipes)} as requested, at "
+                                         f"{_pct(weighted)} of the "
                                          f"GPU's dense {', '.join(sorted(wanted))} peak ({_ms(t)})",
                             "figures": {"share_of_peak": weighted, "time_ns": t}, "concerns": []})
     return out
@@ -370,8 +478,10 @@ def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
     window, per_step = within_steps(result, steps) if len(steps) > 1 else (result, steps)
     times = breakdown(window)
     cut = step_range or ("(default step names)" if len(steps) > 1 else None)
-    return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step,
-                     step_range=cut if window is not result else None)
+    if window is result:
+        return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=None)
+    return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=cut,
+                     step_times=step_breakdown(window, steps))
 
 
 def compare(base: Verification, new: Verification, step_range: str | None = None) -> dict:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -24,8 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from gemmscope import devices, kernels, reports, verify
-from gemmscope.diagnose import CATEGORIES, Diagnosis
+from gemmscope import devices, kernels, plots, reports, verify
+from gemmscope.diagnose import Diagnosis
 from gemmscope.errors import InputError
 from gemmscope.profile import ProfileRun
 
@@ -45,6 +44,12 @@ class Figure:
     title: str
     png: bytes
     caption: str
+
+    @classmethod
+    def of(cls, plot: plots.Plot) -> Figure:
+        """A plot, its caption followed by what the figure says was not drawn."""
+        notes = [f"{note[0].upper()}{note[1:]}." for note in plot.notes]
+        return cls(plot.title, plot.png, " ".join([plot.caption, *notes]))
 
 
 @dataclass
@@ -87,12 +92,6 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def _png(fig) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    return buffer.getvalue()
-
-
 # --- from checked traces ------------------------------------------------------------------------
 
 def traces_report(result: verify.Verification, diagnosis: Diagnosis) -> Report:
@@ -103,7 +102,14 @@ def traces_report(result: verify.Verification, diagnosis: Diagnosis) -> Report:
     sections = [_findings_section(diagnosis.findings), _breakdown_section(diagnosis),
                 Section("GEMMs per module and pass", blocks=[Table("GEMMs per module and pass",
                                                                    reports._summary_frame(result))])]
-    if result.expected:
+    throughput = plots.trace_tflops_plot(result)
+    if throughput is not None:
+        sections.append(Section("GEMM throughput against the GPU's dense peak", blocks=[Figure.of(throughput)]))
+    if result.expect_map:
+        sections.insert(0, Section("Ranges checked (--expect-map)", blocks=[
+            Table("Each NVTX range an --expect-map pattern names, against its recipe",
+                  reports.ranges_frame(result.ranges_checked))]))
+    if result.checked:
         mismatches = [Table("Mismatches (the requested precision did not run), grouped by layer × module × "
                             "pass × kernel", reports._mismatch_frame(result, False))]
         if len(result.allowed):
@@ -135,7 +141,7 @@ def _gemm_details(result: verify.Verification) -> Section:
     blocks = []
     for row in groups.to_dict("records"):
         where = " · ".join(str(row[k]) if pd.notna(row[k]) else "?" for k in ("layer", "module", "pass"))
-        verdict = f", {row['verdict']}" if "verdict" in row else ""
+        verdict = "" if "verdict" not in row else f", {row['verdict']}" if pd.notna(row["verdict"]) else ", not checked"
         kernel = row["kernel"]
         if len(kernel) > SUMMARY_KERNEL_CHARS:
             kernel = kernel[:SUMMARY_KERNEL_CHARS] + "…"
@@ -183,42 +189,9 @@ def _breakdown_section(diagnosis: Diagnosis) -> Section:
     intro = [window + " Window = busy + idle; category times are kernel durations, which add up to more "
                       "than the busy time where streams overlap."]
     blocks: list[Table | Figure | Details] = [Table("Where the GPU time went, per rank", frame)]
-    if not diagnosis.breakdown.empty:
-        blocks.append(Figure("Where the GPU time went, per rank", breakdown_png(diagnosis.breakdown),
-                             "Per rank, in ms: the GPU window (kernel time per category, then idle time), and "
-                             "the kernel time per category alone."))
+    blocks += [Figure.of(plot) for plot in (plots.breakdown_plot(diagnosis), plots.steps_plot(diagnosis))
+               if plot is not None]
     return Section("Where the GPU time went", intro=intro, blocks=blocks)
-
-
-def breakdown_png(breakdown: pd.DataFrame) -> bytes:
-    """Per rank, horizontal stacked bars (ms): above, the GPU window as each category's kernel
-    time then idle time; below, the kernel time by category alone, which idle time can dwarf."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ranks = [f"rank {r}" if str(r).isdigit() else str(r) for r in breakdown["rank"]]
-    present = [c for c in CATEGORIES if breakdown[f"{c}_ns"].any()]
-    colours = dict(zip(CATEGORIES, plt.get_cmap("tab10").colors))
-    fig, (window_ax, busy_ax) = plt.subplots(2, 1, figsize=(11, 2.6 + 0.9 * len(ranks)), layout="constrained")
-    for ax, with_idle in ((window_ax, True), (busy_ax, False)):
-        left = pd.Series(0.0, index=breakdown.index)
-        for category in present:
-            ms = breakdown[f"{category}_ns"] / 1e6
-            ax.barh(ranks, ms, left=left, color=colours[category], label=category if with_idle else None)
-            left += ms
-        if with_idle:
-            ax.barh(ranks, breakdown["idle_ns"] / 1e6, left=left, color="#e4e4e4", hatch="//", edgecolor="#a0a0a0",
-                    label="idle")
-        ax.invert_yaxis()  # rank 0 on top
-        ax.set_xlabel("ms")
-    window_ax.set_title("GPU window: kernel time per category, then idle")
-    busy_ax.set_title("Kernel time per category (no idle)")
-    fig.legend(loc="outside right center", frameon=False)
-    png = _png(fig)
-    plt.close(fig)
-    return png
 
 
 # --- from a profile run directory -----------------------------------------------------------------
@@ -239,9 +212,7 @@ def run_report(run: ProfileRun, run_dir: Path) -> Report:
     sections = [
         Section("Speedups over BF16", intro=[reports.device_line(run)],
                 blocks=[Table(title, frame) for title, frame in summary_tables[:2]]
-                + [Figure("Per-layer GEMM time", _profile_png(run),
-                          "Per layer, per mode and precision: GEMM kernels and quantization / other kernels (ms); "
-                          "a precision with flagged GEMMs is outlined in red.")]),
+                + [Figure.of(plot) for plot in plots.profile_plots(run)]),
         Section("Every GEMM entry", intro=["Click a header to sort; each GEMM's full figures and kernels are "
                                            "in the next section."],
                 blocks=[Table("Every GEMM entry", _entries_frame(run))]),
@@ -272,12 +243,6 @@ def _run_environment(run: ProfileRun, results: dict) -> list[tuple[str, str]]:
     recorded = ", ".join(f"{name} {version}" for name, version in versions.items())
     return [("GPU", gpu), ("nsys", meta.get("nsys_version") or "no trace (run made with --no-nsys)"),
             ("TE / torch versions", recorded or "not recorded in results.json")]
-
-
-def _profile_png(run: ProfileRun) -> bytes:
-    buffer = io.BytesIO()
-    reports.profile_png(run, buffer)
-    return buffer.getvalue()
 
 
 # The columns of `reports.profile_pass_tables` that fit one sortable table of every entry.

@@ -83,13 +83,20 @@ def export_sqlite(report: Path, sqlite: Path | None = None) -> Path:
     return sqlite
 
 
+# `--capture-range` value that means the CUDA profiler API, not an NVTX range of that name.
+PROFILER_API_RANGE = "cudaProfilerApi"
+
+
 def capture_window_flags(nvtx_range: str | None = None, delay_s: float | None = None,
                          duration_s: float | None = None) -> list[str]:
     """nsys flags that collect only part of a long run: from the start to the end of the first
-    instance of an NVTX range (the program then runs on, uncollected), or from `delay_s` for
-    `duration_s` seconds."""
+    instance of an NVTX range, or between the program's first cudaProfilerStart and Stop
+    (`nvtx_range` "cudaProfilerApi", as TE's GEMM benchmark expects), the program then running on
+    uncollected; or from `delay_s` for `duration_s` seconds."""
     flags = []
-    if nvtx_range is not None:
+    if nvtx_range == PROFILER_API_RANGE:
+        flags += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
+    elif nvtx_range is not None:
         flags += ["--capture-range=nvtx", f"--nvtx-capture={nvtx_range}", "--capture-range-end=stop"]
     if delay_s is not None:
         flags.append(f"--delay={delay_s:g}")

@@ -5,9 +5,14 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
@@ -50,7 +55,8 @@ def frame_records(frame: pd.DataFrame) -> list[dict]:
 
 
 def _gemm_fields(result: Verification) -> list[str]:
-    return list(_GEMM_FIELDS) + (["expected", "verdict", "cause", "allowed"] if result.expected else [])
+    return (list(_GEMM_FIELDS) + (["expected", "verdict", "cause", "allowed"] if result.checked else [])
+            + (["expect_range"] if result.expect_map else []))
 
 
 def gemm_records(gemms: pd.DataFrame, result: Verification) -> list[dict]:
@@ -74,15 +80,20 @@ def summary_document(result: Verification) -> dict:
         "rank_comparison": frame_records(result.rank_comparison),
         "unreadable_traces": _plain(result.unreadable),
     }
-    if result.expected:
+    if result.expect_map:
+        doc["expect_map"] = [{"pattern": p, "recipe": r} for p, r in result.expect_map]
+        doc["ranges_checked"] = frame_records(result.ranges_checked)
+    if result.checked:
         doc["verdicts"] = {k: int(v) for k, v in g["verdict"].value_counts().items()} if len(g) else {}
-        total = doc["gemm_time_ns"]
-        ok = g.loc[g["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "duration_ns"].sum() if len(g) else 0
+        checked = g[g["verdict"].notna()] if len(g) else g
+        total = int(checked["duration_ns"].sum()) if len(g) else 0
+        ok = checked.loc[checked["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "duration_ns"].sum() if len(g) else 0
         doc["expected_time_share"] = _plain(ok / total) if total else None
+        doc["unchecked_gemm_launches"] = len(g) - len(checked)
         doc["mismatches"] = len(result.mismatches)
         doc["allowed"] = len(result.allowed)
         if len(g) == 0:
-            doc["note"] = f"no GEMM kernel ran: nothing ran at {result.expected}"
+            doc["note"] = f"no GEMM kernel ran: nothing ran at {' or '.join(result.expected_recipes)}"
     elif len(g) == 0:
         doc["note"] = "no GEMM kernel in this trace"
     return doc
@@ -173,6 +184,22 @@ def _summary_frame(result: Verification) -> pd.DataFrame:
     return s
 
 
+def ranges_frame(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The mapped ranges for people: milliseconds and shares; a range that ran no GEMM shows no
+    time, not 0."""
+    ran = ranges["gemms"] > 0
+    return pd.DataFrame({
+        "range": ranges["range"].fillna("(no range matches " + ranges["pattern"] + ")"),
+        "expected": ranges["expected"],
+        "instances": ranges["instances"],
+        "gemms": ranges["gemms"],
+        "gemm_ms": (ranges["gemm_time_ns"] / 1e6).where(ran),
+        "at_expected": ((ranges["expected_time_share"] * 100).round(1).astype(str) + " %").where(ran),
+        "fallbacks": ranges["fallbacks"],
+        "verdict": ranges["verdict"],
+    })
+
+
 def _mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
     """Mismatches grouped by layer × module × pass × kernel, with counts."""
     g = result.groups
@@ -183,6 +210,7 @@ def _mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
             "module": rows["module"],
             "pass": rows["pass"],
             "kernel": rows["kernel"],
+            **({"expected": rows["expected"]} if result.expect_map else {}),
             "precision": rows["precision"],
             "requested": rows["requested"],
             "cause": rows["cause"],
@@ -208,22 +236,196 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.4g}"
+        # four significant digits, and no exponent where the integer part alone says more
+        return f"{value:.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
     return str(value)
 
 
-def rich_table(frame: pd.DataFrame, title: str) -> Table:
-    table = Table(title=title, title_justify="left")
+# --- text for the terminal -------------------------------------------------------------------------
+
+# `table` output fits this many columns: the verdict block wraps at it, and the tables after it are
+# narrowed to it (prose wrapped, long kernel and layer names shortened in the middle; JSON, CSV,
+# Markdown and HTML keep every name whole).
+TERMINAL_WIDTH = 100
+# Between two columns: a space of padding and the box's blank vertical line; one more space of
+# padding closes the last column.
+_GAP = 2
+# A column of prose (a finding, a reason) wraps, down to this width, before any name is shortened;
+# a name is never shortened below _NAME_WIDTH (a kernel name keeps its family, arch and layout).
+_PROSE_WIDTH = 24
+_NAME_WIDTH = 21
+# A cell that reads as a number ("12", "0.4521", "1.73x", "45.6 %"): its column is right-aligned.
+_NUMBER_CELL = re.compile(r"[-+]?\d[\d.]*(?:e[-+]?\d+)?(?: ?[x×%])?")
+# The indent (and diff sign) before a name on a cell's second and later lines.
+_INDENT = re.compile(r"^(\s*(?:[−+] )?)(.*)$")
+
+Shortener = Callable[[str, int], str]
+
+
+def shorten_middle(text: str, width: int) -> str:
+    """A long kernel name cut in the middle, keeping its family at the front and its layout at
+    the end: "nvjet_sm90_qqtst_128x…_bz_coopA_TNN"."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def shorten_layer(name: str, width: int) -> str:
+    """A long layer name (an attribute path) cut to `width`, keeping the path up to the layer's
+    index and as many whole components of its end as fit: "decoder.layers.23.…linear_qkv"; a
+    name without an index is cut in the middle."""
+    if len(name) <= width:
+        return name
+    parts = name.split(".")
+    index = next((i for i, part in enumerate(parts) if part.isdigit()), None)
+    head = ".".join(parts[:index + 1]) + "." if index is not None else ""
+    rest = parts[index + 1:] if index is not None else []
+    room = width - len(head) - 1
+    tails = [".".join(rest[k:]) for k in range(len(rest))]
+    tail = next((t for t in tails if len(t) <= room), None)
+    if tail is None:
+        return shorten_middle(name, width)
+    return head + "…" + tail
+
+
+def _shorten_where(text: str, width: int) -> str:
+    """"layer · module" cut to `width`: the layer shortened first, the module kept while it can be."""
+    layer, sep, module = text.rpartition(" · ")
+    if sep and width - len(sep + module) >= 12:
+        return shorten_layer(layer, width - len(sep + module)) + sep + module
+    return shorten_layer(text, width)
+
+
+def shorten_gemm_cell(text: str, width: int) -> str:
+    """A cell whose first line says where a GEMM ran ("layer · module") and whose further lines,
+    indented, name kernels: each line cut to `width` (names in the middle, the indent kept)."""
+    first, *kernel_lines = text.split("\n")
+    lines = [_shorten_where(first, width)]
+    for line in kernel_lines:
+        indent, name = _INDENT.match(line).groups()
+        lines.append(indent + shorten_middle(name, max(width - len(indent), 1)))
+    return "\n".join(lines)
+
+
+def _text_width(text: str) -> int:
+    return max(cell_len(line) for line in text.split("\n"))
+
+
+def _said_once(frame: pd.DataFrame, columns: Sequence[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The `columns` that hold one value in every row of a table of several rows, taken out of it,
+    with that value: the table's heading says it once."""
+    if len(frame) < 2:
+        return frame, {}
+    constant = {c: frame[c].iloc[0] for c in columns if c in frame and frame[c].nunique(dropna=False) == 1}
+    return frame.drop(columns=list(constant)), constant
+
+
+def _blank_repeats(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """A grouped table's keys said once per group: each key blank where it and the keys before it
+    repeat the row above."""
+    out = frame.copy()
+    repeats = pd.Series(True, index=frame.index)
+    for key in keys:
+        text = frame[key].map(_cell)
+        repeats &= text.eq(text.shift())
+        out[key] = text.where(~repeats, "")
+    return out
+
+
+def terminal_table(frame: pd.DataFrame, shorten: dict[str, Shortener] | None = None,
+                   wrap: Collection[str] = ()) -> Table:
+    """`frame` as a table that fits TERMINAL_WIDTH columns: its `wrap` columns (prose) wrap first, down to
+    _PROSE_WIDTH; then its `shorten` columns are cut by their shortener, the widest first, down to
+    _NAME_WIDTH. Only the columns of prose wrap: names and numbers stay on their line."""
+    shorten = shorten or {}
+    cells = {c: frame[c].map(_cell) for c in frame.columns}
+    natural = {c: max([_text_width(str(c)), *(cells[c].map(_text_width) if len(frame) else [])])
+               for c in frame.columns}
+    widths = dict(natural)
+    room = TERMINAL_WIDTH - 1 - _GAP * (len(widths) - 1)
+    for narrowable, floor in ((wrap, _PROSE_WIDTH), (shorten, _NAME_WIDTH)):
+        floors = {c: max(floor, _text_width(str(c))) for c in narrowable if c in widths}
+        while sum(widths.values()) > room:
+            over = [c for c in floors if widths[c] > floors[c]]
+            if not over:
+                break
+            widths[max(over, key=widths.get)] -= 1
+    for column, shortener in shorten.items():
+        if column in cells and widths[column] < natural[column]:
+            cut = {v: shortener(v, widths[column]) for v in cells[column].unique()}
+            cells[column] = cells[column].map(cut)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
     for column in frame.columns:
-        numeric = pd.api.types.is_numeric_dtype(frame[column])
-        table.add_column(str(column), justify="right" if numeric else "left", overflow="fold")
-    for row in frame.itertuples(index=False):
-        table.add_row(*(_cell(v) for v in row))
+        filled = cells[column][cells[column] != ""]
+        numeric = len(filled) > 0 and filled.str.fullmatch(_NUMBER_CELL).all()
+        table.add_column(str(column), justify="right" if numeric else "left", no_wrap=column not in wrap,
+                         overflow="fold")
+    for row in zip(*cells.values()):
+        table.add_row(*row)
     return table
 
 
-def print_table(frame: pd.DataFrame, title: str) -> None:
-    Console(width=200).print(rich_table(frame, title))
+@dataclass
+class TextSection:
+    """A heading, the lines that say once what holds for every row, a table (none: the heading
+    says it all, e.g. "Mismatches: none") and lines under it."""
+
+    title: str
+    table: Table | None = None
+    before: list[str] = field(default_factory=list)
+    after: list[str | Table] = field(default_factory=list)
+
+
+def terminal_text(*parts: str | Table | TextSection) -> str:
+    """Lines of text and sections as `table` output prints them: in TERMINAL_WIDTH columns, a blank
+    line before each section, no trailing spaces."""
+    console = Console(file=io.StringIO(), width=TERMINAL_WIDTH, record=True, markup=False, highlight=False,
+                      emoji=False)
+    for part in parts:
+        if not isinstance(part, TextSection):
+            console.print(part, overflow="fold")
+            continue
+        console.print()
+        for line in [part.title, *part.before]:
+            console.print(line, overflow="fold")
+        if part.table is not None:
+            console.print(part.table)
+        for line in part.after:
+            console.print(line, overflow="fold")
+    return "".join(line.rstrip() + "\n" for line in console.export_text().splitlines())
+
+
+def _section(title: str, frame: pd.DataFrame, shorten: dict[str, Shortener] | None = None,
+             wrap: Collection[str] = (), before: Sequence[str] = ()) -> TextSection:
+    """A titled table; for an empty frame, the title says "none"."""
+    if frame.empty:
+        return TextSection(f"{title}: none")
+    return TextSection(title, terminal_table(frame, shorten, wrap), before=list(before))
+
+
+def table_text(title: str, frame: pd.DataFrame, wrap: Collection[str] = ()) -> str:
+    """One table under its title, in TERMINAL_WIDTH columns (`shapes`, `doctor`)."""
+    return terminal_text(_section(title, frame, wrap=wrap)).lstrip("\n")
+
+
+def kernels_text(decoded: pd.DataFrame) -> str:
+    """`gemmscope kernel`: what each name says, a row per name, numbered; the names in full under
+    the table, where each has the width of the terminal."""
+    numbered = decoded.drop(columns="name").rename_axis("#").reset_index()
+    numbered["#"] += 1
+    return terminal_text(TextSection("kernels", terminal_table(numbered)), "",
+                         _legend(numbered["#"].astype(str), decoded["name"])).lstrip("\n")
+
+
+def _legend(keys: Sequence[str], names: Sequence[str]) -> Table:
+    """Names said once, each after its key, in full: a name longer than the line folds under itself."""
+    legend = Table.grid(padding=(0, 2, 0, 0))
+    legend.add_column(no_wrap=True)
+    legend.add_column(overflow="fold")
+    for key, name in zip(keys, names):
+        legend.add_row(key, name)
+    return legend
 
 
 def _headline(result: Verification) -> str:
@@ -234,9 +436,9 @@ def _headline(result: Verification) -> str:
     ranks = f", ranks {', '.join(map(str, doc['ranks']))}" if len(doc["ranks"]) > 1 else ""
     line = (f"{names}: nsys {first.meta['nsys_version']}, {', '.join(gpu_names) or 'GPU unknown'}{ranks}; "
             f"{doc['gemm_launches']} GEMM launches, {doc['gemm_time_ns'] / 1e6:.3f} ms of GEMM kernels")
-    if result.expected:
+    if result.checked:
         share = doc["expected_time_share"]
-        line += (f"; expected {result.expected}: {doc['mismatches']} mismatch(es), {doc['allowed']} allowed"
+        line += (f"; expected {_asked_recipes(result)}: {doc['mismatches']} mismatch(es), {doc['allowed']} allowed"
                  + (f", {share * 100:.1f} % of GEMM time at the expected precision" if share is not None else ""))
     if "note" in doc:
         line += f"; {doc['note']}"
@@ -289,15 +491,18 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
         ran += f": {shares_by_precision(g)} of GEMM time"
     if "note" in doc:
         ran += f"; {doc['note']}"
-    if result.expected:
+    if result.checked or result.expect_map:
         status = "fail" if result.failed else "pass"
-        source = ("the recipe the run's te.autocast recorded"
-                  if recorded_recipes(result.traces) == [result.expected] else "--expect")
-        asked = f"{result.expected} ({source})"
+        asked = _asked_recipes(result)
         share = doc["expected_time_share"]
         at_precision = ((f"{share * 100:.1f} % of GEMM time" if share is not None else "no GEMM time")
-                        + f" at {result.expected}; {_count(doc['mismatches'], 'mismatch', 'mismatches')}, "
-                          f"{doc['allowed']} allowed")
+                        + f" at {'the recipe asked of each' if result.expect_map else result.expected}; "
+                          f"{_count(doc['mismatches'], 'mismatch', 'mismatches')}, {doc['allowed']} allowed")
+        if result.expect_map:
+            at_precision += "; ranges: " + _ranges_verdicts(result.ranges_checked)
+        if doc.get("unchecked_gemm_launches"):
+            at_precision += f"; {_count(doc['unchecked_gemm_launches'], 'GEMM launch', 'GEMM launches')} " \
+                            "outside every mapped range, not checked"
     else:
         status = "unchecked"
         asked = "no recipe: no --expect, and the run recorded no enabled te.autocast"
@@ -307,6 +512,29 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
     environment = environment_line(trace_environment(result))
     return status, [("Asked", asked), ("Ran", ran), ("At the requested precision", at_precision),
                     ("Top findings", top_findings(diagnosis.findings)), ("Environment", environment)]
+
+
+def _asked_recipes(result: Verification) -> str:
+    """What each GEMM was checked against: "fp8-current (--expect)", or the map and what holds
+    outside it."""
+    default = None
+    if result.expected:
+        source = ("the recipe the run's te.autocast recorded"
+                  if recorded_recipes(result.traces) == [result.expected] else "--expect")
+        default = f"{result.expected} ({source})"
+    if not result.expect_map:
+        return default or "nothing"
+    mapped = ", ".join(f"{p}={r}" for p, r in result.expect_map)
+    return f"by NVTX range (--expect-map): {mapped}; elsewhere {default or 'nothing (not checked)'}"
+
+
+def _ranges_verdicts(ranges: pd.DataFrame) -> str:
+    """"4 OK, 1 NO GEMM (MXFP8_4096x4096x4096)": the mapped ranges' verdicts, the failing ones named."""
+    parts = []
+    for verdict, rows in ranges.groupby("verdict", sort=False):
+        named = "" if verdict == "OK" else " (" + ", ".join(rows["range"].fillna(rows["pattern"]).astype(str)) + ")"
+        parts.append(f"{len(rows)} {verdict}{named}")
+    return ", ".join(parts)
 
 
 STATUS_WORDS = {"pass": "PASS", "fail": "MISMATCHES", "unchecked": "NOT CHECKED"}
@@ -328,7 +556,9 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
         frame.to_csv(buf, index=False)
         return buf.getvalue()
     sections = [("GEMMs per module and pass", _summary_frame(result))]
-    if result.expected:
+    if result.expect_map:
+        sections.insert(0, ("Ranges checked (--expect-map)", ranges_frame(result.ranges_checked)))
+    if result.checked:
         sections.append(("Mismatches (requested precision did not run)", _mismatch_frame(result, False)))
         if len(result.allowed):
             sections.append(("Allowed mismatches", _mismatch_frame(result, True)))
@@ -354,41 +584,180 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
         for title, frame in sections:
             parts += [f"\n## {title}\n", markdown_table(frame)]
         return "\n".join(parts)
-    console = Console(file=io.StringIO(), width=TERMINAL_WIDTH, record=True)
-    console.print(verdict, overflow="fold")
     if detail == "quiet":
-        return console.export_text()
-    console.width = TABLE_WIDTH
-    console.print()
-    for title, frame in sections:
-        console.print(rich_table(_for_terminal(frame), title) if not frame.empty else f"{title}: none")
-    return console.export_text()
+        return terminal_text(verdict)
+    return terminal_text(verdict, *_verification_sections(result, diagnosis, detail))
 
 
-# The verdict block fits this many columns; the tables after it are wider (one row per module,
-# pass and kernel). JSON, CSV and HTML keep full kernel names.
-TERMINAL_WIDTH = 100
-TABLE_WIDTH = 160
-KERNEL_NAME_WIDTH = 36
+def _verification_sections(result: Verification, diagnosis: Diagnosis | None, detail: str) -> list[TextSection]:
+    """analyze's and verify's tables for the terminal, in the order of their Markdown."""
+    sections = [_summary_section(result)]
+    if result.expect_map:
+        sections.insert(0, _section("Ranges checked (--expect-map)", ranges_frame(result.ranges_checked),
+                                    {"range": shorten_middle}))
+    if result.checked:
+        sections += _mismatch_sections(result, allowed=False)
+        if len(result.allowed):
+            sections += _mismatch_sections(result, allowed=True)
+    if not result.rank_comparison.empty:
+        sections.append(_ranks_section(result))
+    if result.unreadable:
+        sections.append(_section("Traces that could not be read (the others are checked)",
+                                 pd.DataFrame(result.unreadable), wrap={"error"}))
+    if diagnosis is not None:
+        sections += _breakdown_sections(diagnosis)
+        sections.append(_findings_section("Findings, most time at stake first", diagnosis.findings))
+    if detail == "verbose":
+        sections.append(_launches_section(result))
+    return sections
 
 
-def shorten_middle(text: str, width: int = KERNEL_NAME_WIDTH) -> str:
-    """A long kernel name cut in the middle, keeping its family at the front and its layout at
-    the end: "nvjet_sm90_qqtst_128x…_bz_coopA_TNN"."""
-    if len(text) <= width:
-        return text
-    head = (width - 1) // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+def _where(layer: pd.Series, module: pd.Series) -> pd.Series:
+    """Where each GEMM ran: "layers.2.self_attention.proj · _Linear", or the module alone."""
+    named = layer.notna() & (layer.astype("string") != "")
+    return (layer.astype("string") + " · " + module.astype("string")).where(named, module.astype("string"))
 
 
-def _for_terminal(frame: pd.DataFrame) -> pd.DataFrame:
-    """Kernel names shortened in the middle; counts that are zero in every row left out."""
-    out = frame.copy()
-    for column in ("kernel", "kernels"):
-        if column in out:
-            out[column] = out[column].map(lambda v: shorten_middle(v) if isinstance(v, str) else v)
-    zero = [c for c in out.columns if pd.api.types.is_integer_dtype(out[c]) and len(out) and (out[c] == 0).all()]
-    return out.drop(columns=zero)
+def _several_ranks(result: Verification) -> bool:
+    return result.gemms["rank"].nunique() > 1
+
+
+def _summary_section(result: Verification) -> TextSection:
+    """Per module and pass: launches, the share at the expected precision, verdict counts (those
+    zero in every row left out) and kernel time."""
+    frame = _summary_frame(result)
+    counts = [c for c in ("ok", "fallback", "expected-substitution", "unknown", "allowed") if c in frame]
+    frame = frame.drop(columns=[c for c in counts if len(frame) and (frame[c] == 0).all()])
+    at = "expected" if result.expect_map else result.expected
+    frame = frame.rename(columns={"gemms": "launches", "gemm_time_ms": "time ms", "expected-substitution": "substituted",
+                                  "expected_time_share": f"time at\n{at}"})
+    return _section("GEMMs per module and pass", frame, {"module": shorten_middle})
+
+
+# What each cause of a FALLBACK means (verify's module docstring), said once above its GEMMs.
+_CAUSES = {
+    "kernel-differs": "TE was handed the requested precision and a kernel of another precision ran",
+    "outside-te": "these GEMMs ran outside TE (a plain torch.nn.Linear, say)",
+    "no-record": "nothing recorded what TE was handed (a trace made without gemmscope's hook)",
+}
+_HIGH_PRECISIONS = ("bf16", "fp16", "fp32")
+
+
+def _cause_text(cause: str, expected: str) -> str:
+    handed = cause.removeprefix("requested-")
+    if handed == cause:
+        return _CAUSES.get(cause, cause)
+    why = (": a layer outside autocast, or a recipe that keeps these GEMMs in high precision"
+           if handed in _HIGH_PRECISIONS else "")
+    return f"TE was handed {handed} operands, not {expected} ones{why}"
+
+
+_GEMM_COLUMN = "layer · module\n  kernel"
+
+
+def _mismatch_sections(result: Verification, allowed: bool) -> list[TextSection]:
+    """The mismatches, one table per cause: the cause, and the precision or rank count every row
+    shares, said once above it; a row per layer, module, pass and kernel."""
+    title = "Allowed mismatches" if allowed else "Mismatches (requested precision did not run)"
+    frame = _mismatch_frame(result, allowed)
+    if frame.empty:
+        return [TextSection(f"{title}: none")]
+    sections = []
+    for cause, part in frame.groupby(frame["cause"].fillna("?"), sort=False):
+        columns = {_GEMM_COLUMN: _where(part["layer"], part["module"]) + "\n  " + part["kernel"],
+                   "pass": part["pass"].fillna("?")}
+        if result.expect_map:
+            columns["expected"] = part["expected"]
+        columns |= {"precision": part["precision"], "launches": part["launches"]}
+        if _several_ranks(result):
+            columns["ranks"] = part["ranks"]
+        rows, shared = _said_once(pd.DataFrame({**columns, "time ms": part["time_ms"]}),
+                                  ["expected", "precision", "ranks"])
+        said = ([f"all ran as {shared['precision']}"] if "precision" in shared else []) + (
+            [f"on {_count(shared['ranks'], 'rank')}"] if "ranks" in shared else [])
+        heading = (f"{title}: {cause}, {_count(int(part['launches'].sum()), 'launch', 'launches')}, "
+                   f"{part['time_ms'].sum():.3f} ms")
+        expected = shared.get("expected", result.expected if not result.expect_map else "the expected")
+        meaning = _cause_text(cause, expected) + (f"; {', '.join(said)}" if said else "") + "."
+        sections.append(TextSection(heading, terminal_table(rows, {_GEMM_COLUMN: shorten_gemm_cell}), before=[meaning]))
+    return sections
+
+
+def _ranks_section(result: Verification) -> TextSection:
+    """Per layer, module and pass where some ranks ran other kernels: what most ranks ran, and
+    which ranks differ."""
+    title = "Ranks that ran other kernels than the rest"
+    comparison = result.rank_comparison
+    differing = comparison[comparison["differing_ranks"].map(len) > 0]
+    if differing.empty:
+        return TextSection(f"{title}: none")
+    column = "layer · module\n  kernels most ranks ran"
+    frame = pd.DataFrame({
+        column: _where(differing["layer"], differing["module"]) + "\n  "
+        + differing["kernels"].str.replace(" + ", "\n  ", regex=False),
+        "pass": differing["pass"].fillna("?"), "ranks": differing["ranks"],
+        "ranks that differ": differing["differing_ranks"].map(lambda ranks: ", ".join(map(str, ranks))),
+    })
+    return TextSection(title, terminal_table(frame, {column: shorten_gemm_cell}, wrap={"ranks that differ"}))
+
+
+def _breakdown_sections(diagnosis: Diagnosis) -> list[TextSection]:
+    """Where the GPU time went, a column per rank and a row per figure; ranks beyond what fits in
+    TERMINAL_WIDTH continue in a further table."""
+    window = f" (steps matching {diagnosis.step_range}, after the first)" if diagnosis.step_range else ""
+    title = f"Where the GPU time went{window}"
+    frame = breakdown_frame(diagnosis.breakdown)
+    if frame.empty:
+        return [TextSection(f"{title}: none")]
+    numbered = pd.to_numeric(frame["rank"], errors="coerce")  # rank 2 before rank 10
+    frame = frame.iloc[numbered.reset_index(drop=True).sort_values(kind="stable", na_position="last").index]
+    labels = frame["rank"].astype(str)
+    headers = labels.map(lambda label: f"rank {label}" if label.isdigit() else label)
+    if len(headers) > 1:
+        headers = headers.map(lambda header: shorten_middle(header, 24))
+    figures = frame.drop(columns="rank").astype(object).T
+    figures.columns = list(headers)
+    names = pd.Series(figures.index).str.replace("_ms", " ms", regex=False).replace({"launches": "kernel launches"})
+    figures = figures.reset_index(drop=True)
+    label_width = max(cell_len(n) for n in names)
+    chunks, chunk, used = [], [], label_width + 1
+    for header in figures.columns:
+        column_width = max(cell_len(header), *(len(_cell(v)) for v in figures[header])) + _GAP
+        if chunk and used + column_width > TERMINAL_WIDTH:
+            chunks.append(chunk)
+            chunk, used = [], label_width + 1
+        chunk.append(header)
+        used += column_width
+    chunks.append(chunk)
+    return [TextSection(title if i == 0 else f"{title}, continued",
+                        terminal_table(pd.concat([names.rename("figure"), figures[chunk]], axis=1)))
+            for i, chunk in enumerate(chunks)]
+
+
+def _findings_section(title: str, findings: list[dict]) -> TextSection:
+    return _section(title, findings_frame(findings), wrap={"what it says"})
+
+
+def _launches_section(result: Verification) -> TextSection:
+    """Every GEMM launch, one line each: its start, where it ran, its kernel (numbered: the names
+    are listed once, under the table), precision, duration and verdict."""
+    g = result.gemms
+    if g.empty:
+        return TextSection("Every GEMM launch: none")
+    codes, names = pd.factorize(g["name"])
+    frame = pd.DataFrame({"start ms": (g["start"] / 1e6).map("{:.3f}".format), "rank": g["rank"],
+                          "layer (or module)": g["layer"].where(g["layer"].notna(), g["module"]),
+                          "pass": g["te_pass"].fillna("?"), "kernel": "K" + pd.Series(codes + 1, g.index).astype(str),
+                          "precision": g["precision"].fillna("unknown"), "µs": g["duration_ns"] / 1e3})
+    if result.expect_map:
+        frame["expected"] = g["expected"]
+    if result.checked:
+        frame["verdict"] = g["verdict"] + (": " + g["cause"]).fillna("")
+    if not _several_ranks(result):
+        frame = frame.drop(columns="rank")
+    return TextSection("Every GEMM launch (the kernels are named under the table)",
+                       terminal_table(frame, {"layer (or module)": shorten_layer}),
+                       after=["", _legend([f"K{i}" for i in range(1, len(names) + 1)], names)])
 
 
 def comparison_document(comparison: dict) -> dict:
@@ -411,19 +780,32 @@ def render_comparison(comparison: dict, fmt: str) -> str:
                           for c in ("base", "new", "difference")})
     ms["figure"] = ms["figure"].str.replace("_ns", " (ms)")
     moved = by_module.head(15).assign(**{c: by_module[c].head(15) / 1e6 for c in ("base", "new", "difference")})
-    sections = [("Totals: NEW − BASE (window = busy + idle; busy = categories − overlap)", ms),
-                ("Modules and passes that moved most (ms)", moved),
-                ("GEMM kernels that changed", comparison["kernels_changed"]),
-                ("Findings, BASE", findings_frame(comparison["base_findings"])),
-                ("Findings, NEW", findings_frame(comparison["new_findings"]))]
+    titles = ["Totals: NEW − BASE (window = busy + idle; busy = categories − overlap)",
+              "Modules and passes that moved most (ms)", "GEMM kernels that changed", "Findings, BASE", "Findings, NEW"]
     if fmt == "markdown":
+        frames = [ms, moved, comparison["kernels_changed"], findings_frame(comparison["base_findings"]),
+                  findings_frame(comparison["new_findings"])]
         return comparison["statement"] + "\n\n" + "\n".join(
-            f"## {title}\n\n{markdown_table(frame)}" for title, frame in sections)
-    console = Console(file=io.StringIO(), width=160, record=True)
-    console.print(comparison["statement"])
-    for title, frame in sections:
-        console.print(rich_table(frame, title) if not frame.empty else f"{title}: none")
-    return console.export_text()
+            f"## {title}\n\n{markdown_table(frame)}" for title, frame in zip(titles, frames))
+    return terminal_text(comparison["statement"], _section(titles[0], ms),
+                         _section(titles[1], moved, {"module": shorten_middle}),
+                         _kernels_changed_section(titles[2], comparison["kernels_changed"]),
+                         _findings_section(titles[3], comparison["base_findings"]),
+                         _findings_section(titles[4], comparison["new_findings"]))
+
+
+def _kernels_changed_section(title: str, changed: pd.DataFrame) -> TextSection:
+    """Per layer, module and pass, the kernels BASE ran (−) and those NEW ran (+), a line each."""
+    if changed.empty:
+        return TextSection(f"{title}: none")
+    column = "layer · module\n  − BASE's kernels, + NEW's"
+
+    def listed(kernels: pd.Series, sign: str) -> pd.Series:
+        return ("\n  " + sign + " " + kernels.fillna("(none)").str.replace(" + ", f"\n  {sign} ", regex=False))
+
+    frame = pd.DataFrame({column: _where(changed["layer"], changed["module"]) + listed(changed["base"], "−")
+                          + listed(changed["new"], "+"), "pass": changed["pass"].fillna("?")})
+    return TextSection(title, terminal_table(frame, {column: shorten_gemm_cell}))
 
 
 def shapes_document(plan: list[Gemm]) -> dict:
@@ -515,7 +897,9 @@ def profile_summary_tables(run) -> list[tuple[str, pd.DataFrame]]:
         "overhead ms": layer["overhead_ms"].map(_num),
         "speedup vs bf16": [_num(speedups.get(m, {}).get(p), 2) + "x" if speedups.get(m, {}).get(p) else
                             ("1.00x" if p == "bf16" else "") for m, p in zip(layer["mode"], layer["precision"])],
-        "not run": layer["not_ok"], "flagged": layer["flagged"],
+        "not run": layer["not_ok"],
+        # a recipe none of whose GEMMs ran was not checked: blank, never 0
+        "flagged": layer["flagged"].astype(object).where(layer["not_ok"] < layer["gemms"], ""),
     })
     model = pd.DataFrame({"mode": full["mode"], "precision": full["precision"],
                           "e2e ms per step": full["e2e_ms"].map(_num)})
@@ -525,9 +909,18 @@ def profile_summary_tables(run) -> list[tuple[str, pd.DataFrame]]:
     if not not_run.empty:
         tables.append(("Did not run (TE's reason, once per recipe)", not_run))
     if not run.memory.empty:
-        tables.append(("GPU memory while each precision ran (peak above baseline, MiB)",
-                       run.memory.assign(peak_mib=run.memory["peak_mib"].map(lambda v: _num(v, 0)))))
+        ok = run.gemms[run.gemms["status"] == "ok"]
+        ran = pd.MultiIndex.from_frame(run.memory[["mode", "precision"]]).isin(
+            pd.MultiIndex.from_frame(ok[["mode", "precision"]]))
+        peak = run.memory["peak_mib"].map(lambda v: _num(v, 0)).where(ran, "")  # not run: blank, never 0
+        tables.append(("GPU memory while each precision ran (peak above baseline, MiB)", run.memory.assign(peak_mib=peak)))
     return tables
+
+
+def _recipe_ran(run) -> pd.Series:
+    """Per GEMM entry: whether any entry of its mode and precision ran."""
+    g = run.gemms
+    return (g["status"] == "ok").groupby([g["mode"], g["precision"]], sort=False).transform("any")
 
 
 def results_document(run, wall_s: float | None) -> dict:
@@ -548,23 +941,6 @@ def results_document(run, wall_s: float | None) -> dict:
         "memory": frame_records(run.memory),
         "gemms": frame_records(run.gemms),
     }
-
-
-# Free-text columns of the profile tables: the only ones that wrap, so numbers stay on one line.
-_WRAPPING = {"speedup reason", "why", "ops"}
-
-
-def _profile_rich_table(frame: pd.DataFrame, title: str) -> Table:
-    """A profile table for the terminal: a header wider than its column's cells is broken after
-    its first word, and only the free-text columns wrap."""
-    table = Table(title=title, title_justify="left")
-    for column in frame.columns:
-        widest = frame[column].map(_cell).str.len().max() if len(frame) else 0
-        header = str(column).replace(" ", "\n", 1) if len(str(column)) > widest else str(column)
-        table.add_column(header, no_wrap=column not in _WRAPPING, overflow="fold")
-    for row in frame.itertuples(index=False):
-        table.add_row(*(_cell(v) for v in row))
-    return table
 
 
 def profile_verdict_block(run, environment: str) -> tuple[str, list[tuple[str, str]]]:
@@ -599,21 +975,63 @@ def profile_verdict_block(run, environment: str) -> tuple[str, list[tuple[str, s
                     ("Speedup over BF16, per layer", "; ".join(speedups)), ("Environment", environment)]
 
 
-def print_profile(run, run_dir=None, quiet: bool = False) -> None:
-    """The answer first, in 100 columns; then the tables (wider: one row per GEMM and recipe)."""
-    console = Console(width=TERMINAL_WIDTH)
+def profile_text(run, run_dir=None, detail: str = "normal") -> str:
+    """`gemmscope profile` for the terminal: the answer first, then the tables, in TERMINAL_WIDTH
+    columns (detail: "quiet", the verdict block only; "verbose", throughput figures too)."""
     status, lines = profile_verdict_block(run, f"{run.device['name']} ({run.device['sm']})")
     if run_dir is not None:
         lines.append(("Full report", f"{run_dir}/report.md; gemmscope report {run_dir} -o report.html"))
-    console.print(_verdict_text(status, lines), overflow="fold")
-    if quiet:
-        return
-    console = Console(width=200)
-    console.print()
-    console.print(f"gemmscope profile: {run.plan['model']} on {run.device['name']} ({run.device['sm']})")
-    console.print(device_line(run))
-    for title, frame in profile_pass_tables(run) + [_kernels_section(run)] + profile_summary_tables(run):
-        console.print(_profile_rich_table(frame, title))
+    verdict = _verdict_text(status, lines)
+    if detail == "quiet":
+        return terminal_text(verdict)
+    return terminal_text(verdict, "", f"gemmscope profile: {run.plan['model']} on {run.device['name']} "
+                         f"({run.device['sm']})", device_line(run), *_profile_sections(run, detail))
+
+
+# The figures of `profile_pass_tables` for the terminal: the speedup and what holds it back by
+# default, throughput and noise with --verbose (every figure is in report.md and results.json).
+_PASS_COLUMNS = {"e2e ms": "e2e\nms", "kernel ms": "kernel\nms", "quant %": "quant\n%", "speedup": "speedup",
+                 "kernel % peak": "kernel\n% peak", "speedup reason": "speedup reason", "verdict": "verdict"}
+_THROUGHPUT_COLUMNS = {"IQR ms": "IQR\nms", "overhead ms": "overhead\nms", "TFLOP/s": "TFLOP/s", "% peak": "% peak",
+                       "kernel TFLOP/s": "kernel\nTFLOP/s", "FLOP/B": "FLOP/B"}
+
+
+def _profile_sections(run, detail: str) -> list[TextSection]:
+    """Per mode and pass, a row per GEMM and recipe that ran, grouped by GEMM (its shape said once
+    above); the recipes that ran nowhere in a mode said once; the kernels per mode; the
+    summaries."""
+    entry_ran = _recipe_ran(run)
+    sections = []
+    skipped = run.gemms.loc[~entry_ran].drop_duplicates(["mode", "precision"])
+    if len(skipped):
+        modes = skipped.groupby("precision", sort=False)["mode"].agg(list)
+        every_mode = len(dict.fromkeys(run.gemms["mode"]))
+        named = [p if len(m) == every_mode else f"{p} ({', '.join(m)})" for p, m in modes.items()]
+        sections.append(TextSection(f"Not in the tables below: {', '.join(named)}: no GEMM ran (TE's reason under "
+                                    "\"Did not run\")"))
+    for title, frame in profile_pass_tables(run):
+        listed = frame[entry_ran.loc[frame.index].to_numpy()]
+        if listed.empty:
+            continue
+        listed = listed.assign(order=pd.Categorical(listed["op"], categories=list(dict.fromkeys(listed["op"]))))
+        listed = listed.sort_values("order", kind="stable").drop(columns="order")
+        shapes = ", ".join(f"{op} {shape}" for op, shape in dict.fromkeys(zip(listed["op"], listed["shape (MxKxN)"])))
+        keys = _blank_repeats(listed, ["op"])[["op", "precision"]]
+        figures, shared = _said_once(listed[list(_PASS_COLUMNS)].rename(columns=_PASS_COLUMNS), ["verdict"])
+        before = [f"M×K×N: {shapes}"] + ([f"Every entry's verdict: {verdict}"] if (verdict := shared.get("verdict"))
+                                         else [])
+        sections.append(TextSection(title, terminal_table(pd.concat([keys, figures], axis=1), wrap={"speedup reason"}),
+                                    before=before))
+        if detail == "verbose":
+            throughput = listed[list(_THROUGHPUT_COLUMNS)].rename(columns=_THROUGHPUT_COLUMNS)
+            sections.append(TextSection(f"{title}: throughput and noise (% of the GPU's dense peak; FLOP/B: "
+                                        "arithmetic intensity)", terminal_table(pd.concat([keys, throughput], axis=1))))
+    kernels = profile_kernel_table(run)
+    for mode, part in kernels.groupby("mode", sort=False):
+        rows = _blank_repeats(part, ["precision", "pass"])[["precision", "pass", "kernel", "ran as", "ops"]]
+        sections.append(TextSection(f"GEMM kernels that ran, {mode} (per precision and pass)",
+                                    terminal_table(rows, {"kernel": shorten_middle}, wrap={"ops"})))
+    return sections + [_section(title, frame, wrap={"why"}) for title, frame in profile_summary_tables(run)]
 
 
 def profile_markdown(run, wall_s: float | None) -> str:
@@ -634,44 +1052,14 @@ def profile_markdown(run, wall_s: float | None) -> str:
     return "\n".join(parts)
 
 
-def profile_png(run, path) -> None:
-    """Per-layer stacked bars, GEMM kernels vs quantization overhead, per mode and precision;
-    a precision with flagged GEMMs is outlined in red and labelled."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    layer = run.per_layer().reset_index()
-    labels = [f"{m}\n{p}" for m, p in zip(layer["mode"], layer["precision"])]
-    kernel = layer["kernel_ms"].fillna(0)
-    overhead = layer["overhead_ms"].fillna(0)
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(layer)), 4.5))
-    ax.bar(labels, kernel, label="GEMM kernels", color="#4C72B0")
-    ax.bar(labels, overhead, bottom=kernel, label="quantization / other kernels", color="#DD8452")
-    statuses = run.gemms[run.gemms["per_layer"]].groupby(["mode", "precision"], sort=False)["status"]
-    for i, row in layer.iterrows():
-        if row["not_ok"]:
-            why = "/".join(sorted(set(statuses.get_group((row["mode"], row["precision"]))) - {"ok"}))
-            ax.text(i, 0, why, ha="center", va="bottom", rotation=90, fontsize=8)
-        elif row["flagged"]:
-            ax.bar(labels[i], kernel[i] + overhead[i], fill=False, edgecolor="red", linewidth=2)
-            ax.text(i, kernel[i] + overhead[i], f"{row['flagged']} flagged", ha="center", va="bottom",
-                    color="red", fontsize=8)
-    ax.set_ylim(0, 1.15 * max((kernel + overhead).max(), 1e-3))
-    ax.set_ylabel("ms per layer (one step's GEMMs)")
-    ax.set_title(f"{run.plan['model']} on {run.device['name']}: per-layer GEMM time")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def write_profile_reports(run, run_dir, wall_s: float | None) -> None:
-    """results.json, report.md and report.png into the run directory."""
+    """results.json, report.md and the plots (report.png, the per-layer one, first: `plots`)
+    into the run directory."""
     from pathlib import Path
+
+    from gemmscope import plots
 
     run_dir = Path(run_dir)
     (run_dir / "results.json").write_text(json.dumps(results_document(run, wall_s), indent=1) + "\n")
     (run_dir / "report.md").write_text(profile_markdown(run, wall_s))
-    profile_png(run, run_dir / "report.png")
+    plots.write(plots.profile_plots(run), run_dir)

@@ -8,6 +8,14 @@ Verdicts:
 - ``UNKNOWN``: the kernel name does not say its precision.
 A FALLBACK that matches an ``--allow`` pattern keeps its verdict and is marked ``allowed``.
 
+The recipe a GEMM is checked against is ``--expect`` (else the one recipe the run's te.autocast
+recorded), or, with ``--expect-map PATTERN=RECIPE``, the recipe mapped to the innermost NVTX range
+around its launch whose name matches a pattern: a trace made by another tool (TE's GEMM benchmark
+pushes ``BF16_4096x4096x4096``, ``FP8Block_4096x4096x4096``, ...) is checked range by range. GEMMs
+outside every mapped range fall back to the run's recipe, or stay unchecked without one. A mapped
+range in which no GEMM ran (the recipe raised, or was skipped) and a pattern that names no range
+are failures, never passes.
+
 Where gemmscope's hook recorded what TE was handed, a FALLBACK says why (``cause``): TE was handed
 operands of another precision (``requested-bf16``: a layer outside autocast, or a recipe that
 keeps this GEMM in high precision), TE was handed the requested precision and the kernel still
@@ -21,6 +29,7 @@ same GEMM.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,6 +53,8 @@ RECIPE_PRECISIONS = {
     "mxfp8": {"mxfp8"},
     "nvfp4": {"nvfp4"},
 }
+# Verdicts of a mapped range (ranges_checked) that fail the check.
+RANGE_FAILURES = ("FALLBACK", "NO GEMM", "NOT FOUND")
 # (recipe, dispatched precision, lowest SM generation) that TE substitutes by design.
 EXPECTED_SUBSTITUTIONS = {("fp8-block", "mxfp8"): 100}
 
@@ -84,19 +95,54 @@ def recorded_recipes(traces: Sequence[Trace]) -> list[str]:
     return seen
 
 
-def resolve_expected(traces: Sequence[Trace], expect: str | None) -> str | None:
-    """The recipe to check against: --expect, else the one recipe the run recorded, else None."""
+def resolve_expected(traces: Sequence[Trace], expect: str | None, mapped: bool = False) -> str | None:
+    """The recipe to check against: --expect, else the one recipe the run recorded, else None.
+    With an --expect-map (`mapped`), several recorded recipes leave GEMMs outside the mapped ranges
+    unchecked instead of being an error."""
     if expect is not None:
         if expect not in RECIPES:
             raise InputError(f"unknown recipe {expect!r}: choose from {', '.join(RECIPES)}")
         return expect
     recorded = recorded_recipes(traces)
     unknown = [r for r in recorded if r not in RECIPES]
-    if unknown:
+    if unknown and not mapped:
         raise InputError(f"the run used a recipe gemmscope does not know ({', '.join(unknown)}): pass --expect")
     if len(recorded) > 1:
-        raise InputError(f"the run used several recipes ({', '.join(recorded)}): pass --expect RECIPE")
-    return recorded[0] if recorded else None
+        if mapped:
+            return None
+        raise InputError(f"the run used several recipes ({', '.join(recorded)}): pass --expect RECIPE, or "
+                         "--expect-map PATTERN=RECIPE to check each NVTX range against its own")
+    return recorded[0] if recorded and not unknown else None
+
+
+def parse_expect_map(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """`PATTERN=RECIPE` items (shell-style pattern over NVTX range names) as (pattern, recipe)
+    pairs, in the order given: where one range name matches several patterns, the first wins."""
+    pairs = []
+    for item in items:
+        pattern, sep, recipe = item.rpartition("=")
+        if not sep or not pattern:
+            raise InputError(f"--expect-map {item!r}: give PATTERN=RECIPE, e.g. 'FP8Block_*=fp8-block'")
+        if recipe not in RECIPES:
+            raise InputError(f"--expect-map {item!r}: unknown recipe {recipe!r}: choose from {', '.join(RECIPES)}")
+        pairs.append((pattern, recipe))
+    return tuple(pairs)
+
+
+def innermost_match(ranges: EnclosingRanges, rows: np.ndarray, patterns: Sequence[str]) -> tuple[pd.Series, pd.Series]:
+    """Per launch of `rows` (kernel rows `ranges` covers), the innermost enclosing range whose
+    name matches one of `patterns`, and that pattern's position (NA where none). Patterns are
+    matched once per distinct range name, not per launch."""
+    name = pd.Series(ranges.innermost_matching(patterns, rows), dtype="object")
+    return name, first_pattern(name, patterns)
+
+
+def first_pattern(names: pd.Series, patterns: Sequence[str]) -> pd.Series:
+    """Per name, the position of the first of `patterns` that matches it (NA where none); each
+    distinct name matched once."""
+    first = {name: next((i for i, p in enumerate(patterns) if fnmatch.fnmatchcase(name, p)), None)
+             for name in names.dropna().unique()}
+    return pd.Series(names.map(first).to_numpy(dtype=object), index=names.index, dtype="object").astype("Int64")
 
 
 def _sm(traces: Sequence[Trace]) -> int | None:
@@ -108,7 +154,7 @@ def _sm(traces: Sequence[Trace]) -> int | None:
 class Verification:
     """GEMM launches with verdicts, and the summaries built from them."""
 
-    expected: str | None
+    expected: str | None  # the run's recipe (--expect or recorded); see `expect_map` for ranges
     gemms: pd.DataFrame
     tails_ns: int
     traces: list[Trace] = field(default_factory=list)
@@ -119,6 +165,19 @@ class Verification:
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     groups: pd.DataFrame = field(default_factory=pd.DataFrame)
     rank_comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
+    expect_map: tuple[tuple[str, str], ...] = ()
+    ranges_checked: pd.DataFrame = field(default_factory=pd.DataFrame)  # per mapped range (ranges_checked())
+
+    @property
+    def checked(self) -> bool:
+        """GEMMs have verdicts: there was a recipe, or a map, to check them against."""
+        return "verdict" in self.gemms
+
+    @property
+    def expected_recipes(self) -> list[str]:
+        """Every recipe some GEMM was checked against: the mapped ones in the order given, then
+        the run's."""
+        return list(dict.fromkeys([r for _, r in self.expect_map] + ([self.expected] if self.expected else [])))
 
     @property
     def mismatches(self) -> pd.DataFrame:
@@ -136,14 +195,17 @@ class Verification:
     def failed(self) -> bool:
         """The check fails on a non-allowed FALLBACK, when a recipe was asked for and no GEMM ran,
         or when a trace could not be read."""
-        checked = self.expected is not None and (len(self.mismatches) > 0 or len(self.gemms) == 0)
-        return checked or bool(self.unreadable)
+        nothing_ran = self.expected is not None and len(self.gemms) == 0
+        ranges_failed = bool(len(self.ranges_checked)) and bool(
+            self.ranges_checked["verdict"].isin(RANGE_FAILURES).any())
+        return len(self.mismatches) > 0 or nothing_ran or ranges_failed or bool(self.unreadable)
 
 
 def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: str | None = None,
-          allow: tuple[str, ...] = ()) -> Verification:
+          allow: tuple[str, ...] = (), expect_map: Sequence[tuple[str, str]] = ()) -> Verification:
     """Verdict per GEMM launch of one or several traces (read here, or already loaded by
-    `loading.load` in workers) against `expect` (or the recipe the run recorded). A trace that
+    `loading.load` in workers) against `expect` (or the recipe the run recorded), and inside the
+    NVTX ranges `expect_map` names (parse_expect_map) against their own recipe. A trace that
     could not be read is reported in `unreadable` and the others are checked; when none could,
     the first reason is the error."""
     items = [traces] if isinstance(traces, (Trace, LoadedTrace)) else list(traces)
@@ -154,7 +216,8 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     unreadable = [{"trace": item.path.name, "rank": _rank_in_name(item.path), "error": item.error}
                   for item in loaded if item.error is not None]
     traces = [item.trace for item in usable]
-    expected = resolve_expected(traces, expect)
+    expect_map = tuple(expect_map)
+    expected = resolve_expected(traces, expect, mapped=bool(expect_map))
     kernel_parts, memop_parts = [], []
     for index, item in enumerate(usable):
         trace, all_launches = item.trace, item.launches
@@ -175,19 +238,80 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     is_te = gemms["via_te"].to_numpy(dtype=bool) | gemms["te_module"].notna().to_numpy()
     gemms["origin"] = np.where(is_te, "te", "outside-te")
     gemms["module"] = module_labels(gemms)
-    if expected is not None:
-        sm = _sm(traces)
+    if expect_map:
+        gemms["expect_range"], position = innermost_match(ranges, gemms["kernel_row"].to_numpy(),
+                                                          [p for p, _ in expect_map])
+        mapped = position.map(dict(enumerate(r for _, r in expect_map)))
+        gemms["expected"] = mapped.where(mapped.notna(), expected).astype("object")
+    elif expected is not None:
         gemms["expected"] = expected
-        verdicts = {p: verdict(p, expected, sm) for p in gemms["precision"].dropna().unique()}
-        gemms["verdict"] = gemms["precision"].map(verdicts).fillna("UNKNOWN")
-        gemms["cause"] = _causes(gemms, expected)
-        gemms["allowed"] = (gemms["verdict"] == "FALLBACK").to_numpy() & allowed(allow, gemms, ranges)
+    if "expected" in gemms:
+        _judge(gemms, _sm(traces), allow, ranges)
     result = Verification(expected=expected, gemms=gemms, tails_ns=tails_ns, traces=traces,
-                          kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable)
+                          kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
+                          expect_map=expect_map)
+    if expect_map:
+        result.ranges_checked = ranges_checked(gemms, ranges, traces, expect_map)
     result.summary = summarize(gemms, expected)
     result.groups = group(gemms)
     result.rank_comparison = compare_ranks(gemms)
     return result
+
+
+def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...], ranges: EnclosingRanges) -> None:
+    """Verdict, cause and `allowed` of each GEMM against its own `expected` recipe (None:
+    unchecked, no verdict)."""
+    keys = gemms["precision"].astype(str) + "|" + gemms["expected"].astype(str)
+    pairs = gemms.loc[gemms["expected"].notna(), ["precision", "expected"]].assign(key=keys).drop_duplicates("key")
+    verdicts = {key: verdict(p if isinstance(p, str) else None, e, sm) for p, e, key in pairs.itertuples(index=False)}
+    gemms["verdict"] = keys.map(verdicts).where(gemms["expected"].notna(), None)
+    gemms["cause"] = _causes(gemms)
+    gemms["allowed"] = (gemms["verdict"] == "FALLBACK").to_numpy() & allowed(allow, gemms, ranges)
+
+
+def ranges_checked(gemms: pd.DataFrame, ranges: EnclosingRanges, traces: Sequence[Trace],
+                   expect_map: Sequence[tuple[str, str]]) -> pd.DataFrame:
+    """One row per NVTX range name an --expect-map pattern claims (the first pattern matching it),
+    plus one per pattern that names no range: the GEMMs checked against its recipe, their time,
+    the share at that recipe, the fallbacks, the GEMMs inside it that a nested mapped range
+    claimed (`nested`), and a verdict: OK, FALLBACK, NESTED (every GEMM in it was checked in a
+    nested mapped range), NO GEMM (no GEMM ran in it: its recipe raised, or was skipped) or NOT
+    FOUND."""
+    columns = ["pattern", "range", "expected", "instances", "gemms", "gemm_time_ns", "expected_time_share",
+               "fallbacks", "unknown", "nested", "verdict"]
+    patterns = [p for p, _ in expect_map]
+    names = pd.Series(pd.concat([t.nvtx.loc[t.nvtx["kind"] != "mark", "name"] for t in traces]).dropna())
+    instances = names.value_counts(sort=False)
+    position = first_pattern(pd.Series(instances.index.to_numpy(dtype=object), dtype="object"), patterns)
+    found = pd.DataFrame({"range": instances.index.to_numpy(dtype=object), "position": position.to_numpy(dtype=object)})
+    found = found.dropna()
+    found["instances"] = instances[found["range"]].to_numpy()
+    g = gemms[gemms["expect_range"].notna()]
+    ok = g["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"])
+    per_range = pd.DataFrame({
+        "gemms": g.groupby("expect_range").size(),
+        "gemm_time_ns": g.groupby("expect_range")["duration_ns"].sum(),
+        "ok_time_ns": g["duration_ns"].where(ok, 0).groupby(g["expect_range"]).sum(),
+        "fallbacks": ((g["verdict"] == "FALLBACK") & ~g["allowed"]).groupby(g["expect_range"]).sum(),
+        "unknown": (g["verdict"] == "UNKNOWN").groupby(g["expect_range"]).sum(),
+    })
+    which, around = ranges.around(g["kernel_row"].to_numpy())
+    pairs = pd.DataFrame({"gemm": g.index.to_numpy()[which], "ranges": around})
+    outer = pairs[pairs["ranges"].isin(found["range"]).to_numpy() & (around != g["expect_range"].to_numpy(dtype=object)[which])]
+    nested = outer.drop_duplicates().groupby("ranges").size().rename("nested")
+    out = found.join(per_range, on="range").join(nested, on="range")
+    missing = sorted(set(range(len(patterns))) - set(out["position"].astype(int)))
+    out = pd.concat([out, pd.DataFrame({"position": missing, "instances": 0})], ignore_index=True)
+    out["position"] = out["position"].astype(int)
+    out["pattern"] = [patterns[i] for i in out["position"]]
+    out["expected"] = [expect_map[i][1] for i in out["position"]]
+    for column in ("instances", "gemms", "gemm_time_ns", "fallbacks", "unknown", "nested"):
+        out[column] = out[column].fillna(0).astype("int64")
+    out["expected_time_share"] = (out["ok_time_ns"] / out["gemm_time_ns"]).where(out["gemms"] > 0)
+    out["verdict"] = np.select(
+        [out["range"].isna(), (out["gemms"] == 0) & (out["nested"] == 0), out["gemms"] == 0, out["fallbacks"] > 0],
+        ["NOT FOUND", "NO GEMM", "NESTED", "FALLBACK"], default="OK")
+    return out.sort_values(["position", "range"], ignore_index=True)[columns]
 
 
 def _rank_in_name(path) -> int | None:
@@ -206,12 +330,14 @@ def _fill_ranks(trace_launches: pd.DataFrame, trace: Trace, index: int, count: i
     return rank.fillna(fallback)
 
 
-def _causes(gemms: pd.DataFrame, expected: str) -> np.ndarray:
-    """Why a FALLBACK ran another precision (module docstring); None for other verdicts."""
-    wanted = RECIPE_PRECISIONS[expected]
+def _causes(gemms: pd.DataFrame) -> np.ndarray:
+    """Why a FALLBACK ran another precision than its `expected` recipe (module docstring); None
+    for other verdicts."""
     requested = gemms["requested"]
+    wanted = {f"{recipe}|{precision}" for recipe, precisions in RECIPE_PRECISIONS.items() for precision in precisions}
+    requested_wanted = (gemms["expected"].astype(str) + "|" + requested.astype(str)).isin(wanted)
     cause = np.select(
-        [gemms["origin"] == "outside-te", requested.isna(), ~requested.isin(wanted)],
+        [gemms["origin"] == "outside-te", requested.isna(), ~requested_wanted],
         ["outside-te", "no-record", "requested-" + requested.fillna("").astype(str)],
         default="kernel-differs",
     )
@@ -240,7 +366,7 @@ def group(gemms: pd.DataFrame) -> pd.DataFrame:
     """GEMM launches grouped by layer × module × pass × kernel (and verdict and cause, where
     checked), with launch counts, ranks and kernel time: a 100-layer, 3-step run in one screen."""
     keys = ["layer", "module", "pass", "kernel", "precision"]
-    keys += [c for c in ("requested", "verdict", "cause", "allowed") if c in gemms]
+    keys += [c for c in ("expected", "requested", "verdict", "cause", "allowed") if c in gemms]
     if gemms.empty:
         return pd.DataFrame(columns=[*keys, "launches", "ranks", "time_ns"])
     g = gemms.assign(**{"pass": gemms["te_pass"], "kernel": gemms["name"]})

@@ -28,6 +28,7 @@ from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.profile import load_run
 from gemmscope.trace_parser import read_trace
+from schema_check import assert_valid
 from sqlite_text import all_text
 
 GPU_TRACE = Path(__file__).parent / "fixtures" / "gpu" / "corpus" / "fsdp_fp8_1gpu.sqlite.xz"
@@ -166,6 +167,7 @@ def test_bundle_of_a_cpu_capture_holds_no_planted_secret(cpu_capture, tmp_path):
     assert_nothing_planted_survives(contents, tmp_path, planted.strings())
     assert "traces/secrets_probe.sqlite.xz holds no GPU kernels" in contents["report.md"].decode()
     environment = json.loads(contents["environment.json"])
+    assert_valid(environment, "environment")
     (trace,) = environment["traces"]
     assert trace["trace"] == "traces/secrets_probe.sqlite.xz"
     assert trace["gpus"] == [] and trace["driver"] is None and trace["nsys"].startswith("2023.4.")
@@ -197,6 +199,7 @@ def test_bundle_of_a_gpu_trace_holds_no_planted_secret_and_reanalyzes(gpu_plante
     assert analysis["summary"]["verdicts"] == {"OK": 72} and analysis["findings"]
 
     environment = json.loads(contents["environment.json"])
+    assert_valid(environment, "environment")
     assert environment["recipes"] == ["fp8-delayed"]
     (trace,) = environment["traces"]
     assert [g["name"] for g in trace["gpus"]] == ["NVIDIA H100 80GB HBM3"]
@@ -246,6 +249,7 @@ def test_bundle_of_a_profile_run_directory(tmp_path):
     assert json.loads(contents["results.json"]) == json.loads(json.dumps(reports.results_document(original, wall_s)))
     assert load_run(tmp_path / "unzipped").gemms.equals(original.gemms)
     environment = json.loads(contents["environment.json"])
+    assert_valid(environment, "environment")
     assert environment["recipes"] == list(dict.fromkeys(original.gemms["precision"]))
     assert [t["trace"] for t in environment["traces"]] == ["trace.sqlite.xz"]
 

@@ -467,3 +467,42 @@ def test_verify_capture_range_holds_only_the_window(cpu_traces, tmp_path):
 def test_capture_window_does_not_apply_to_a_trace(gpu_xz):
     result = invoke("verify", "--trace", gpu_xz("train_clean"), "--delay", "5")
     assert result.exit_code == 2 and "do not apply to --trace" in result.stderr
+
+
+BENCH_MAP = ["--expect-map", "BF16_*=bf16", "--expect-map", "FP8Current_*=fp8-current",
+             "--expect-map", "FP8Delayed_*=fp8-delayed", "--expect-map", "FP8Block_*=fp8-block"]
+
+
+def test_expect_map_checks_te_gemm_benchmark_range_by_range():
+    """TE's GEMM benchmark (--profile) names a range per recipe; the trace has no other record."""
+    result = invoke("analyze", CORPUS / "gemm_bench_4096.sqlite.xz", *BENCH_MAP)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "PASS" and "ranges: 4 OK" in result.stdout
+    assert "Ranges checked (--expect-map)" in result.stdout
+
+
+def test_expect_map_range_whose_recipe_raised_fails():
+    result = invoke("verify", "--trace", CORPUS / "gemm_bench_4096_all.sqlite.xz", *BENCH_MAP,
+                    "--expect-map", "MXFP8_*=mxfp8", "--format", "json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    ranges = {r["range"]: (r["gemms"], r["verdict"]) for r in doc["summary"]["ranges_checked"]}
+    assert ranges["MXFP8_4096x4096x4096"] == (0, "NO GEMM")
+    assert doc["mismatches"] == [] and doc["summary"]["expected_time_share"] == 1.0
+    assert [f["code"] for f in doc["findings"]][0] == "unsupported"
+
+
+def test_expect_map_lifts_several_recorded_recipes():
+    # run with gemmscope's hook, the benchmark records three te.autocast recipes: one --expect
+    # cannot check it, the map can
+    trace = CORPUS / "gemm_bench_4096_hook.sqlite.xz"
+    refused = gemmscope("analyze", trace)
+    assert_one_line_error(refused)
+    assert "several recipes" in refused.stderr and "--expect-map" in refused.stderr
+    assert invoke("analyze", trace, *BENCH_MAP).exit_code == 0
+
+
+@pytest.mark.parametrize("item", ["FP8Block_*", "=fp8-block", "FP8Block_*=fp9"])
+def test_bad_expect_map_is_one_line_exit_2(item):
+    assert_one_line_error(gemmscope("analyze", CORPUS / "gemm_bench_4096.sqlite.xz", "--expect-map", item))

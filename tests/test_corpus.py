@@ -183,3 +183,86 @@ def test_every_recorded_gemm_call_is_one_attributed_kernel(corpus, name):
     and pass are exactly the calls the hook recorded."""
     gemms = corpus(name).gemms
     assert counts(gemms[gemms["recorded"]]) == hook_records(name)
+
+
+# TE's benchmarks/gemm/benchmark_gemm.py --profile (defaults: 10 warm-up and 100 timed iterations,
+# CUDA-event timing with one leading GEMM) pushes one NVTX range per recipe around its runs: 111
+# GEMMs each, on the one 4096³ shape. On Hopper its MXFP8 case raises inside its range (the autocast
+# run dies there; the pre-quantized run catches it and goes on, as it does for FP8 block scaling).
+BENCH_GEMMS_PER_RECIPE = 10 + 1 + 100
+BENCH_MAP = (("BF16_*", "bf16"), ("FP8Current_*", "fp8-current"), ("FP8Delayed_*", "fp8-delayed"),
+             ("FP8Block_*", "fp8-block"), ("MXFP8_*", "mxfp8"))
+SHAPE = "4096x4096x4096"
+
+
+def bench(name: str, expect_map=BENCH_MAP):
+    return check([read_trace(CORPUS / f"{name}.sqlite.xz")], None, (), expect_map)
+
+
+def range_verdicts(result) -> dict:
+    ranges = result.ranges_checked
+    return {(r.pattern, r.range if isinstance(r.range, str) else None): (r.gemms, r.verdict)
+            for r in ranges.itertuples()}
+
+
+@pytest.mark.parametrize("name", ["gemm_bench_4096", "gemm_bench_4096_hook"])
+def test_gemm_benchmark_is_checked_range_by_range(name):
+    """A trace made by another tool (no TE ranges, no hook: TE's documented command), and the
+    same program run as gemmscope verify runs it: each recipe's range against its own recipe."""
+    result = bench(name, BENCH_MAP[:4])
+    assert range_verdicts(result) == {
+        (pattern, pattern.replace("*", SHAPE)): (BENCH_GEMMS_PER_RECIPE, "OK") for pattern, _ in BENCH_MAP[:4]}
+    assert not result.failed
+    assert result.expected is None and result.gemms["expect_range"].notna().all()
+    by_range = result.gemms.groupby("expect_range")["precision"].agg(set).to_dict()
+    assert by_range == {f"BF16_{SHAPE}": {"bf16"}, f"FP8Current_{SHAPE}": {"fp8"},
+                        f"FP8Delayed_{SHAPE}": {"fp8"}, f"FP8Block_{SHAPE}": {"fp8-block"}}
+    if name.endswith("hook"):  # the hook names TE's module; the BF16 case is a bare torch.matmul
+        te = result.gemms[result.gemms["expect_range"] != f"BF16_{SHAPE}"]
+        assert set(te["te_module"]) == {"_Linear"} and set(te["te_pass"]) == {"fprop"}
+
+
+def test_gemm_benchmark_recipe_that_raised_is_no_gemm_not_a_pass():
+    result = bench("gemm_bench_4096_all")
+    verdicts = range_verdicts(result)
+    assert verdicts[("MXFP8_*", f"MXFP8_{SHAPE}")] == (0, "NO GEMM")
+    assert sum(v == (BENCH_GEMMS_PER_RECIPE, "OK") for v in verdicts.values()) == 4
+    assert result.failed and len(result.mismatches) == 0
+
+
+def test_gemm_benchmark_prequantized_recipes_that_failed_are_reported():
+    result = bench("gemm_bench_4096_prequant")
+    assert range_verdicts(result) == {
+        ("BF16_*", f"BF16_{SHAPE}"): (BENCH_GEMMS_PER_RECIPE, "OK"),
+        ("FP8Current_*", f"FP8Current_{SHAPE}"): (BENCH_GEMMS_PER_RECIPE, "OK"),
+        ("FP8Delayed_*", None): (0, "NOT FOUND"),  # the benchmark has no pre-quantized delayed case
+        ("FP8Block_*", f"FP8Block_{SHAPE}"): (0, "NO GEMM"),
+        ("MXFP8_*", f"MXFP8_{SHAPE}"): (0, "NO GEMM"),
+    }
+    assert result.failed
+
+
+def test_gemm_benchmark_range_mapped_to_the_wrong_recipe_is_flagged():
+    result = bench("gemm_bench_4096", (("BF16_*", "bf16"), ("FP8Block_*", "fp8-current")))
+    verdicts = range_verdicts(result)
+    assert verdicts[("FP8Block_*", f"FP8Block_{SHAPE}")] == (BENCH_GEMMS_PER_RECIPE, "FALLBACK")
+    assert verdicts[("BF16_*", f"BF16_{SHAPE}")] == (BENCH_GEMMS_PER_RECIPE, "OK")
+    assert len(result.mismatches) == BENCH_GEMMS_PER_RECIPE and result.failed
+    # GEMMs outside every mapped range have no recipe to meet: listed, not judged
+    unmapped = result.gemms[result.gemms["expect_range"].isna()]
+    assert len(unmapped) == 2 * BENCH_GEMMS_PER_RECIPE and unmapped["verdict"].isna().all()
+
+
+def test_innermost_mapped_range_decides():
+    """TE's C library pushes nvte_cublas_gemm_v2 inside the benchmark's range: a pattern matching
+    it is the innermost, and wins over the recipe's range."""
+    result = bench("gemm_bench_4096", (("FP8Current_*", "fp8-current"), ("nvte_cublas_gemm*", "bf16")))
+    te = result.gemms[result.ranges.any_matching(["nvte_cublas_gemm_v2"], result.gemms["kernel_row"].to_numpy())]
+    assert len(te) == 3 * BENCH_GEMMS_PER_RECIPE
+    assert set(te["expect_range"]) == {"nvte_cublas_gemm_v2"} and set(te["expected"]) == {"bf16"}
+    verdicts = range_verdicts(result)
+    assert verdicts[("FP8Current_*", f"FP8Current_{SHAPE}")] == (0, "NESTED")
+    ranges = result.ranges_checked.set_index("range")
+    assert ranges.loc[f"FP8Current_{SHAPE}", "nested"] == BENCH_GEMMS_PER_RECIPE
+    assert ranges.loc["nvte_cublas_gemm_v2", "gemms"] == 3 * BENCH_GEMMS_PER_RECIPE
+    assert result.failed  # the FP8 GEMMs are not bf16

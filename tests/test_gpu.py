@@ -128,3 +128,38 @@ def test_verify_transformer_layer_stack(tmp_path):
     layer = f"layers.{expected['outside_layer']}."
     assert all(name.startswith(layer) for name in flagged - {"(head)"}) and "(head)" in flagged
     assert len(report["mismatches"]) == sum(sum(p.values()) for p in expected["bf16"].values())
+
+
+# A program shaped like TE's GEMM benchmark in its Nsight mode: the CUDA profiler API opens the
+# capture, one NVTX range per recipe; a GEMM before the capture must not be seen.
+_RANGES_PER_RECIPE = """
+import torch, transformer_engine.pytorch as te
+from transformer_engine.common.recipe import Float8CurrentScaling
+x = torch.randn(512, 512, device="cuda", dtype=torch.bfloat16)
+linear = te.Linear(512, 512, params_dtype=torch.bfloat16)
+torch.matmul(x, x)  # before the capture
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStart()
+torch.cuda.nvtx.range_push("BF16_512")
+for _ in range(3):
+    torch.matmul(x, x)
+torch.cuda.nvtx.range_pop()
+torch.cuda.nvtx.range_push("FP8Current_512")
+with te.autocast(enabled=True, recipe=Float8CurrentScaling()):
+    for _ in range(3):
+        linear(x)
+torch.cuda.nvtx.range_pop()
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStop()
+"""
+
+
+def test_verify_profiler_api_window_range_by_range(tmp_path):
+    done = gemmscope("verify", "--capture-range", "cudaProfilerApi", "--expect-map", "BF16_*=bf16",
+                     "--expect-map", "FP8Current_*=fp8-current", "--format", "json", "--out", str(tmp_path), "--",
+                     sys.executable, "-c", _RANGES_PER_RECIPE)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)["summary"]
+    assert {r["range"]: (r["gemms"], r["verdict"]) for r in summary["ranges_checked"]} == {
+        "BF16_512": (3, "OK"), "FP8Current_512": (3, "OK")}
+    assert summary["gemm_launches"] == 6  # the GEMM before cudaProfilerStart is not in the window

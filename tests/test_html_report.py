@@ -56,7 +56,10 @@ def test_run_page_opens_with_the_verdict(run_page):
     assert "100.0 % of GEMM kernel time ran at the precision each entry asked for" in verdict
     assert "96 of 144 entries ran; mxfp8, nvfp4 did not" in verdict
     assert text.count("<details>") == 24  # 12 GEMMs × 2 modes
-    assert text.count('src="data:image/png;base64,') == 1
+    assert text.count('src="data:image/png;base64,') == 3
+    for title in ("Per-layer GEMM time", "Speedup over BF16 per GEMM",
+                  "GEMM kernel TFLOP/s against the GPU's dense peak"):
+        assert f'<figure><img alt="{html.escape(title)}"' in text
     assert "Device compute capability 10.0 or higher required for MXFP8 execution." in text
 
 
@@ -69,7 +72,9 @@ def test_trace_page_says_what_analyze_says(trace_page):
     assert "NVIDIA H100 80GB HBM3 (sm90)" in verdict
     for code in ("gpu-idle", "gemm-share", "quantize-overhead", "small-gemm", "tails"):
         assert f"<td class=\"short\">{code}</td>" in text
-    assert text.count('src="data:image/png;base64,') == 1  # the per-rank breakdown
+    assert text.count('src="data:image/png;base64,') == 2  # the per-rank breakdown and GEMM TFLOP/s (no steps)
+    for title in ("Where the GPU time went, per rank", "GEMM TFLOP/s against the GPU's dense peak"):
+        assert f'<figure><img alt="{html.escape(title)}"' in text
     assert '<table class="sortable">' in text and "<details>" in text
 
 

@@ -3,23 +3,20 @@
 the code's own vocabularies."""
 
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
-from referencing import Registry, Resource
 
 from gemmscope import diagnose, kernels, profile, reports, verify
+from gemmscope.bundle import bundle
 from gemmscope.cli import main
 from gemmscope.trace_parser import read_trace
+from schema_check import SCHEMAS, assert_valid
 
-SCHEMA_DIR = Path(reports.__file__).parent / "schemas"
-SCHEMAS = {path.name.removesuffix(".schema.json"): json.loads(path.read_text(encoding="utf-8"))
-           for path in sorted(SCHEMA_DIR.glob("*.schema.json"))}
-# The schemas refer to each other by $id (urn:gemmscope:schema:<kind>), as a consumer's would.
-REGISTRY = Registry().with_resources((schema["$id"], Resource.from_contents(schema)) for schema in SCHEMAS.values())
-DOCUMENT_KINDS = {"analyze", "verify", "compare", "shapes", "kernel", "profile-results"}
+DOCUMENT_KINDS = {"analyze", "verify", "compare", "shapes", "kernel", "profile-results", "environment"}
 
 TESTS = Path(__file__).parent
 GPU = TESTS / "fixtures" / "gpu"
@@ -29,14 +26,6 @@ RUNS = {"h200-example": Path(profile.__file__).parent / "examples" / "h200-codon
         "h100": TESTS / "fixtures" / "runs" / "h100-codonfm-5b"}
 # analyze and verify: exit 1 (mismatches) and 4 (no recipe known, verify) still write the document.
 DOCUMENT_EXITS = (0, 1, 4)
-
-
-def assert_valid(document: dict, kind: str) -> None:
-    validator = Draft202012Validator(SCHEMAS[kind], registry=REGISTRY)
-    errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.absolute_path)))
-    where = ["/".join(map(str, e.absolute_path)) or "(top)" for e in errors]
-    assert not errors, "\n".join(f"{w}: {e.message[:300]}" for w, e in zip(where[:10], errors))
-    assert document["schema_version"] == reports.SCHEMA_VERSION
 
 
 def _refuse(constant: str):
@@ -113,6 +102,11 @@ CHECKED = {
     "te-stack-fp8-block-steps": ([CORPUS / "te_stack_fp8-block_1gpu.sqlite.xz"], ["--step-range", "step *"]),
     "train-mixed-allowed": ([GPU / "train_mixed.sqlite.xz"], ["--expect", "fp8-current", "--allow", "_LayerNormMLP"]),
     "te-linear-bf16-no-recipe": ([GPU / "te_linear_bf16.sqlite.xz"], []),
+    # TE's GEMM benchmark range by range: one recipe raised (NO GEMM), one pattern names no range,
+    # one range mapped to a recipe it did not run, GEMMs outside every mapped range left unchecked
+    "gemm-benchmark-expect-map": ([CORPUS / "gemm_bench_4096_all.sqlite.xz"],
+                                  ["--expect-map", "FP8Block_*=fp8-current", "--expect-map", "MXFP8_*=mxfp8",
+                                   "--expect-map", "NVFP4_*=nvfp4", "--expect-map", "BF16_*=bf16"]),
 }
 
 
@@ -193,3 +187,16 @@ def test_shipped_example_results_json():
 def test_results_json_re_derived_from_the_trace(run):
     document = reports.results_document(profile.load_run(RUNS[run]), None)
     assert_valid(parse(json.dumps(document)), "profile-results")
+
+
+# --- a bundle's environment.json -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("inputs", [
+    [CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz", CORPUS / "fsdp_fp8_2gpu_rank1.sqlite.xz"],
+    [RUNS["h100"]],
+], ids=["two-rank-traces", "profile-run-directory"])
+def test_bundle_environment_json(inputs, tmp_path):
+    with zipfile.ZipFile(bundle(inputs, tmp_path / "issue.zip").path) as zipped:
+        document = parse(zipped.read("environment.json").decode())
+    assert_valid(document, "environment")
+    assert len(document["traces"]) == len(inputs)

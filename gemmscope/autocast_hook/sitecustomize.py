@@ -120,13 +120,20 @@ def _is_te_module(obj, torch) -> bool:
 
 
 def _module_record(module) -> dict:
+    """What a GEMM's record says of its module; made once per module (its name and path are
+    set before its first forward) and kept on it: GEMM calls are a hot path."""
     state = module.__dict__
+    record = state.get("_gemmscope_record")
+    if record is not None:
+        return record
     name = state.get("name") or state.get("ub_name") or ""
     path = state.get("_gemmscope_path")
     if path is None:  # a te.ops fused operation, made by the fuser: where its basic ops are
         parts = [op.__dict__.get("_gemmscope_path") for op in getattr(module, "basic_ops", ())]
         path = "+".join(dict.fromkeys(p for p in parts if p))
-    return {"module": type(module).__name__, "name": name, "layer": path}
+    record = {"module": type(module).__name__, "name": name, "layer": path}
+    state["_gemmscope_record"] = record
+    return record
 
 
 def _calling_module(torch, function_ctx_type) -> dict:
@@ -139,7 +146,9 @@ def _calling_module(torch, function_ctx_type) -> dict:
     for _ in range(_MAX_FRAMES):
         if frame is None:
             break
-        if _TE_FILES in frame.f_code.co_filename:
+        code = frame.f_code
+        # f_locals copies a frame's locals: read it only where `self` or `ctx` is one of them
+        if _TE_FILES in code.co_filename and ("self" in code.co_varnames or "ctx" in code.co_varnames):
             local = frame.f_locals
             owner = local.get("self")
             if owner is not None and _is_te_module(owner, torch):
@@ -233,17 +242,27 @@ def gemm_flops(a, b, layout: str) -> int | None:
     return total
 
 
+def _argument(args: tuple, kwargs: dict, name: str, position: int, default=None):
+    """An argument of a call by name or position (signature.bind costs more than the GEMM call's
+    whole record)."""
+    if name in kwargs:
+        return kwargs[name]
+    return args[position] if position < len(args) else default
+
+
 def _recording(entry: str, original, torch):
-    signature = inspect.signature(original)
+    parameters = list(inspect.signature(original).parameters.values())
+    position = {p.name: i for i, p in enumerate(parameters)}
+    layout_default = parameters[position["layout"]].default
     function_ctx_type = torch.autograd.function.FunctionCtx
 
     def recorded(*args, **kwargs):
         if getattr(_in_gemm_call, "inside", False):  # a grouped entry point calling general_gemm
             return original(*args, **kwargs)
         try:
-            bound = signature.bind_partial(*args, **kwargs).arguments
-            layout = bound.get("layout", signature.parameters["layout"].default)
-            a, b = bound.get("A"), bound.get("B")
+            layout = _argument(args, kwargs, "layout", position["layout"], layout_default)
+            a = _argument(args, kwargs, "A", position["A"])
+            b = _argument(args, kwargs, "B", position["B"])
             record = {"entry": entry, **_calling_module(torch, function_ctx_type),
                       "pass": PASS_BY_LAYOUT.get(layout, UNKNOWN),
                       "a": operand_type(a), "b": operand_type(b)}
