@@ -269,7 +269,8 @@ def measure(seed: Path, factor: int, rounds: int, nsys: str, folder: Path,
     counts_scale = (verdicts == checked == scaled(seed_verdicts, factor)
                     and instances == scaled(seed_instances, factor))
 
-    tools = {"gemmscope": gemmscope_command(export), "verify": verify_command(export), "nsys": nsys_command(nsys, export)}
+    tools = {"gemmscope": gemmscope_command(export), "verify": verify_command(export),
+             "nsys": nsys_command(nsys, export)}
     ok_exits = {"gemmscope": (0, GEMMSCOPE_EXIT_MISMATCH), "verify": (0, GEMMSCOPE_EXIT_MISMATCH), "nsys": (0,)}
     runs: dict[str, list[Run]] = {name: [] for name in tools}
     for round_ in range(rounds):

@@ -154,7 +154,7 @@ def verification_document(result: Verification, command: dict | None = None,
     object per launch too."""
     doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result, command), "summary": summary_document(result)}
     if per_launch:
-        records = gemm_records(result.gemms[result.gemms["verdict"] == "FALLBACK"], result) if result.expected else []
+        records = gemm_records(result.gemms[result.gemms["verdict"] == "FALLBACK"], result) if result.checked else []
         doc["mismatches"] = [r for r in records if not r["allowed"]]
         doc["allowed"] = [r for r in records if r["allowed"]]
     return doc | (diagnosis_document(diagnosis) if diagnosis else {})

@@ -258,9 +258,10 @@ def _read(export: _Export, given: Path, threads: int) -> Trace:
 
 
 def _name(ids: pd.Series, strings: pd.Series) -> pd.Series:
+    """The strings of StringIds `ids` (None where an id is missing or unknown)."""
     at = strings.index.get_indexer(ids.to_numpy()) if len(strings) else np.full(len(ids), -1)
-    return _objects(np.where(at >= 0, strings.to_numpy(dtype=object)[np.maximum(at, 0)] if len(strings) else None, None),
-                    ids.index)
+    names = strings.to_numpy(dtype=object)[np.maximum(at, 0)] if len(strings) else np.full(len(ids), None)
+    return _objects(np.where(at >= 0, names, None), ids.index)
 
 
 def _objects(values: np.ndarray, index: pd.Index) -> pd.Series:
@@ -467,6 +468,16 @@ class EnclosingRanges:
         low, high = np.searchsorted(self.launch, rows, "left"), np.searchsorted(self.launch, rows, "right")
         return [self.names[self.name[a:b]].tolist() for a, b in zip(low, high)]
 
+    def around(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every (launch, range name) pair of the launches of `rows`: the launch as its position
+        in `rows`, in order, each launch's ranges outermost first."""
+        rows = np.asarray(rows, dtype="int64")
+        low, high = np.searchsorted(self.launch, rows, "left"), np.searchsorted(self.launch, rows, "right")
+        counts = high - low
+        which = np.repeat(np.arange(len(rows)), counts)
+        pair = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(low, counts)
+        return which, self.names[self.name[pair]] if len(pair) else np.empty(0, dtype=object)
+
     def matching_names(self, patterns: Sequence[str]) -> np.ndarray:
         """Per distinct name, whether a shell pattern (case-sensitive) matches it."""
         return name_matches(self.names, patterns)
@@ -548,7 +559,8 @@ def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     for column in ("role", "precision", "family", "layout"):
         out[column] = _objects(decoded[column].to_numpy(dtype=object), out.index)
     launch_ids, range_ids = _enclosing_ranges(out, trace.nvtx)
-    codes, names = pd.factorize(trace.nvtx["name"].to_numpy(dtype=object), use_na_sentinel=False)  # per range, not per pair
+    # names coded once per range, not once per (launch, range) pair
+    codes, names = pd.factorize(trace.nvtx["name"].to_numpy(dtype=object), use_na_sentinel=False)
     names = np.array([name if isinstance(name, str) else None for name in names], dtype=object)
     ranges = EnclosingRanges(launch_ids, codes[range_ids].astype("int64"), names)
     attribution = _attribute(out, launch_ids, range_ids, trace.nvtx)

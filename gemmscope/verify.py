@@ -297,7 +297,8 @@ def ranges_checked(gemms: pd.DataFrame, ranges: EnclosingRanges, traces: Sequenc
     })
     which, around = ranges.around(g["kernel_row"].to_numpy())
     pairs = pd.DataFrame({"gemm": g.index.to_numpy()[which], "ranges": around})
-    outer = pairs[pairs["ranges"].isin(found["range"]).to_numpy() & (around != g["expect_range"].to_numpy(dtype=object)[which])]
+    own = g["expect_range"].to_numpy(dtype=object)[which]
+    outer = pairs[pairs["ranges"].isin(found["range"]).to_numpy() & (around != own)]
     nested = outer.drop_duplicates().groupby("ranges").size().rename("nested")
     out = found.join(per_range, on="range").join(nested, on="range")
     missing = sorted(set(range(len(patterns))) - set(out["position"].astype(int)))

@@ -484,7 +484,7 @@ def test_expect_map_checks_te_gemm_benchmark_range_by_range():
 
 def test_expect_map_range_whose_recipe_raised_fails():
     result = invoke("verify", "--trace", CORPUS / "gemm_bench_4096_all.sqlite.xz", *BENCH_MAP,
-                    "--expect-map", "MXFP8_*=mxfp8", "--format", "json")
+                    "--expect-map", "MXFP8_*=mxfp8", "--format", "json", "--per-launch")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     ranges = {r["range"]: (r["gemms"], r["verdict"]) for r in doc["summary"]["ranges_checked"]}
@@ -506,3 +506,15 @@ def test_expect_map_lifts_several_recorded_recipes():
 @pytest.mark.parametrize("item", ["FP8Block_*", "=fp8-block", "FP8Block_*=fp9"])
 def test_bad_expect_map_is_one_line_exit_2(item):
     assert_one_line_error(gemmscope("analyze", CORPUS / "gemm_bench_4096.sqlite.xz", "--expect-map", item))
+
+
+def test_per_launch_lists_what_mapped_ranges_fail_without_a_run_recipe():
+    # --expect-map alone (no run-level recipe): the launches that fail their range's recipe are
+    # listed one by one too
+    result = invoke("verify", "--trace", CORPUS / "gemm_bench_4096.sqlite.xz",
+                    "--expect-map", "FP8Current_*=fp8-current", "--expect-map", "nvte_cublas_gemm*=bf16",
+                    "--format", "json", "--per-launch")
+    doc = json.loads(result.stdout)
+    assert doc["summary"]["expected"] is None
+    assert len(doc["mismatches"]) == doc["summary"]["mismatches"] > 0
+    assert {m["expect_range"] for m in doc["mismatches"]} == {"nvte_cublas_gemm_v2"}
