@@ -206,9 +206,10 @@ def _covered_ns(block_start: np.ndarray, block_end: np.ndarray, at: np.ndarray) 
     return np.where(n > 0, before[last] + inside, 0)
 
 
-def breakdown(result: Verification) -> pd.DataFrame:
-    """Per rank: GPU window, busy and idle time, kernel launches, time per category."""
-    activity = categorize(result)
+def breakdown(result: Verification, activity: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per rank: GPU window, busy and idle time, kernel launches, time per category
+    (`activity`: categorize(result), where the caller has it already)."""
+    activity = categorize(result) if activity is None else activity
     rows = []
     for key, part in activity.groupby("rank_key", sort=True):
         start, end = part["start"].to_numpy("int64"), part["end"].to_numpy("int64")
@@ -225,23 +226,25 @@ def breakdown(result: Verification) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def step_breakdown(result: Verification, steps: pd.DataFrame) -> pd.DataFrame:
+def step_breakdown(result: Verification, steps: pd.DataFrame, activity: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank and step after the first (`find_steps`' instances), the figures of `breakdown`.
     On a rank's GPU timeline a step runs from the first start of a kernel it launched to that
     of the next step; the first measured step from the rank's first activity, the last to its
     last. Each kernel and memory operation counts in the step its start falls in, and busy time
     is cut at the boundaries, so on a run cut by `within_steps` a rank's steps add up to its
-    `breakdown` row: window, busy, idle, launches and every category."""
-    activity = categorize(result)
+    `breakdown` row: window, busy, idle, launches and every category (`activity`:
+    categorize(result), where the caller has it already)."""
     k = result.kernels
-    step = np.full(len(activity), -1)
+    step = np.full(len(k) + len(result.memops), -1)
     step[: len(k)] = launching_step(k, steps)  # categorize puts the kernels first, in order
-    names = steps.set_index(["trace", "pid", "index"])["name"]
-    kernel_keys = pd.MultiIndex.from_arrays([k["trace"], process_id(k["global_pid"].astype("int64")), step[: len(k)]])
-    activity["name"] = pd.Series(names.reindex(kernel_keys).to_numpy(dtype=object)).reindex(activity.index)
-    activity["step"] = step
+    activity = (categorize(result) if activity is None else activity).assign(step=step, row=np.arange(len(step)))
     measured = activity[activity["step"] >= 1]
-    first = measured.groupby(["rank_key", "step"]).agg(start=("start", "min"), name=("name", "first"))
+    first = measured.groupby(["rank_key", "step"]).agg(start=("start", "min"), row=("row", "first"))
+    # each step's name, looked up for the first kernel of each rank's step only
+    rows = first["row"].to_numpy()
+    keys = pd.MultiIndex.from_arrays([k["trace"].to_numpy(dtype=object)[rows],
+                                      process_id(k["global_pid"].astype("int64")).to_numpy()[rows], step[rows]])
+    first["name"] = steps.set_index(["trace", "pid", "index"])["name"].reindex(keys).to_numpy(dtype=object)
     parts = []
     for key, part in activity.groupby("rank_key", sort=True):  # per rank, not per kernel
         if key not in first.index.get_level_values(0):
@@ -476,12 +479,13 @@ def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
     found (`step_range`, or the default step names), else over the whole trace."""
     steps = find_steps(result, step_range)
     window, per_step = within_steps(result, steps) if len(steps) > 1 else (result, steps)
-    times = breakdown(window)
+    activity = categorize(window)
+    times = breakdown(window, activity)
     cut = step_range or ("(default step names)" if len(steps) > 1 else None)
     if window is result:
         return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=None)
     return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=cut,
-                     step_times=step_breakdown(window, steps))
+                     step_times=step_breakdown(window, steps, activity))
 
 
 def compare(base: Verification, new: Verification, step_range: str | None = None) -> dict:
