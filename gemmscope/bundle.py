@@ -11,9 +11,10 @@ and its trace scrubbed as `trace.sqlite.xz`, so that the unzipped bundle is itse
 directory.
 
 And `environment.json` (gemmscope/schemas/environment.schema.json): per trace, the GPUs, the driver, the CUDA version the driver supports,
-the nsys that exported it, the OS and the command line nsys launched, redacted; the recipes the
-run recorded (for a run directory: the recipes it profiled). What a trace does not record is
-null, never guessed: no nsys table records torch's, Transformer Engine's or cuBLAS's version.
+the nsys that exported it, the OS and the command line nsys launched, redacted; torch's, its
+CUDA's, Transformer Engine's and cuBLASLt's versions where gemmscope verify's hook recorded them;
+the recipes the run recorded (for a run directory: the recipes it profiled). What a trace does
+not record is null, never guessed: no nsys table records those versions.
 
 The reports are made from the scrubbed traces in the zip, under their names there: unzipped,
 `gemmscope analyze` of the traces `analysis.json`'s `meta.traces` lists, in that order, gives
@@ -39,7 +40,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gemmscope import __version__, diagnose, reports, verify
+from gemmscope import __version__, diagnose, reports, te_ranges, verify
 from gemmscope.errors import InputError
 from gemmscope.html_report import is_run_dir
 from gemmscope.profile import RUN_TRACES, load_run
@@ -172,15 +173,17 @@ def _environment(trace: Trace, member: str) -> dict[str, Any]:
         system = dict(conn.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV")) \
             if "TARGET_INFO_SYSTEM_ENV" in tables else {}
         commands = command_lines(conn)
+    software = te_ranges.recorded_software(trace.nvtx["name"]) or {}
     return {
         "trace": member,
         "gpus": reports.frame_records(trace.gpus),
         "driver": _recorded(system.get("NvDriverVersion")),
         "cuda_driver": _cuda_version(system.get("CudaDriverVersion")),  # the CUDA version the driver supports
-        # No table of an nsys export records these, nor does gemmscope's hook.
-        "torch": None,
-        "transformer_engine": None,
-        "cublas": None,
+        # No table of an nsys export records these; gemmscope verify's hook marks them.
+        "torch": software.get("torch"),
+        "cuda": software.get("cuda"),
+        "transformer_engine": software.get("transformer_engine"),
+        "cublas": software.get("cublaslt"),
         "nsys": trace.meta["nsys_version"],  # the nsys that exported the trace: the export records no other
         "os": _recorded(system.get("OsDescription")),
         # Shell-quoted, but an argument scrub took out of an already shared trace reads [redacted].

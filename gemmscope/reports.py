@@ -16,7 +16,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from gemmscope import devices
+from gemmscope import devices, te_ranges
 from gemmscope.diagnose import CATEGORIES, Diagnosis
 from gemmscope.shapes import Gemm
 from gemmscope.trace_parser import Trace
@@ -463,8 +463,14 @@ def trace_environment(result: Verification) -> list[tuple[str, str]]:
     nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in result.traces)
     ranks = summary_document(result)["ranks"]
     traces = _count(len(result.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
+    software = next((v for t in result.traces if (v := te_ranges.recorded_software(t.nvtx["name"]))), None)
+    if software is None:
+        versions = "not recorded (nsys records none; gemmscope verify's hook does)"
+    else:
+        versions = ", ".join(f"{label} {software.get(key) or 'unknown'}" for key, label in
+                             (("torch", "torch"), ("cuda", "CUDA"), ("transformer_engine", "TE"), ("cublaslt", "cuBLASLt")))
     return [("GPU", ", ".join(gpus) or "unknown"), ("nsys", ", ".join(nsys)), ("traces", traces),
-            ("TE / torch versions", "not recorded in nsys traces")]
+            ("software", versions)]
 
 
 def environment_line(environment: list[tuple[str, str]]) -> str:

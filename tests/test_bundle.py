@@ -29,6 +29,8 @@ from gemmscope.errors import InputError
 from gemmscope.profile import load_run
 from gemmscope.trace_parser import read_trace
 from schema_check import assert_valid
+
+CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 from sqlite_text import all_text
 
 GPU_TRACE = Path(__file__).parent / "fixtures" / "gpu" / "corpus" / "fsdp_fp8_1gpu.sqlite.xz"
@@ -205,6 +207,22 @@ def test_bundle_of_a_gpu_trace_holds_no_planted_secret_and_reanalyzes(gpu_plante
     assert [g["name"] for g in trace["gpus"]] == ["NVIDIA H100 80GB HBM3"]
     assert (trace["driver"], trace["cuda_driver"], trace["nsys"]) == ("580.159.04", "13.0", "2025.3.2.0")
     assert trace["command_lines"] == [" ".join(["[redacted]"] * 11)]  # the committed trace was scrubbed
+    # captured before gemmscope's hook marked software versions: null, not guessed
+    assert (trace["torch"], trace["cuda"], trace["transformer_engine"], trace["cublas"]) == (None,) * 4
+
+
+def test_bundle_says_the_software_versions_the_hook_recorded(tmp_path):
+    """TE's GEMM benchmark run as gemmscope verify runs it: the hook marked the versions the GPU
+    machine's set-up printed (torch 2.11.0+cu130, TE 2.20.2), which no nsys table records."""
+    made = bundle([CORPUS / "gemm_bench_4096_hook.sqlite.xz"], tmp_path / "issue.zip",
+                  expect_map=(("BF16_*", "bf16"), ("FP8Current_*", "fp8-current")))
+    contents = _members(made.path, tmp_path)
+    environment = json.loads(contents["environment.json"])
+    assert_valid(environment, "environment")
+    (trace,) = environment["traces"]
+    assert (trace["torch"], trace["cuda"], trace["transformer_engine"], trace["cublas"]) == (
+        "2.11.0+cu130", "13.0", "2.20.2", "13.1.0")
+    assert "software: torch 2.11.0+cu130, CUDA 13.0, TE 2.20.2, cuBLASLt 13.1.0" in contents["report.md"].decode()
 
 
 def test_what_one_trace_recorded_is_redacted_in_all(cpu_capture, gpu_planted, tmp_path):
