@@ -394,9 +394,10 @@ def scrub_cmd(trace: Path, out: Path) -> None:
 @click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
 def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, expect_map: tuple[tuple[str, str], ...],
                allow: tuple[str, ...], step_range: str | None) -> None:
-    """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the traces
-    scrubbed, and environment.json (GPU, driver, CUDA, nsys, recipes, the command line redacted).
-    INPUTS: traces (files, folders or globs), or one `gemmscope profile` run directory."""
+    """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the report's
+    tables as CSV (tables/, as `report --tables`), the traces scrubbed, and environment.json (GPU,
+    driver, CUDA, nsys, recipes, the command line redacted). INPUTS: traces (files, folders or
+    globs), or one `gemmscope profile` run directory."""
     from gemmscope.bundle import bundle
 
     made = bundle(inputs, out, expect, allow, step_range, expect_map)

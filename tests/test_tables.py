@@ -19,7 +19,8 @@ CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 STACK_2GPU = [CORPUS / "te_stack_fp8-block_2gpu.sqlite.xz", "--step-range",
               "gemmscope.autocast(recipe=Float8BlockScaling)"]
 # TE's GEMM benchmark range by range: BF16 ran, MXFP8 raised on Hopper (a mapped range with no GEMM).
-BENCH_MAPPED = [CORPUS / "gemm_bench_4096_all.sqlite.xz", "--expect-map", "BF16_*=bf16", "--expect-map", "MXFP8_*=mxfp8"]
+BENCH_MAPPED = [CORPUS / "gemm_bench_4096_all.sqlite.xz",
+                "--expect-map", "BF16_*=bf16", "--expect-map", "MXFP8_*=mxfp8"]
 
 EVERY_TRACE_REPORT = {"gemms-per-module-pass.csv", "gemms-per-kernel.csv", "unreadable-traces.csv",
                       "breakdown-per-rank.csv", "breakdown-per-step.csv", "findings.csv", "findings-figures.csv",
