@@ -269,10 +269,10 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Traces: mismatches allowed (see analyze); repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="Traces: NVTX range that marks one training step (see analyze).")
 @click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="Also write each table of the report as a CSV file into DIR (made if missing), e.g. "
-                   "gemms-per-module-pass.csv, mismatches.csv, breakdown-per-rank.csv, findings.csv; for a "
-                   "run directory per-layer.csv, gemm-entries.csv: names whole, times in the unit the column "
-                   "names (_ns, _ms), blank where nothing ran. Other gemmscope tables in DIR are removed.")
+              help="Also write each table of the report as a CSV file into DIR (made if missing): "
+                   "mismatches.csv, findings.csv, breakdown-per-rank.csv, …; for a run directory "
+                   "gemm-entries.csv, … (README: Machine interface). Names whole, times in the unit the "
+                   "column names (_ns, _ms), blank where nothing ran; other gemmscope tables in DIR are removed.")
 def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None,
                expect_map: tuple[tuple[str, str], ...], allow: tuple[str, ...], step_range: str | None,
                tables_dir: Path | None) -> None:
