@@ -4,23 +4,28 @@ From traces (files, folders or globs: one per rank, or one holding every rank):
 
 - `report.md`: `gemmscope analyze --format markdown`, the breakdown and findings included;
 - `analysis.json`: the same as `analyze --format json`;
+- `tables/NAME.csv`: the tables of `gemmscope report --tables` (html_report.TABLE_FILES);
 - `traces/NAME.sqlite.xz`: each trace, scrubbed (`gemmscope.scrub`).
 
 From a `gemmscope profile` run directory: `report.md` and `results.json` as the run writes them,
-and its trace scrubbed as `trace.sqlite.xz`, so that the unzipped bundle is itself a run
-directory.
+`tables/NAME.csv` as for traces, and its trace scrubbed as `trace.sqlite.xz`, so that the
+unzipped bundle is itself a run directory.
 
 And `environment.json` (gemmscope/schemas/environment.schema.json): per trace, the GPUs, the driver, the CUDA version the driver supports,
-the nsys that exported it, the OS and the command line nsys launched, redacted; the recipes the
-run recorded (for a run directory: the recipes it profiled). What a trace does not record is
-null, never guessed: no nsys table records torch's, Transformer Engine's or cuBLAS's version.
+the nsys that exported it, the OS and the command line nsys launched, redacted; torch's, its
+CUDA's, Transformer Engine's and cuBLASLt's versions where gemmscope verify's hook recorded them;
+the recipes the run recorded (for a run directory: the recipes it profiled). What a trace does
+not record is null, never guessed: no nsys table records those versions.
 
-The reports are made from the scrubbed traces in the zip, under their names there: unzipped,
-`gemmscope analyze` of the traces `analysis.json`'s `meta.traces` lists, in that order, gives
-`analysis.json` again. Traces that read but cannot be analyzed (no GPU kernel, several recipes
-and no --expect, a profile run that stopped before its first GEMM) are bundled all the same,
-with the reason in report.md (and no analysis.json or results.json): that is often the bug
-being reported.
+The reports are made from the scrubbed traces in the zip, under their names there, so the
+bundle re-analyzes to the same: unzipped, `gemmscope analyze` of the traces `analysis.json`'s
+`meta.traces` lists, in that order and with the same --expect, --expect-map, --allow and
+--step-range, gives `analysis.json` again, and `gemmscope report` of them with `--tables DIR`
+gives the same files as `tables/`; for a run directory, `gemmscope report` of the unzipped
+bundle gives `tables/` again. Traces that read but cannot be analyzed (no GPU kernel, several
+recipes and no --expect, a profile run that stopped before its first GEMM) are bundled all the
+same, with the reason in report.md (and no analysis.json, results.json or tables): that is often
+the bug being reported.
 
 Every text member passes one `scrub.Redactor`, built from what all the traces recorded, the
 same one that scrubs the traces.
@@ -39,12 +44,16 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gemmscope import __version__, diagnose, reports, verify
+import pandas as pd
+
+from gemmscope import __version__, diagnose, html_report, reports, te_ranges, verify
 from gemmscope.errors import InputError
-from gemmscope.html_report import is_run_dir
 from gemmscope.profile import RUN_TRACES, load_run
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
 from gemmscope.trace_parser import TRACE_SUFFIXES, Trace, read_trace, trace_paths
+
+
+Tables = dict[str, pd.DataFrame]  # file name (html_report.TABLE_FILES) -> table
 
 
 class Bundle(NamedTuple):
@@ -78,14 +87,14 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
         recipes = verify.recorded_recipes(originals) if run_dir is None else []
         try:
             if run_dir is None:
-                report, results = _analyze_traces(staged, expect, allow, step_range, expect_map)
+                report, results, tables = _analyze_traces(staged, expect, allow, step_range, expect_map)
             else:
-                report, results, recipes = _analyze_run(run_dir, Path(staging) if staged else run_dir)
+                report, results, recipes, tables = _analyze_run(run_dir, Path(staging) if staged else run_dir)
             error = None
         except InputError as exc:  # no results document then: only documents their schema describes
             error = str(exc)
             report = f"# gemmscope bundle\n\ngemmscope could not analyze what this bundle holds: {error}\n"
-            results = None
+            results, tables = None, {}
         environment = {
             "schema_version": reports.SCHEMA_VERSION,
             "bundled_by": f"gemmscope {__version__}",
@@ -99,13 +108,15 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
         if results is not None:
             texts["analysis.json" if run_dir is None else "results.json"] = _json(redactor.document(results))
         texts["environment.json"] = _json(redactor.document(environment))
+        texts |= {f"tables/{name}": html_report.csv_text(_redacted_table(table, redactor))
+                  for name, table in tables.items()}
         _write_zip(out, texts, staged, redactor)
     return Bundle(out, error)
 
 
 def _run_dir(inputs: Sequence[str | Path]) -> Path | None:
     """The profile run directory `inputs` name, or None when they name traces."""
-    runs = [Path(p) for p in inputs if is_run_dir(Path(p))]
+    runs = [Path(p) for p in inputs if html_report.is_run_dir(Path(p))]
     if runs and len(inputs) > 1:
         raise InputError(f"{runs[0]} is a profile run directory: bundle it alone, not with other runs or traces")
     return runs[0] if runs else None
@@ -134,24 +145,39 @@ def _staging_path(staging: Path, member: str) -> Path:
 
 
 def _analyze_traces(staged: dict[str, Path], expect: str | None, allow: tuple[str, ...],
-                    step_range: str | None, expect_map: Sequence[tuple[str, str]]) -> tuple[str, dict]:
+                    step_range: str | None, expect_map: Sequence[tuple[str, str]]) -> tuple[str, dict, Tables]:
     """report.md and analysis.json as `gemmscope analyze --per-launch` makes them (a bug report
-    keeps every GEMM launch), from the scrubbed traces under their names in the zip."""
+    keeps every GEMM launch), and the tables as `gemmscope report --tables` writes them, from the
+    scrubbed traces under their names in the zip."""
     traces = [dataclasses.replace(read_trace(path), path=Path(member)) for member, path in staged.items()]
     result = verify.check(traces, expect, allow, expect_map)
     diagnosis = diagnose.diagnose(result, step_range)
     document = reports.analysis_document(result, None, diagnosis, per_launch=True)
-    return reports.render_verification(result, "markdown", document, diagnosis), document
+    return (reports.render_verification(result, "markdown", document, diagnosis), document,
+            html_report.trace_tables(result, diagnosis))
 
 
-def _analyze_run(run_dir: Path, scrubbed_run: Path) -> tuple[str, dict, list[str]]:
-    """report.md and results.json as `gemmscope profile` writes them, from the scrubbed trace
-    (`scrubbed_run` holds it; for a run made without nsys, the run directory itself), and the
-    recipes the run profiled."""
+def _analyze_run(run_dir: Path, scrubbed_run: Path) -> tuple[str, dict, list[str], Tables]:
+    """report.md and results.json as `gemmscope profile` writes them, the recipes the run
+    profiled and the tables as `gemmscope report --tables` writes them, from the scrubbed trace
+    (`scrubbed_run` holds it; for a run made without nsys, the run directory itself)."""
     run = load_run(scrubbed_run)
     wall_s = _wall_s(run_dir)
     recipes = list(dict.fromkeys(run.gemms["precision"]))
-    return reports.profile_markdown(run, wall_s), reports.results_document(run, wall_s), recipes
+    return (reports.profile_markdown(run, wall_s), reports.results_document(run, wall_s), recipes,
+            html_report.run_tables(run))
+
+
+def _redacted_table(table: pd.DataFrame, redactor: Redactor) -> pd.DataFrame:
+    """`table` with its column names and text cells redacted, each distinct text once. Redact
+    before writing CSV: its quoting ("" for ") would hide a value from the text pass."""
+    out = table.rename(columns=redactor)
+    for column in out.select_dtypes(include=["object", "string"]).columns:
+        texts = [t for t in out[column].dropna().unique() if isinstance(t, str)]
+        changed = {t: redacted for t in texts if (redacted := redactor(t)) != t}
+        if changed:
+            out[column] = out[column].replace(changed)
+    return out
 
 
 def _wall_s(run_dir: Path) -> float | None:
@@ -172,15 +198,17 @@ def _environment(trace: Trace, member: str) -> dict[str, Any]:
         system = dict(conn.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV")) \
             if "TARGET_INFO_SYSTEM_ENV" in tables else {}
         commands = command_lines(conn)
+    software = te_ranges.recorded_software(trace.nvtx["name"]) or {}
     return {
         "trace": member,
         "gpus": reports.frame_records(trace.gpus),
         "driver": _recorded(system.get("NvDriverVersion")),
         "cuda_driver": _cuda_version(system.get("CudaDriverVersion")),  # the CUDA version the driver supports
-        # No table of an nsys export records these, nor does gemmscope's hook.
-        "torch": None,
-        "transformer_engine": None,
-        "cublas": None,
+        # No table of an nsys export records these; gemmscope verify's hook marks them.
+        "torch": software.get("torch"),
+        "cuda": software.get("cuda"),
+        "transformer_engine": software.get("transformer_engine"),
+        "cublas": software.get("cublaslt"),
         "nsys": trace.meta["nsys_version"],  # the nsys that exported the trace: the export records no other
         "os": _recorded(system.get("OsDescription")),
         # Shell-quoted, but an argument scrub took out of an already shared trace reads [redacted].

@@ -126,7 +126,7 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
     if not traces:
         traces = (EXAMPLE_TRACE,)
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
-    _make_plots_dir(plots_dir)
+    _make_dir(plots_dir)
     result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map)
     diagnosis = diagnose.diagnose(result, step_range)
     document = reports.analysis_document(result, None, diagnosis, per_launch)
@@ -135,13 +135,13 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
-def _make_plots_dir(directory: Path | None) -> None:
-    """--plots DIR made before the traces are read: a folder that cannot be made fails first."""
+def _make_dir(directory: Path | None, option: str = "--plots") -> None:
+    """A folder an option names, made before the traces are read: one that cannot be made fails first."""
     if directory is not None:
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise InputError(f"cannot make the --plots folder {directory}: {exc.strerror}") from None
+            raise InputError(f"cannot make the {option} folder {directory}: {exc.strerror}") from None
 
 
 def _write_plots(directory: Path | None, result: verify.Verification, diagnosis: diagnose.Diagnosis) -> None:
@@ -188,7 +188,7 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
     if trace_args and any(v is not None for v in window.values()):
         raise InputError("--capture-range, --delay and --duration choose what a command's capture holds: "
                          "they do not apply to --trace")
-    _make_plots_dir(plots_dir)
+    _make_dir(plots_dir)
     outcome = None
     if trace_args:
         paths = trace_paths(trace_args)
@@ -272,14 +272,21 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
 @_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Traces: mismatches allowed (see analyze); repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="Traces: NVTX range that marks one training step (see analyze).")
+@click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Also write each table of the report as a CSV file into DIR (made if missing): "
+                   "mismatches.csv, findings.csv, breakdown-per-rank.csv, …; for a run directory "
+                   "gemm-entries.csv, … (README: Machine interface). Names whole, times in the unit the "
+                   "column names (_ns, _ms), blank where nothing ran; other gemmscope tables in DIR are removed.")
 def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None,
-               expect_map: tuple[tuple[str, str], ...], allow: tuple[str, ...], step_range: str | None) -> None:
+               expect_map: tuple[tuple[str, str], ...], allow: tuple[str, ...], step_range: str | None,
+               tables_dir: Path | None) -> None:
     """One file to attach to an issue: a self-contained HTML page (nothing loaded from anywhere:
     sortable tables, per-GEMM details, findings, plots, environment; verdict first) or the same
     as Markdown. TARGETS: a `gemmscope profile` run directory, or traces as for analyze. Without
     TARGETS: the H200 run shipped with gemmscope. Exit 0 once written; the verdict is in the file."""
     from gemmscope import html_report, profile
 
+    _make_dir(tables_dir, "--tables")
     if not targets:
         targets = (EXAMPLE_RUN,)
         click.echo(f"(nothing given: reporting the bundled run {EXAMPLE_RUN.name})", err=True)
@@ -296,12 +303,15 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
     text = html_report.render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
     if str(out) == "-":
         _emit(text)
-        return
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror}") from None
-    click.echo(f"wrote {out}", err=True)
+    else:
+        try:
+            out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot write {out}: {exc.strerror}") from None
+        click.echo(f"wrote {out}", err=True)
+    if tables_dir is not None:
+        written = html_report.write_tables(report.tables, tables_dir)
+        click.echo(f"wrote {len(written)} tables (CSV) into {tables_dir}", err=True)
 
 
 # --- shapes / kernel / scrub / doctor ------------------------------------------------------------
@@ -388,9 +398,10 @@ def scrub_cmd(trace: Path, out: Path) -> None:
 @click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
 def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, expect_map: tuple[tuple[str, str], ...],
                allow: tuple[str, ...], step_range: str | None) -> None:
-    """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the traces
-    scrubbed, and environment.json (GPU, driver, CUDA, nsys, recipes, the command line redacted).
-    INPUTS: traces (files, folders or globs), or one `gemmscope profile` run directory."""
+    """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the report's
+    tables as CSV (tables/, as `report --tables`), the traces scrubbed, and environment.json (GPU,
+    driver, CUDA, nsys, recipes, the command line redacted). INPUTS: traces (files, folders or
+    globs), or one `gemmscope profile` run directory."""
     from gemmscope.bundle import bundle
 
     made = bundle(inputs, out, expect, allow, step_range, expect_map)

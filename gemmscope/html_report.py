@@ -10,6 +10,10 @@ plots and the environment. Every text from a trace or a run goes through html.es
 Both formats render one `Report`, built either from a `gemmscope profile` run directory
 (`run_report`) or from checked traces and their diagnosis (`traces_report`); Markdown has the
 same sections, with the plots named instead of drawn (an issue comment cannot show a data: URI).
+
+A Report also holds its tables for a machine (`report --tables DIR`, a bundle's `tables/`): one
+CSV each, from the analysis frames the page's tables show (`trace_tables`, `run_tables`), under
+the names of TABLE_FILES.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ class Report:
     verdict: list[tuple[str, str]]  # one to five (label, text) lines
     environment: list[tuple[str, str]]
     sections: list[Section]
+    tables: dict[str, pd.DataFrame]  # file name (TABLE_FILES) -> the table for a machine
 
 
 # Kernel names (templated CUTLASS ones run to hundreds of characters) are cut to this in a
@@ -116,12 +121,12 @@ def traces_report(result: verify.Verification, diagnosis: Diagnosis) -> Report:
             mismatches.append(Table("Allowed mismatches", reports._mismatch_frame(result, True)))
         sections.append(Section("Mismatches", blocks=mismatches))
     if not result.rank_comparison.empty:
-        differing = result.rank_comparison[result.rank_comparison["differing_ranks"].map(len) > 0]
         sections.append(Section("Ranks that ran other kernels than the rest",
-                                blocks=[Table("Ranks that ran other kernels than the rest", differing)]))
+                                blocks=[Table("Ranks that ran other kernels than the rest",
+                                              reports.differing_ranks(result))]))
     sections.append(_gemm_details(result))
     return Report(title=f"gemmscope report: {', '.join(names)}", status=status, verdict=verdict,
-                  environment=environment, sections=sections)
+                  environment=environment, sections=sections, tables=trace_tables(result, diagnosis))
 
 
 def _gemm_details(result: verify.Verification) -> Section:
@@ -221,7 +226,8 @@ def run_report(run: ProfileRun, run_dir: Path) -> Report:
                 + [Table("GEMM kernels that ran (per mode, pass and precision)", reports.profile_kernel_table(run))]),
     ]
     return Report(title=f"gemmscope report: {run_dir.name} ({run.plan['model']} on {run.device['name']})",
-                  status=status, verdict=verdict, environment=environment, sections=sections)
+                  status=status, verdict=verdict, environment=environment, sections=sections,
+                  tables=run_tables(run))
 
 
 def _results_json(run_dir: Path) -> dict:
@@ -280,6 +286,117 @@ def _run_details(run: ProfileRun) -> Section:
                    intro=["Each line opens: every recipe's times, throughput, the reason for its speedup and "
                           "the kernel that ran, and TE's reason for what did not run."],
                    blocks=blocks)
+
+
+# --- the tables as CSV ----------------------------------------------------------------------------
+
+# Every CSV a report's tables are written as, and what a row of it is. Names are whole (kernels,
+# layers, ranges: never shortened); times are in the unit their column names (`_ns`, `_ms`),
+# shares 0–1 (`_share`) or 0–100 (`_pct`), as in the JSON documents; what did not run is blank,
+# never 0.
+TABLE_FILES = {
+    # traces (`analyze`'s JSON: summary, breakdown, findings)
+    "ranges-checked.csv": "an NVTX range an --expect-map pattern names, or a pattern that names none "
+                          "(with --expect-map only)",
+    "gemms-per-module-pass.csv": "a TE module and pass: GEMM launches, time, verdict counts",
+    "gemms-per-kernel.csv": "a layer, module, pass and kernel: precision, verdict, cause, launches, time",
+    "mismatches.csv": "a layer, module, pass and kernel whose requested precision did not run, allowed "
+                      "ones included (when checked against a recipe)",
+    "ranks-differing.csv": "a layer, module and pass where some ranks ran other kernels than the rest "
+                           "(several ranks only)",
+    "unreadable-traces.csv": "a trace that could not be read",
+    "breakdown-per-rank.csv": "a rank: GPU window, busy, idle, kernel launches, time per category",
+    "breakdown-per-step.csv": "a rank and training step (after the first): the same figures",
+    "findings.csv": "a finding, most time at stake first",
+    "findings-figures.csv": "a figure of a finding (nested figures named with dots: amdahl.s=2)",
+    "findings-concerns.csv": "a layer, module and pass where a finding's time is",
+    "kernels-decoded.csv": "a GEMM kernel that ran: what its name says",
+    # a profile run directory (its results.json)
+    "per-layer.csv": "a mode and precision: one layer's GEMM times, speedup over BF16, entries not run, flagged",
+    "full-model.csv": "a mode and precision: one step's GEMM time for the whole model",
+    "gemm-entries.csv": "a GEMM, precision and mode: every figure of results.json's gemms",
+    "gemm-kernels.csv": "a mode, pass, precision and kernel that ran, with the GEMMs that ran it",
+    "not-run.csv": "a precision and reason: the entries that did not run, and TE's reason",
+    "memory.csv": "a mode and precision: peak GPU memory above the baseline, MiB",
+}
+
+
+def trace_tables(result: verify.Verification, diagnosis: Diagnosis) -> dict[str, pd.DataFrame]:
+    """`traces_report`'s tables for a machine, keyed by file name: the frames of `analyze`'s
+    JSON (summary, breakdown, findings) and the per-step breakdown."""
+    tables = {}
+    if result.expect_map:
+        tables["ranges-checked.csv"] = reports.ranges_table(result.ranges_checked)
+    tables["gemms-per-module-pass.csv"] = result.summary
+    tables["gemms-per-kernel.csv"] = result.groups
+    if result.checked:
+        tables["mismatches.csv"] = reports.mismatch_groups(result)
+    if not result.rank_comparison.empty:
+        differing = reports.differing_ranks(result)
+        tables["ranks-differing.csv"] = differing.assign(
+            differing_ranks=differing["differing_ranks"].map(lambda ranks: " ".join(map(str, ranks))))
+    tables["unreadable-traces.csv"] = pd.DataFrame(result.unreadable, columns=["trace", "rank", "error"])
+    tables["breakdown-per-rank.csv"] = diagnosis.breakdown
+    tables["breakdown-per-step.csv"] = diagnosis.step_times
+    findings = diagnosis.findings
+    tables["findings.csv"] = pd.DataFrame(findings, columns=["code", "explains_ns", "statement"])
+    tables["findings-figures.csv"] = pd.DataFrame(
+        [(f["code"], name, value) for f in findings for name, value in _flat(reports._plain(f["figures"]))],
+        columns=["code", "figure", "value"], dtype=object)  # an integer figure stays one
+    tables["findings-concerns.csv"] = pd.DataFrame(
+        [{"code": f["code"], **concern} for f in findings for concern in f["concerns"]],
+        columns=["code", "layer", "module", "pass", "time_ns"])
+    tables["kernels-decoded.csv"] = kernels.decode_frame(pd.Series(result.groups["kernel"].unique(), dtype=object))
+    return tables
+
+
+def _flat(figures: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """A finding's figures as (name, value), nested ones named with dots: ("amdahl.s=2", 1.0)."""
+    flat = []
+    for name, value in figures.items():
+        if isinstance(value, dict):
+            flat += _flat(value, f"{prefix}{name}.")
+        else:
+            flat.append((prefix + name, value))
+    return flat
+
+
+def run_tables(run: ProfileRun) -> dict[str, pd.DataFrame]:
+    """`run_report`'s tables for a machine, keyed by file name: results.json's per-layer,
+    full-model, memory and per-entry figures, the kernels that ran and what did not run. An
+    entry that did not run counts no launches: blank, not 0."""
+    ran = run.gemms["status"] == "ok"
+    entries = run.gemms.assign(gemm_launches=run.gemms["gemm_launches"].astype("Int64").where(ran))
+    return {
+        "per-layer.csv": reports.profile_per_layer(run),
+        "full-model.csv": run.full_model().reset_index(),
+        "gemm-entries.csv": entries,
+        "gemm-kernels.csv": reports.profile_kernels(run),
+        "not-run.csv": reports.profile_not_run_table(run),
+        "memory.csv": reports.profile_memory(run),
+    }
+
+
+def csv_text(table: pd.DataFrame) -> str:
+    """A table as CSV: a header, a row per row, blank where a value is missing."""
+    return table.to_csv(index=False, lineterminator="\n")
+
+
+def write_tables(tables: dict[str, pd.DataFrame], directory: Path) -> list[Path]:
+    """Each table as `directory/<name>` (the folder made if missing); a file of TABLE_FILES that
+    this report has no table for is removed, so that the folder never mixes two reports. The
+    paths written."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in TABLE_FILES.keys() - tables.keys():
+            (directory / stale).unlink(missing_ok=True)
+        paths = []
+        for name, table in tables.items():
+            (directory / name).write_text(csv_text(table), encoding="utf-8")
+            paths.append(directory / name)
+    except OSError as exc:
+        raise InputError(f"cannot write tables into {directory}: {exc.strerror}") from None
+    return paths
 
 
 # --- rendering ------------------------------------------------------------------------------------

@@ -185,6 +185,18 @@ def _dodge(count: int, width: float = 0.8) -> np.ndarray:
     return (np.arange(count) - (count - 1) / 2) * width / max(count, 1)
 
 
+def _per_gemm_axes(plt, rows: pd.DataFrame, recipes: list[str], dodge_width: float, share_y: bool):
+    """A profile run's figure of one panel per mode and one tick per GEMM: the figure, its axes,
+    the modes and GEMMs in order, each GEMM's tick and each recipe's offset from it."""
+    modes = list(dict.fromkeys(rows["mode"]))
+    gemms = list(dict.fromkeys(rows["gemm"]))
+    fig, axes = plt.subplots(len(modes), 1, figsize=(max(8.0, 0.85 * len(gemms) + 3), 1.2 + 3.0 * len(modes)),
+                             sharex=True, sharey=share_y, squeeze=False, layout="constrained")
+    offsets = dict(zip(recipes, _dodge(len(recipes), dodge_width)))
+    position = {gemm: i for i, gemm in enumerate(gemms)}
+    return fig, axes, modes, gemms, position, offsets
+
+
 def profile_speedup_plot(run: ProfileRun) -> Plot:
     """Per GEMM and mode, each recipe's speedup over BF16 (CUDA-event time), with the peak ratio
     the recipe's precision has over BF16 on this GPU."""
@@ -194,14 +206,9 @@ def profile_speedup_plot(run: ProfileRun) -> Plot:
                     ["mode", "op", "pass", "gemm", "precision", "speedup", "verdict", "flagged"]]
     drawn = data[data["speedup"].notna()]
     recipes = list(dict.fromkeys(drawn["precision"]))
-    modes = list(dict.fromkeys(rows["mode"]))
-    gemms = list(dict.fromkeys(rows["gemm"]))
     colours = RECIPE_COLOURS
-    fig, axes = plt.subplots(len(modes), 1, figsize=(max(8.0, 0.85 * len(gemms) + 3), 1.2 + 3.0 * len(modes)),
-                             sharex=True, squeeze=False, layout="constrained")
-    offsets = dict(zip(recipes, _dodge(len(recipes))))
+    fig, axes, modes, gemms, position, offsets = _per_gemm_axes(plt, rows, recipes, 0.8, share_y=False)
     width = 0.8 / max(len(recipes), 1)
-    position = {gemm: i for i, gemm in enumerate(gemms)}
     bf16_peak = devices.peak_tflops(run.device["name"], "bf16")
     peaks = _recipe_peaks(rows[rows["precision"].isin(recipes)])
     peak_ratios = peaks / bf16_peak if bf16_peak else peaks.iloc[0:0]
@@ -247,13 +254,8 @@ def profile_tflops_plot(run: ProfileRun) -> Plot:
                  "verdict", "flagged"]]
     drawn = data[data["kernel_tflops"].notna()]
     recipes = list(dict.fromkeys(drawn["precision"]))
-    modes = list(dict.fromkeys(rows["mode"]))
-    gemms = list(dict.fromkeys(rows["gemm"]))
     colours = RECIPE_COLOURS
-    fig, axes = plt.subplots(len(modes), 1, figsize=(max(8.0, 0.85 * len(gemms) + 3), 1.2 + 3.0 * len(modes)),
-                             sharex=True, sharey=True, squeeze=False, layout="constrained")
-    offsets = dict(zip(recipes, _dodge(len(recipes), 0.6)))
-    position = {gemm: i for i, gemm in enumerate(gemms)}
+    fig, axes, modes, gemms, position, offsets = _per_gemm_axes(plt, rows, recipes, 0.6, share_y=True)
     peaks = _recipe_peaks(drawn)
     for ax, mode in zip(axes[:, 0], modes):
         here = drawn[drawn["mode"] == mode]

@@ -16,7 +16,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from gemmscope import devices
+from gemmscope import devices, te_ranges
 from gemmscope.diagnose import CATEGORIES, Diagnosis
 from gemmscope.shapes import Gemm
 from gemmscope.trace_parser import Trace
@@ -184,26 +184,46 @@ def _summary_frame(result: Verification) -> pd.DataFrame:
     return s
 
 
-def ranges_frame(ranges: pd.DataFrame) -> pd.DataFrame:
-    """The mapped ranges for people: milliseconds and shares; a range that ran no GEMM shows no
-    time, not 0."""
+def ranges_table(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The mapped ranges (verify's `ranges_checked`), a range that ran no GEMM with no time and
+    no share, not 0."""
     ran = ranges["gemms"] > 0
+    return ranges.assign(gemm_time_ns=ranges["gemm_time_ns"].astype("Int64").where(ran),
+                         expected_time_share=ranges["expected_time_share"].where(ran))
+
+
+def ranges_frame(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The mapped ranges for people: milliseconds and shares."""
+    table = ranges_table(ranges)
+    timed = table["gemm_time_ns"].notna()
     return pd.DataFrame({
-        "range": ranges["range"].fillna("(no range matches " + ranges["pattern"] + ")"),
-        "expected": ranges["expected"],
-        "instances": ranges["instances"],
-        "gemms": ranges["gemms"],
-        "gemm_ms": (ranges["gemm_time_ns"] / 1e6).where(ran),
-        "at_expected": ((ranges["expected_time_share"] * 100).round(1).astype(str) + " %").where(ran),
-        "fallbacks": ranges["fallbacks"],
-        "verdict": ranges["verdict"],
+        "range": table["range"].fillna("(no range matches " + table["pattern"] + ")"),
+        "expected": table["expected"],
+        "instances": table["instances"],
+        "gemms": table["gemms"],
+        "gemm_ms": table["gemm_time_ns"] / 1e6,
+        "at_expected": ((table["expected_time_share"] * 100).round(1).astype(str) + " %").where(timed),
+        "fallbacks": table["fallbacks"],
+        "verdict": table["verdict"],
     })
+
+
+def mismatch_groups(result: Verification) -> pd.DataFrame:
+    """The layer × module × pass × kernel groups whose requested precision did not run, allowed
+    ones included (`allowed` says which)."""
+    return result.groups[result.groups["verdict"] == "FALLBACK"]
+
+
+def differing_ranks(result: Verification) -> pd.DataFrame:
+    """The layer × module × pass where some ranks ran other kernels than the rest."""
+    comparison = result.rank_comparison
+    return comparison[comparison["differing_ranks"].map(len) > 0]
 
 
 def _mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
     """Mismatches grouped by layer × module × pass × kernel, with counts."""
-    g = result.groups
-    rows = g[(g["verdict"] == "FALLBACK") & (g["allowed"] == allowed)]
+    groups = mismatch_groups(result)
+    rows = groups[groups["allowed"] == allowed]
     return pd.DataFrame(
         {
             "layer": rows["layer"],
@@ -471,8 +491,14 @@ def trace_environment(result: Verification) -> list[tuple[str, str]]:
     nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in result.traces)
     ranks = summary_document(result)["ranks"]
     traces = _count(len(result.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
+    software = next((v for t in result.traces if (v := te_ranges.recorded_software(t.nvtx["name"]))), None)
+    if software is None:
+        versions = "not recorded (nsys records none; gemmscope verify's hook does)"
+    else:
+        versions = ", ".join(f"{label} {software.get(key) or 'unknown'}" for key, label in
+                             (("torch", "torch"), ("cuda", "CUDA"), ("transformer_engine", "TE"), ("cublaslt", "cuBLASLt")))
     return [("GPU", ", ".join(gpus) or "unknown"), ("nsys", ", ".join(nsys)), ("traces", traces),
-            ("TE / torch versions", "not recorded in nsys traces")]
+            ("software", versions)]
 
 
 def environment_line(environment: list[tuple[str, str]]) -> str:
@@ -563,8 +589,7 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
         if len(result.allowed):
             sections.append(("Allowed mismatches", _mismatch_frame(result, True)))
     if not result.rank_comparison.empty:
-        differing = result.rank_comparison[result.rank_comparison["differing_ranks"].map(len) > 0]
-        sections.append(("Ranks that ran other kernels than the rest", differing))
+        sections.append(("Ranks that ran other kernels than the rest", differing_ranks(result)))
     if result.unreadable:
         sections.append(("Traces that could not be read (the others are checked)", pd.DataFrame(result.unreadable)))
     if diagnosis is not None:
@@ -687,8 +712,7 @@ def _ranks_section(result: Verification) -> TextSection:
     """Per layer, module and pass where some ranks ran other kernels: what most ranks ran, and
     which ranks differ."""
     title = "Ranks that ran other kernels than the rest"
-    comparison = result.rank_comparison
-    differing = comparison[comparison["differing_ranks"].map(len) > 0]
+    differing = differing_ranks(result)
     if differing.empty:
         return TextSection(f"{title}: none")
     column = "layer · module\n  kernels most ranks ran"
@@ -853,11 +877,16 @@ def profile_pass_tables(run) -> list[tuple[str, pd.DataFrame]]:
     return tables
 
 
-def profile_kernel_table(run) -> pd.DataFrame:
+def profile_kernels(run) -> pd.DataFrame:
     """The GEMM kernels that ran, per mode, pass and precision, with the ops that ran each."""
     ran = run.gemms[run.gemms["kernel"].notna()]
     grouped = ran.groupby(["mode", "pass", "precision", "kernel", "kernel_precision"], sort=False)
-    return grouped["op"].agg(", ".join).rename("ops").reset_index().rename(columns={"kernel_precision": "ran as"})
+    return grouped["op"].agg(", ".join).rename("ops").reset_index()
+
+
+def profile_kernel_table(run) -> pd.DataFrame:
+    """`profile_kernels` for people."""
+    return profile_kernels(run).rename(columns={"kernel_precision": "ran as"})
 
 
 def _kernels_section(run) -> tuple[str, pd.DataFrame]:
@@ -887,19 +916,39 @@ def device_line(run) -> str:
             f"ridge points {ridges} FLOP/B. Source: {', '.join(device.sources)} ({device.note})")
 
 
-def profile_summary_tables(run) -> list[tuple[str, pd.DataFrame]]:
+def profile_per_layer(run) -> pd.DataFrame:
+    """Per mode and precision, one layer's GEMMs: times, the speedup over BF16 (BF16's own: 1)
+    and the entries flagged; a recipe none of whose GEMMs ran has no speedup and was not
+    checked: blank, never 0."""
     layer = run.per_layer().reset_index()
-    full = run.full_model().reset_index()
     speedups = run.speedups()
+    speedup = [1.0 if p == "bf16" else speedups.get(m, {}).get(p) for m, p in zip(layer["mode"], layer["precision"])]
+    ran = layer["not_ok"] < layer["gemms"]
+    return layer.assign(speedup_vs_bf16=pd.Series(speedup, index=layer.index, dtype=float).where(ran),
+                        flagged=layer["flagged"].astype("Int64").where(ran))
+
+
+def profile_memory(run) -> pd.DataFrame:
+    """GPU memory while each mode and precision ran, MiB above the baseline; a precision none of
+    whose GEMMs ran: blank, never 0."""
+    if run.memory.empty:  # a run made without nsys: no memory events
+        return pd.DataFrame(columns=["mode", "precision", "peak_mib"])
+    ok = run.gemms[run.gemms["status"] == "ok"]
+    ran = pd.MultiIndex.from_frame(run.memory[["mode", "precision"]]).isin(
+        pd.MultiIndex.from_frame(ok[["mode", "precision"]]))
+    return run.memory.assign(peak_mib=run.memory["peak_mib"].where(ran))
+
+
+def profile_summary_tables(run) -> list[tuple[str, pd.DataFrame]]:
+    layer = profile_per_layer(run)
+    full = run.full_model().reset_index()
     per_layer = pd.DataFrame({
         "mode": layer["mode"], "precision": layer["precision"],
         "e2e ms": layer["e2e_ms"].map(_num), "kernel ms": layer["kernel_ms"].map(_num),
         "overhead ms": layer["overhead_ms"].map(_num),
-        "speedup vs bf16": [_num(speedups.get(m, {}).get(p), 2) + "x" if speedups.get(m, {}).get(p) else
-                            ("1.00x" if p == "bf16" else "") for m, p in zip(layer["mode"], layer["precision"])],
+        "speedup vs bf16": layer["speedup_vs_bf16"].map(lambda v: _num(v, 2) + "x" if pd.notna(v) else ""),
         "not run": layer["not_ok"],
-        # a recipe none of whose GEMMs ran was not checked: blank, never 0
-        "flagged": layer["flagged"].astype(object).where(layer["not_ok"] < layer["gemms"], ""),
+        "flagged": layer["flagged"].map(lambda v: "" if pd.isna(v) else int(v)),
     })
     model = pd.DataFrame({"mode": full["mode"], "precision": full["precision"],
                           "e2e ms per step": full["e2e_ms"].map(_num)})
@@ -909,11 +958,9 @@ def profile_summary_tables(run) -> list[tuple[str, pd.DataFrame]]:
     if not not_run.empty:
         tables.append(("Did not run (TE's reason, once per recipe)", not_run))
     if not run.memory.empty:
-        ok = run.gemms[run.gemms["status"] == "ok"]
-        ran = pd.MultiIndex.from_frame(run.memory[["mode", "precision"]]).isin(
-            pd.MultiIndex.from_frame(ok[["mode", "precision"]]))
-        peak = run.memory["peak_mib"].map(lambda v: _num(v, 0)).where(ran, "")  # not run: blank, never 0
-        tables.append(("GPU memory while each precision ran (peak above baseline, MiB)", run.memory.assign(peak_mib=peak)))
+        memory = profile_memory(run)
+        tables.append(("GPU memory while each precision ran (peak above baseline, MiB)",
+                       memory.assign(peak_mib=memory["peak_mib"].map(lambda v: _num(v, 0)))))
     return tables
 
 

@@ -26,6 +26,7 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     AUTOCAST_PREFIX,
     GEMM_PREFIX,
     PROCESS_PREFIX,
+    SOFTWARE_PREFIX,
     UNKNOWN,
     parse_record,
 )
@@ -143,3 +144,15 @@ def classify(names: pd.Series) -> pd.DataFrame:
     for column in _INTEGER_COLUMNS:
         table[column] = table[column].astype("Int64")
     return table.reindex(names.to_numpy()).set_index(names.index)
+
+
+def recorded_software(names: pd.Series) -> dict[str, str | None] | None:
+    """The software versions gemmscope's hook recorded among these NVTX names (torch, cuda,
+    transformer_engine, cublaslt; None for one it could not read), or None without its record. A
+    trace of several processes records them once per process; the first is said."""
+    distinct = pd.Series(pd.unique(names.dropna()), dtype="object")
+    marks = distinct[distinct.str.startswith(SOFTWARE_PREFIX)]
+    if marks.empty:
+        return None
+    record = parse_record(SOFTWARE_PREFIX, marks.iloc[0])
+    return {key: None if value == UNKNOWN else value for key, value in record.items()}

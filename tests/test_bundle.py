@@ -1,10 +1,11 @@
-"""bundle: a zip for a bug report that holds no secret, and whose report re-derives from the
-scrubbed traces it holds.
+"""bundle: a zip for a bug report that holds no secret, and whose report and tables re-derive
+from the scrubbed traces it holds.
 
 Secrets are planted in two real captures: secrets_probe (tests/fixtures/cpu) profiled now under
 nsys with random tokens in its environment and on its command line, which it prints to stdout
 and stderr and names NVTX events after; and a committed GPU trace (TE's FSDP example on an H100)
-into whose text columns random tokens are written the way a GPU program's output would hold them.
+into whose text columns random tokens are written the way a GPU program's output would hold them,
+and whose steps are NVTX ranges named with a token each (names that reach the tables).
 """
 
 import json
@@ -19,20 +20,28 @@ import zipfile
 from contextlib import closing
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from gemmscope import reports, verify
-from gemmscope.bundle import bundle
+from gemmscope.bundle import _redacted_table, bundle
+from gemmscope.html_report import csv_text
 from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.profile import load_run
+from gemmscope.scrub import Redactor
 from gemmscope.trace_parser import read_trace
 from schema_check import assert_valid
+
+CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 from sqlite_text import all_text
+from test_tables import EVERY_TRACE_REPORT, RUN_REPORT, read, records
 
 GPU_TRACE = Path(__file__).parent / "fixtures" / "gpu" / "corpus" / "fsdp_fp8_1gpu.sqlite.xz"
 RUN_DIR = Path(__file__).parent / "fixtures" / "runs" / "h100-codonfm-5b"
+# The tables of a checked trace of one rank (the recipe it recorded: mismatches.csv).
+CHECKED_TABLES = [f"tables/{name}" for name in EVERY_TRACE_REPORT | {"mismatches.csv"}]
 
 
 def _random(length: int, alphabet: str = string.ascii_letters + string.digits) -> str:
@@ -143,6 +152,17 @@ def assert_nothing_planted_survives(contents: dict[str, bytes], tmp_path: Path, 
         assert [s for s in planted if s in text] == [], trace.name
 
 
+def assert_report_gives_the_tables(targets: list[str], contents: dict[str, bytes], tmp_path: Path,
+                                   options: tuple[str, ...] = ()) -> None:
+    """`gemmscope report TARGETS --tables DIR` writes the bundle's tables/, file for file."""
+    folder = tmp_path / "report-tables"
+    done = CliRunner().invoke(main, ["report", *targets, *options, "-o", str(tmp_path / "report.md"),
+                                     "--tables", str(folder)])
+    assert done.exit_code == 0, done.output
+    bundled = {name.removeprefix("tables/"): data for name, data in contents.items() if name.startswith("tables/")}
+    assert bundled and {p.name: p.read_bytes() for p in folder.iterdir()} == bundled
+
+
 def test_cpu_capture_recorded_what_was_planted(cpu_capture):
     """Every secret is in the raw export: in the environment nsys recorded, the command line,
     the program's output or its NVTX text."""
@@ -181,7 +201,8 @@ def test_bundle_of_a_gpu_trace_holds_no_planted_secret_and_reanalyzes(gpu_plante
     made = bundle([path], tmp_path / "issue.zip")
     assert made.analysis_error is None
     contents = _members(made.path, tmp_path)
-    assert sorted(contents) == ["analysis.json", "environment.json", "report.md", "traces/fsdp_fp8_1gpu.sqlite.xz"]
+    assert sorted(contents) == sorted(["analysis.json", "environment.json", "report.md", *CHECKED_TABLES,
+                                       "traces/fsdp_fp8_1gpu.sqlite.xz"])
     assert_nothing_planted_survives(contents, tmp_path, planted.strings())
 
     # offline, the bundled trace gives the committed trace's verdicts
@@ -196,6 +217,8 @@ def test_bundle_of_a_gpu_trace_holds_no_planted_secret_and_reanalyzes(gpu_plante
         analyzed = CliRunner().invoke(main, ["analyze", "traces/fsdp_fp8_1gpu.sqlite.xz", *options])
         assert analyzed.exit_code == 0, analyzed.output
         assert analyzed.stdout == contents[member].decode()
+    # and `gemmscope report --tables` of it gives its tables
+    assert_report_gives_the_tables(["traces/fsdp_fp8_1gpu.sqlite.xz"], contents, tmp_path)
     analysis = json.loads(contents["analysis.json"])
     assert analysis["summary"]["verdicts"] == {"OK": 72} and analysis["findings"]
 
@@ -206,6 +229,22 @@ def test_bundle_of_a_gpu_trace_holds_no_planted_secret_and_reanalyzes(gpu_plante
     assert [g["name"] for g in trace["gpus"]] == ["NVIDIA H100 80GB HBM3"]
     assert (trace["driver"], trace["cuda_driver"], trace["nsys"]) == ("580.159.04", "13.0", "2025.3.2.0")
     assert trace["command_lines"] == [" ".join(["[redacted]"] * 11)]  # the committed trace was scrubbed
+    # captured before gemmscope's hook marked software versions: null, not guessed
+    assert (trace["torch"], trace["cuda"], trace["transformer_engine"], trace["cublas"]) == (None,) * 4
+
+
+def test_bundle_says_the_software_versions_the_hook_recorded(tmp_path):
+    """TE's GEMM benchmark run as gemmscope verify runs it: the hook marked the versions the GPU
+    machine's set-up printed (torch 2.11.0+cu130, TE 2.20.2), which no nsys table records."""
+    made = bundle([CORPUS / "gemm_bench_4096_hook.sqlite.xz"], tmp_path / "issue.zip",
+                  expect_map=(("BF16_*", "bf16"), ("FP8Current_*", "fp8-current")))
+    contents = _members(made.path, tmp_path)
+    environment = json.loads(contents["environment.json"])
+    assert_valid(environment, "environment")
+    (trace,) = environment["traces"]
+    assert (trace["torch"], trace["cuda"], trace["transformer_engine"], trace["cublas"]) == (
+        "2.11.0+cu130", "13.0", "2.20.2", "13.1.0")
+    assert "software: torch 2.11.0+cu130, CUDA 13.0, TE 2.20.2, cuBLASLt 13.1.0" in contents["report.md"].decode()
 
 
 def test_what_one_trace_recorded_is_redacted_in_all(cpu_capture, gpu_planted, tmp_path):
@@ -224,9 +263,60 @@ def test_what_one_trace_recorded_is_redacted_in_all(cpu_capture, gpu_planted, tm
     contents = _members(made.path, tmp_path)
     (unreadable,) = json.loads(contents["analysis.json"])["summary"]["unreadable_traces"]
     assert unreadable["trace"] == "secrets_probe.sqlite.xz" and "holds no GPU kernels" in unreadable["error"]
-    assert sorted(contents) == ["analysis.json", "environment.json", "report.md",
-                                "traces/fsdp_fp8_1gpu.sqlite.xz", "traces/secrets_probe.sqlite.xz"]
+    assert sorted(contents) == sorted(["analysis.json", "environment.json", "report.md", *CHECKED_TABLES,
+                                       "traces/fsdp_fp8_1gpu.sqlite.xz", "traces/secrets_probe.sqlite.xz"])
+    assert records(tmp_path / "unzipped" / "tables" / "unreadable-traces.csv") == [unreadable]
     assert_nothing_planted_survives(contents, tmp_path, cpu_planted.strings() + gpu_planted_values.strings())
+
+
+def test_tables_of_a_bundle_hold_no_planted_secret_and_reanalyze(gpu_planted, tmp_path, monkeypatch):
+    """Steps of the planted GPU trace as NVTX ranges named with a token each, cut by --step-range
+    and mapped by --expect-map: their names reach breakdown-per-step.csv and ranges-checked.csv,
+    redacted; no planted secret is left in any member; unzipped, `gemmscope report --tables` with
+    the same options gives the same tables."""
+    source, planted = gpu_planted
+    steps = Planted()
+    path = tmp_path / "fsdp_fp8_1gpu.sqlite"
+    shutil.copyfile(source, path)
+    with closing(sqlite3.connect(path)) as conn:
+        (thread,) = conn.execute("SELECT globalTid FROM NVTX_EVENTS WHERE globalTid IS NOT NULL").fetchone()
+        first, last = conn.execute("SELECT min(r.start), max(r.end) FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+                                   "JOIN CUPTI_ACTIVITY_KIND_KERNEL k USING (correlationId)").fetchone()
+        length = (last - first) // 3 + 1
+        for step in range(3):
+            name = f"step {step} " + steps.add(f"step {step}", "sk-proj-", _random(40))
+            start = first + step * length
+            conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                         "VALUES (?, ?, 59, ?, ?, 0)", (start, start + length, name, thread))
+        conn.commit()
+    options = ("--step-range", "step *", "--expect-map", "step *=fp8-delayed")
+    made = bundle([path], tmp_path / "issue.zip", step_range="step *", expect_map=[("step *", "fp8-delayed")])
+    assert made.analysis_error is None
+    contents = _members(made.path, tmp_path)
+    assert sorted(contents) == sorted(["analysis.json", "environment.json", "report.md", *CHECKED_TABLES,
+                                       "tables/ranges-checked.csv", "traces/fsdp_fp8_1gpu.sqlite.xz"])
+    assert_nothing_planted_survives(contents, tmp_path, planted.strings() + steps.strings())
+    tables = tmp_path / "unzipped" / "tables"
+    assert list(read(tables / "breakdown-per-step.csv")["name"]) == ["step 1 [redacted]", "step 2 [redacted]"]
+    ranges = read(tables / "ranges-checked.csv")
+    assert list(ranges["range"]) == ["step 0 [redacted]", "step 1 [redacted]", "step 2 [redacted]"]
+    mapped = [g for g in json.loads(contents["analysis.json"])["gemms"] if g["expect_range"] is not None]
+    assert ranges["gemms"].sum() == len(mapped) > 0 and {g["verdict"] for g in mapped} == {"OK"}
+    monkeypatch.chdir(tmp_path / "unzipped")
+    assert_report_gives_the_tables(["traces/fsdp_fp8_1gpu.sqlite.xz"], contents, tmp_path, options)
+
+
+def test_a_table_is_redacted_before_csv_quotes_it():
+    """CSV writes a value's " as "": a secret holding one would slip past a pass over the CSV
+    text alone, so the cells (and column names) are redacted first."""
+    random_part = _random(20)
+    secret = 'pa"ss' + random_part
+    redactor = Redactor(secret_values=[secret])
+    table = pd.DataFrame({"range": [f"login {secret}", "step 1"], f"by {secret}": [1, 2]})
+    assert secret.replace('"', '""') in redactor(csv_text(table))
+    text = redactor(csv_text(_redacted_table(table, redactor)))
+    assert random_part not in text
+    assert text == "range,by [redacted]\nlogin [redacted],1\nstep 1,2\n"
 
 
 def test_scrub_alone_redacts_planted_secrets(cpu_capture, gpu_planted, tmp_path):
@@ -243,12 +333,15 @@ def test_bundle_of_a_profile_run_directory(tmp_path):
     made = bundle([RUN_DIR], tmp_path / "run.zip")
     assert made.analysis_error is None
     contents = _members(made.path, tmp_path)
-    assert sorted(contents) == ["environment.json", "report.md", "results.json", "trace.sqlite.xz"]
+    assert sorted(contents) == sorted(["environment.json", "report.md", "results.json", "trace.sqlite.xz",
+                                       *(f"tables/{name}" for name in RUN_REPORT)])
     wall_s = json.loads((RUN_DIR / "results.json").read_text())["wall_s"]
     original = load_run(RUN_DIR)
     assert contents["report.md"].decode() == reports.profile_markdown(original, wall_s)
     assert json.loads(contents["results.json"]) == json.loads(json.dumps(reports.results_document(original, wall_s)))
     assert load_run(tmp_path / "unzipped").gemms.equals(original.gemms)
+    assert_report_gives_the_tables([str(tmp_path / "unzipped")], contents, tmp_path)
+    assert_report_gives_the_tables([str(RUN_DIR)], contents, tmp_path)  # the run's own, from its own trace
     environment = json.loads(contents["environment.json"])
     assert_valid(environment, "environment")
     assert environment["recipes"] == list(dict.fromkeys(original.gemms["precision"]))

@@ -18,12 +18,16 @@ A record is a prefix followed by ``key=value`` fields separated by ``|``:
   shape (output M×N, K contracted; absent for grouped calls) and ``flops`` its 2·M·N·K (summed
   over a grouped call's members);
 - ``gemmscope.process|rank=…|local_rank=…|world_size=…``: a mark once per process that imports
-  TE, naming its rank when a launcher (torchrun, mpirun, SLURM) set one.
+  TE, naming its rank when a launcher (torchrun, mpirun, SLURM) set one;
+- ``gemmscope.software|torch=…|cuda=…|transformer_engine=…|cublaslt=…``: a mark once per process,
+  at its first TE GEMM call, with the versions a bug report needs and no nsys table records
+  (``cuda``: the CUDA torch was built with; ``cublaslt``: the cuBLASLt TE loaded).
 """
 
 AUTOCAST_PREFIX = "gemmscope.autocast(recipe="
 GEMM_PREFIX = "gemmscope.te_gemm|"
 PROCESS_PREFIX = "gemmscope.process|"
+SOFTWARE_PREFIX = "gemmscope.software|"
 FIELD_SEPARATOR = "|"
 UNKNOWN = "?"
 

@@ -29,6 +29,7 @@ from gemmscope_protocol import (
     GEMM_PREFIX,
     PASS_BY_LAYOUT,
     PROCESS_PREFIX,
+    SOFTWARE_PREFIX,
     UNKNOWN,
     format_record,
 )
@@ -81,6 +82,23 @@ def _mark_process(torch) -> None:
     world_size = env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", env.get("SLURM_NTASKS", UNKNOWN)))
     torch.cuda.nvtx.mark(format_record(PROCESS_PREFIX, {
         "rank": rank, "local_rank": local_rank, "world_size": world_size, "pid": os.getpid()}))
+
+
+def _mark_software(torch) -> None:
+    """The versions of what runs the GEMMs, once per process, at its first TE GEMM call (TE is
+    wholly imported by then)."""
+    te = sys.modules.get("transformer_engine")
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda or UNKNOWN,
+                "transformer_engine": getattr(te, "__version__", UNKNOWN), "cublaslt": UNKNOWN}
+    try:
+        import transformer_engine_torch
+
+        # cublasLtGetVersion: major·10000 + minor·100 + patch
+        number = int(transformer_engine_torch.get_cublasLt_version())
+        versions["cublaslt"] = f"{number // 10000}.{number // 100 % 100}.{number % 100}"
+    except Exception:  # an older TE without it: the version stays unknown
+        pass
+    torch.cuda.nvtx.mark(format_record(SOFTWARE_PREFIX, versions))
 
 
 # --- which module: layer paths ----------------------------------------------------------------
@@ -202,6 +220,7 @@ def operand_type(operand) -> str:
 
 
 _in_gemm_call = threading.local()
+_software_marked: list = []  # non-empty once this process has recorded its software versions
 
 
 def _matrix(operand) -> tuple[int, int] | None:
@@ -259,6 +278,12 @@ def _recording(entry: str, original, torch):
     def recorded(*args, **kwargs):
         if getattr(_in_gemm_call, "inside", False):  # a grouped entry point calling general_gemm
             return original(*args, **kwargs)
+        if not _software_marked:
+            _software_marked.append(True)
+            try:
+                _mark_software(torch)
+            except Exception as exc:  # never break the program being checked
+                _note(f"software versions not recorded: {type(exc).__name__}")
         try:
             layout = _argument(args, kwargs, "layout", position["layout"], layout_default)
             a = _argument(args, kwargs, "A", position["A"])
