@@ -9,6 +9,7 @@ within a few percent.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -106,9 +107,11 @@ def main() -> None:
         inner(args.iters)
         return
 
+    import numpy as np
+
     from gemmscope import nsys_runner
     from gemmscope.profile import analyze_run
-    from gemmscope.trace_parser import launches, read_trace
+    from gemmscope.trace_parser import launches_with_ranges, read_trace
 
     report = Path(tempfile.mkdtemp(prefix="gemmscope-bench-")) / "bench.nsys-rep"
     env = dict(os.environ, CUBLASLT_WORKSPACE_SIZE=CUBLASLT_WORKSPACE_KIB)
@@ -123,14 +126,13 @@ def main() -> None:
             label, _, ms = name.rpartition("|ms=")
             bare_ms[label] = float(ms)
     # each bare loop's GEMM kernel and kernel time, from the same trace
-    k = launches(trace)
-    k = k[k["role"] == "gemm"]
+    k, ranges = launches_with_ranges(trace)
+    k["bare"] = ranges.innermost_matching([glob.escape(BARE_PREFIX) + "*"], np.arange(len(k)))  # loops do not nest
+    k = k[(k["role"] == "gemm") & k["bare"].notna()]
     bare_kernel, bare_kernel_ns = {}, {}
-    for names, kernel, ns in zip(k["ranges"], k["name"], k["duration_ns"]):
-        for label in names:
-            if label.startswith(BARE_PREFIX):
-                bare_kernel[label] = kernel
-                bare_kernel_ns.setdefault(label, []).append(ns)
+    for label, kernel, ns in zip(k["bare"], k["name"], k["duration_ns"]):
+        bare_kernel[label] = kernel
+        bare_kernel_ns.setdefault(label, []).append(ns)
     rows = []
     for row in run.gemms.itertuples():
         label = f"{BARE_PREFIX}op={row.op}|precision={row.precision}"

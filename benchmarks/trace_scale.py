@@ -1,4 +1,4 @@
-"""Benchmark: how `gemmscope analyze` scales with the size of a trace, next to
+"""Benchmark: how `gemmscope analyze` and `gemmscope verify --trace` scale with the size of a trace, next to
 `nsys stats -r nvtx_kern_sum` (NVIDIA's own kernel-per-NVTX-range summary) on the same file.
 CPU only: needs nsys for `nsys stats`, no GPU.
 
@@ -177,6 +177,11 @@ def gemmscope_command(export: Path) -> list[str]:
     return [sys.executable, "-c", "from gemmscope.cli import main; main()", "analyze", str(export), "--format", "json"]
 
 
+def verify_command(export: Path) -> list[str]:
+    return [sys.executable, "-c", "from gemmscope.cli import main; main()", "verify", "--trace", str(export),
+            "--format", "json"]
+
+
 def nsys_command(nsys: str, export: Path) -> list[str]:
     # CSV, as gemmscope's JSON: the report itself, without the column layout meant for a
     # terminal. An .sqlite input is read as it is, never re-exported.
@@ -211,12 +216,14 @@ def run(command: Sequence[str], stdout: Path | str, stderr: Path, ok_exits: tupl
     return Run(elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)  # ru_maxrss is in KiB on Linux
 
 
-def gemm_verdicts(export: Path, scratch: Path) -> Counter:
-    """How many GEMMs gemmscope reports per (layer, pass, precision, verdict)."""
+def gemm_verdicts(export: Path, scratch: Path, command=gemmscope_command) -> Counter:
+    """How many GEMMs gemmscope (analyze, or verify) reports per (layer, pass, precision, verdict)."""
     out = scratch / "gemmscope.json"
-    run(gemmscope_command(export), out, scratch / "gemmscope.err", (0, GEMMSCOPE_EXIT_MISMATCH))
-    gemms = json.loads(out.read_text())["gemms"]
-    return Counter((g["layer"], g["te_pass"], g["precision"], g["verdict"]) for g in gemms)
+    run(command(export), out, scratch / "gemmscope.err", (0, GEMMSCOPE_EXIT_MISMATCH))
+    counts: Counter = Counter()
+    for group in json.loads(out.read_text())["summary"]["groups"]:
+        counts[(group["layer"], group["pass"], group["precision"], group["verdict"])] += group["launches"]
+    return counts
 
 
 def nsys_kernel_instances(nsys: str, export: Path, scratch: Path) -> Counter:
@@ -242,7 +249,8 @@ class Measurement:
     size: Size
     gemms: int
     counts_scale: bool  # both tools saw exactly factor × what they saw on the seed
-    gemmscope: list[Run]
+    gemmscope: list[Run]  # analyze
+    verify: list[Run]
     nsys: list[Run]
 
 
@@ -256,14 +264,17 @@ def measure(seed: Path, factor: int, rounds: int, nsys: str, folder: Path,
     print(f"  {factor}x: built in {build_s:.1f} s, {size.kernels} kernels; checking", file=sys.stderr)
     # Untimed: the counts to compare, and the file in the page cache before the first timed run.
     verdicts = gemm_verdicts(export, folder)
+    checked = gemm_verdicts(export, folder, verify_command)
     instances = nsys_kernel_instances(nsys, export, folder)
-    counts_scale = verdicts == scaled(seed_verdicts, factor) and instances == scaled(seed_instances, factor)
+    counts_scale = (verdicts == checked == scaled(seed_verdicts, factor)
+                    and instances == scaled(seed_instances, factor))
 
-    tools = {"gemmscope": gemmscope_command(export), "nsys": nsys_command(nsys, export)}
-    ok_exits = {"gemmscope": (0, GEMMSCOPE_EXIT_MISMATCH), "nsys": (0,)}
+    tools = {"gemmscope": gemmscope_command(export), "verify": verify_command(export),
+             "nsys": nsys_command(nsys, export)}
+    ok_exits = {"gemmscope": (0, GEMMSCOPE_EXIT_MISMATCH), "verify": (0, GEMMSCOPE_EXIT_MISMATCH), "nsys": (0,)}
     runs: dict[str, list[Run]] = {name: [] for name in tools}
     for round_ in range(rounds):
-        # Swapped every round, so that neither tool always runs second (on a warmer machine).
+        # Reversed every round, so that no tool always runs last (on a warmer machine).
         order = list(tools) if round_ % 2 == 0 else list(reversed(tools))
         for name in order:
             runs[name].append(run(tools[name], os.devnull, folder / f"{name}.err", ok_exits[name]))
@@ -272,7 +283,8 @@ def measure(seed: Path, factor: int, rounds: int, nsys: str, folder: Path,
                   file=sys.stderr)
     # The largest replicas take hundreds of MB: one at a time on disk.
     export.unlink()
-    return Measurement(factor, size, sum(verdicts.values()), counts_scale, runs["gemmscope"], runs["nsys"])
+    return Measurement(factor, size, sum(verdicts.values()), counts_scale, runs["gemmscope"], runs["verify"],
+                       runs["nsys"])
 
 
 def wall(runs: list[Run]) -> float:
@@ -300,23 +312,26 @@ def growth_exponent(points: list[tuple[int, float]]) -> float:
 
 def report(measurements: list[Measurement]) -> None:
     print("| factor | kernels | NVTX rows | API rows | GEMMs "
-          "| gemmscope wall s median [min–max] | CPU s | peak RSS MiB "
+          "| analyze wall s median [min–max] | CPU s | peak RSS MiB "
+          "| verify wall s median [min–max] | CPU s | peak RSS MiB "
           "| nsys stats wall s median [min–max] | CPU s | peak RSS MiB "
-          "| nsys / gemmscope (wall) | counts × factor |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| nsys / analyze (wall) | nsys / verify (wall) | counts × factor |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for m in measurements:
         print(f"| {m.factor} | {m.size.kernels:,} | {m.size.nvtx_rows:,} | {m.size.api_rows:,} | {m.gemms:,} "
               f"| {seconds(m.gemmscope)} | {cpu(m.gemmscope):.2f} | {peak_mib(m.gemmscope)} "
+              f"| {seconds(m.verify)} | {cpu(m.verify):.2f} | {peak_mib(m.verify)} "
               f"| {seconds(m.nsys)} | {cpu(m.nsys):.2f} | {peak_mib(m.nsys)} "
-              f"| {wall(m.nsys) / wall(m.gemmscope):.2f} | {'yes' if m.counts_scale else 'NO'} |")
+              f"| {wall(m.nsys) / wall(m.gemmscope):.2f} | {wall(m.nsys) / wall(m.verify):.2f} "
+              f"| {'yes' if m.counts_scale else 'NO'} |")
     if len({m.size.kernels for m in measurements}) < 2:
         return
     print()
     span = f"{measurements[0].factor}x to {measurements[-1].factor}x"
-    for tool in ("gemmscope", "nsys"):
+    for tool, label in (("gemmscope", "analyze"), ("verify", "verify"), ("nsys", "nsys stats")):
         for clock, median in (("wall", wall), ("CPU", cpu)):
             points = [(m.size.kernels, median(getattr(m, tool))) for m in measurements]
-            line = f"{tool} {clock} time ∝ kernels^{growth_exponent(points):.2f} (least squares, {span})"
+            line = f"{label} {clock} time ∝ kernels^{growth_exponent(points):.2f} (least squares, {span})"
             if len(points) > 2:
                 # Start-up (Python and pandas, nsys's own) weighs on the small sizes; the two
                 # largest show where the time goes as traces grow.

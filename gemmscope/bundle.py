@@ -146,12 +146,13 @@ def _staging_path(staging: Path, member: str) -> Path:
 
 def _analyze_traces(staged: dict[str, Path], expect: str | None, allow: tuple[str, ...],
                     step_range: str | None, expect_map: Sequence[tuple[str, str]]) -> tuple[str, dict, Tables]:
-    """report.md and analysis.json as `gemmscope analyze` makes them, and the tables as
-    `gemmscope report --tables` writes them, from the scrubbed traces under their names in the zip."""
+    """report.md and analysis.json as `gemmscope analyze --per-launch` makes them (a bug report
+    keeps every GEMM launch), and the tables as `gemmscope report --tables` writes them, from the
+    scrubbed traces under their names in the zip."""
     traces = [dataclasses.replace(read_trace(path), path=Path(member)) for member, path in staged.items()]
     result = verify.check(traces, expect, allow, expect_map)
     diagnosis = diagnose.diagnose(result, step_range)
-    document = reports.analysis_document(result, None, diagnosis)
+    document = reports.analysis_document(result, None, diagnosis, per_launch=True)
     return (reports.render_verification(result, "markdown", document, diagnosis), document,
             html_report.trace_tables(result, diagnosis))
 

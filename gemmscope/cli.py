@@ -88,7 +88,11 @@ def _check_options(func):
 
 
 def _detail_options(func):
-    """--quiet (the verdict block only) and --verbose (every GEMM launch too) for text output."""
+    """--quiet (the verdict block only) and --verbose (every GEMM launch too) for text output;
+    --per-launch (every GEMM launch too) for JSON."""
+    func = click.option("--per-launch", is_flag=True,
+                        help="JSON: also one object per GEMM launch (analyze: `gemms`; verify: `mismatches` and "
+                             "`allowed`); by default GEMMs come grouped per layer, module, pass and kernel.")(func)
     func = click.option("--verbose", is_flag=True, help="Also list every GEMM launch.")(func)
     return click.option("--quiet", is_flag=True, help="Print only the verdict block.")(func)
 
@@ -113,7 +117,7 @@ def _emit(text: str) -> None:
 @_detail_options
 def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
             allow: tuple[str, ...], step_range: str | None, workers: int | None, scheduler: str | None,
-            plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool) -> None:
+            plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool, per_launch: bool) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep; files, folders or
     globs, e.g. one per rank): precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
@@ -125,8 +129,8 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
     _make_dir(plots_dir)
     result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map)
     diagnosis = diagnose.diagnose(result, step_range)
-    _emit(reports.render_verification(result, fmt, reports.analysis_document(result, None, diagnosis), diagnosis,
-                                      _detail(quiet, verbose)))
+    document = reports.analysis_document(result, None, diagnosis, per_launch)
+    _emit(reports.render_verification(result, fmt, document, diagnosis, _detail(quiet, verbose)))
     _write_plots(plots_dir, result, diagnosis)
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
@@ -173,7 +177,7 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expec
 @_detail_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_map, allow, step_range, workers,
-               scheduler, plots_dir, fmt, quiet, verbose, command) -> None:
+               scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
     --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
     Exit 1 on any non-allowed FALLBACK or when no GEMM ran, 3 when COMMAND failed, 4 when the
@@ -203,7 +207,7 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
         result = None
     if result is not None:
         diagnosis = diagnose.diagnose(result, step_range)
-        document = reports.verification_document(result, outcome, diagnosis)
+        document = reports.verification_document(result, outcome, diagnosis, per_launch)
         _emit(reports.render_verification(result, fmt, document, diagnosis, _detail(quiet, verbose)))
         _write_plots(plots_dir, result, diagnosis)
     if failed_command:

@@ -82,13 +82,13 @@ def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame
     shell `pattern`, or the default step names), in time order."""
     parts = []
     for trace in result.traces:
-        n = trace.nvtx[(trace.nvtx["kind"] == "push-pop") & trace.nvtx["name"].notna()]
-        distinct = pd.Series(n["name"].astype(str).unique())  # match each name once, not each range
+        n = trace.nvtx
+        distinct = [name for name in n["name"].dropna().unique()]  # match each name once, not each range
         if pattern:
-            wanted = distinct[distinct.map(lambda name: fnmatch.fnmatchcase(name, pattern)).astype(bool)]
+            wanted = [name for name in distinct if fnmatch.fnmatchcase(name, pattern)]
         else:
-            wanted = distinct[distinct.str.match(_DEFAULT_STEP)]
-        parts.append(n[n["name"].isin(wanted)].assign(trace=trace.path.name))
+            wanted = [name for name in distinct if _DEFAULT_STEP.match(name)]
+        parts.append(n[n["name"].isin(wanted) & (n["kind"] == "push-pop")].assign(trace=trace.path.name))
     steps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if steps.empty:
         return pd.DataFrame(columns=["trace", "pid", "name", "start", "end", "index"])
@@ -100,11 +100,13 @@ def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame
 def launching_step(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     """Per kernel, the `index` of the step range (of its own trace and process) that its launch
     call fell in, or -1."""
-    pid = process_id(kernels["global_pid"].astype("int64"))
+    pid = process_id(kernels["global_pid"].astype("int64")).to_numpy()
+    trace_code = _trace_codes(kernels)
+    code_of = {name: code for code, name in enumerate(trace_code.categories)}
     launched = kernels["launch_start"].fillna(kernels["start"]).astype("int64").to_numpy()
     step_of = np.full(len(kernels), -1)
     for (trace, process), own in steps.groupby(["trace", "pid"], sort=False):  # per process, not per launch
-        mine = np.flatnonzero(((kernels["trace"] == trace) & (pid == process)).to_numpy())
+        mine = np.flatnonzero((trace_code.codes == code_of.get(trace, -2)) & (pid == process))
         # a range an older export left without an end is open to the end of the capture
         starts, ends = own["start"].to_numpy("int64"), own["end"].fillna(np.iinfo("int64").max).to_numpy("int64")
         at = np.searchsorted(starts, launched[mine], side="right") - 1
@@ -113,31 +115,53 @@ def launching_step(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     return step_of
 
 
+def _trace_codes(kernels: pd.DataFrame) -> pd.Categorical:
+    """The kernels' trace names as codes: compared and grouped as integers, not a million strings."""
+    return pd.Categorical(kernels["trace"])
+
+
 def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verification, pd.DataFrame]:
     """The checked run cut to the GPU work of its steps after the first, and per step: wall time
     on the CPU and the GPU time of the kernels it launched."""
     k = result.kernels
     step_of = launching_step(k, steps)
-    kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([k["trace"].to_numpy(), step_of]).sum()
+    trace_code = _trace_codes(k)
+    code_of = {name: code for code, name in enumerate(trace_code.categories)}
+    kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([trace_code.codes, step_of]).sum()
     per_step = steps.assign(
         # whole ns, NA where an older export left the range's end empty (NVTX ends are floats for that)
         wall_ns=(steps["end"] - steps["start"]).astype("Int64"),
-        gpu_kernel_ns=[int(kernel_ns.get((t, i), 0)) for t, i in zip(steps["trace"], steps["index"])])
+        gpu_kernel_ns=[int(kernel_ns.get((code_of.get(t, -2), i), 0)) for t, i in zip(steps["trace"], steps["index"])])
     measured = step_of >= 1
     if not measured.any():
         return result, per_step
     window_start, window_end = k.loc[measured, "start"].min(), k.loc[measured, "end"].max()
-    kernels = k[(k["start"] >= window_start) & (k["start"] <= window_end)]
-    memops = result.memops[(result.memops["start"] >= window_start) & (result.memops["start"] <= window_end)]
+    kernels = _rows(k, ((k["start"] >= window_start) & (k["start"] <= window_end)).to_numpy())
+    memops = _rows(result.memops, ((result.memops["start"] >= window_start)
+                                   & (result.memops["start"] <= window_end)).to_numpy())
     gemms = result.gemms[result.gemms["kernel_row"].isin(kernels.index)]
     return dataclasses.replace(result, kernels=kernels, memops=memops, gemms=gemms), per_step
 
 
+def _rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """The rows of `frame` that `keep` says; a slice (no copy) when they are one run of rows, as
+    one trace's kernels in a time window are: a copy of a long trace's launches is large."""
+    rows = np.flatnonzero(keep)
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows):
+        return frame.iloc[rows[0]:rows[-1] + 1]
+    return frame[keep]
+
+
 def _rank_key(frame: pd.DataFrame) -> pd.Series:
-    """The rank where known, else the trace and process: one GPU timeline each."""
-    pid = process_id(frame["global_pid"].astype("int64")).astype(str)
-    fallback = frame["trace"].astype(str) + " pid " + pid
-    return frame["rank"].astype("string").fillna(fallback) if "rank" in frame else fallback
+    """The rank where known, else the trace and process: one GPU timeline each (labelled once per
+    distinct trace, process and rank, not once per kernel)."""
+    pid = process_id(frame["global_pid"].astype("int64"))
+    rank = frame["rank"] if "rank" in frame else pd.Series(pd.NA, index=frame.index, dtype="Int64")
+    timelines = pd.DataFrame({"trace": frame["trace"], "pid": pid, "rank": rank})
+    codes = timelines.groupby(["trace", "pid", "rank"], dropna=False, sort=False).ngroup().to_numpy()
+    first = timelines.iloc[np.unique(codes, return_index=True)[1]]
+    labels = [str(r) if pd.notna(r) else f"{t} pid {p}" for t, p, r in zip(first["trace"], first["pid"], first["rank"])]
+    return pd.Series(np.array(labels, dtype=object)[codes], index=frame.index, dtype=object)
 
 
 def categorize(result: Verification) -> pd.DataFrame:
@@ -182,9 +206,10 @@ def _covered_ns(block_start: np.ndarray, block_end: np.ndarray, at: np.ndarray) 
     return np.where(n > 0, before[last] + inside, 0)
 
 
-def breakdown(result: Verification) -> pd.DataFrame:
-    """Per rank: GPU window, busy and idle time, kernel launches, time per category."""
-    activity = categorize(result)
+def breakdown(result: Verification, activity: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per rank: GPU window, busy and idle time, kernel launches, time per category
+    (`activity`: categorize(result), where the caller has it already)."""
+    activity = categorize(result) if activity is None else activity
     rows = []
     for key, part in activity.groupby("rank_key", sort=True):
         start, end = part["start"].to_numpy("int64"), part["end"].to_numpy("int64")
@@ -201,23 +226,25 @@ def breakdown(result: Verification) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def step_breakdown(result: Verification, steps: pd.DataFrame) -> pd.DataFrame:
+def step_breakdown(result: Verification, steps: pd.DataFrame, activity: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank and step after the first (`find_steps`' instances), the figures of `breakdown`.
     On a rank's GPU timeline a step runs from the first start of a kernel it launched to that
     of the next step; the first measured step from the rank's first activity, the last to its
     last. Each kernel and memory operation counts in the step its start falls in, and busy time
     is cut at the boundaries, so on a run cut by `within_steps` a rank's steps add up to its
-    `breakdown` row: window, busy, idle, launches and every category."""
-    activity = categorize(result)
+    `breakdown` row: window, busy, idle, launches and every category (`activity`:
+    categorize(result), where the caller has it already)."""
     k = result.kernels
-    step = np.full(len(activity), -1)
+    step = np.full(len(k) + len(result.memops), -1)
     step[: len(k)] = launching_step(k, steps)  # categorize puts the kernels first, in order
-    names = steps.set_index(["trace", "pid", "index"])["name"]
-    kernel_keys = pd.MultiIndex.from_arrays([k["trace"], process_id(k["global_pid"].astype("int64")), step[: len(k)]])
-    activity["name"] = pd.Series(names.reindex(kernel_keys).to_numpy(dtype=object)).reindex(activity.index)
-    activity["step"] = step
+    activity = (categorize(result) if activity is None else activity).assign(step=step, row=np.arange(len(step)))
     measured = activity[activity["step"] >= 1]
-    first = measured.groupby(["rank_key", "step"]).agg(start=("start", "min"), name=("name", "first"))
+    first = measured.groupby(["rank_key", "step"]).agg(start=("start", "min"), row=("row", "first"))
+    # each step's name, looked up for the first kernel of each rank's step only
+    rows = first["row"].to_numpy()
+    keys = pd.MultiIndex.from_arrays([k["trace"].to_numpy(dtype=object)[rows],
+                                      process_id(k["global_pid"].astype("int64")).to_numpy()[rows], step[rows]])
+    first["name"] = steps.set_index(["trace", "pid", "index"])["name"].reindex(keys).to_numpy(dtype=object)
     parts = []
     for key, part in activity.groupby("rank_key", sort=True):  # per rank, not per kernel
         if key not in first.index.get_level_values(0):
@@ -452,12 +479,13 @@ def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
     found (`step_range`, or the default step names), else over the whole trace."""
     steps = find_steps(result, step_range)
     window, per_step = within_steps(result, steps) if len(steps) > 1 else (result, steps)
-    times = breakdown(window)
+    activity = categorize(window)
+    times = breakdown(window, activity)
     cut = step_range or ("(default step names)" if len(steps) > 1 else None)
     if window is result:
         return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=None)
     return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=cut,
-                     step_times=step_breakdown(window, steps))
+                     step_times=step_breakdown(window, steps, activity))
 
 
 def compare(base: Verification, new: Verification, step_range: str | None = None) -> dict:

@@ -139,7 +139,9 @@ def _gemm_details(result: verify.Verification) -> Section:
     def key(row: dict) -> tuple:  # None for a missing layer or pass: NaN never equals itself
         return tuple(row[k] if pd.notna(row[k]) else None for k in keys)
 
-    first_ranges = {key(row): row["ranges"] for row in g.drop_duplicates(keys).to_dict("records")}
+    first = g.drop_duplicates(keys)
+    first_ranges = {key(row): ranges for row, ranges in
+                    zip(first.to_dict("records"), result.ranges.lists(first["kernel_row"].to_numpy()))}
     decoded = kernels.decode_frame(pd.Series(groups["kernel"].unique())).set_index("name")
     blocks = []
     for row in groups.to_dict("records"):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from gemmscope.errors import InputError
-from gemmscope.trace_parser import Trace, launches, read_trace
+from gemmscope.trace_parser import EnclosingRanges, Trace, launches_with_ranges, read_trace
 
 
 @dataclass
@@ -27,6 +27,7 @@ class LoadedTrace:
     path: Path
     trace: Trace | None = None
     launches: pd.DataFrame | None = None
+    ranges: EnclosingRanges | None = None  # the NVTX ranges around each of `launches`
     error: str | None = None
 
 
@@ -35,12 +36,14 @@ def attribute(trace: Trace) -> LoadedTrace:
     if trace.kernels.empty:
         return LoadedTrace(trace.path, error=f"{trace.path} holds no GPU kernels: was it captured with "
                                              "--trace=cuda, on a GPU?")
-    return LoadedTrace(trace.path, trace, launches(trace))
+    frame, ranges = launches_with_ranges(trace)
+    return LoadedTrace(trace.path, trace, frame, ranges)
 
 
-def load_one(path: Path) -> LoadedTrace:
+def load_one(path: Path, threads: int = 2) -> LoadedTrace:
+    """One trace read (trace_parser.read_trace's `threads`) and attributed."""
     try:
-        return attribute(read_trace(path))
+        return attribute(read_trace(path, threads))
     except InputError as exc:
         return LoadedTrace(Path(path), error=str(exc))
 
@@ -49,6 +52,9 @@ def load(paths: Sequence[Path], workers: int | None = None, scheduler: str | Non
     """Every trace of `paths`, in order. `workers`: local processes (default: one per trace, at
     most one per CPU); `scheduler`: a Dask distributed scheduler address, which takes over."""
     paths = [Path(p) for p in paths]
+    # One trace reads its API table in a second thread; several are read side by side by workers,
+    # each in one thread (so that --workers N is what uses N CPUs).
+    threads = 2 if len(paths) == 1 else 1
     if scheduler is not None:
         try:
             from distributed import Client
@@ -59,9 +65,9 @@ def load(paths: Sequence[Path], workers: int | None = None, scheduler: str | Non
         except OSError as exc:
             raise InputError(f"cannot reach the Dask scheduler at {scheduler} ({exc})") from None
         with client:
-            return client.gather(client.map(load_one, [str(p) for p in paths], pure=False))
+            return client.gather(client.map(load_one, [str(p) for p in paths], threads=threads, pure=False))
     workers = min(len(paths), workers or os.cpu_count() or 1)
     if workers <= 1:
-        return [load_one(p) for p in paths]
+        return [load_one(p, threads) for p in paths]
     with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(load_one, paths))
+        return list(pool.map(load_one, paths, [threads] * len(paths)))

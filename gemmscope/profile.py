@@ -7,6 +7,7 @@ and each entry's status in NVTX marks), so a run directory can be re-analyzed an
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -21,7 +22,7 @@ import pandas as pd
 
 from gemmscope import devices, shapes
 from gemmscope.errors import InputError
-from gemmscope.trace_parser import Trace, launches, read_trace
+from gemmscope.trace_parser import Trace, launches_with_ranges, read_trace
 from gemmscope.verify import RECIPE_PRECISIONS, RECIPES, verdict
 
 RANGE_PREFIX = "gemmscope.gemm|"
@@ -267,8 +268,9 @@ def _speedup_reasons(rows: pd.DataFrame, baseline: pd.DataFrame, peak_label: pd.
 
 def _measured(trace: Trace) -> dict[str, dict]:
     """Per timed range: the GEMM kernels it launched and the rest (quantization overhead)."""
-    k = launches(trace)
-    k["timed"] = k["ranges"].map(lambda names: next((n for n in names if n.startswith(RANGE_PREFIX)), None))
+    k, ranges = launches_with_ranges(trace)
+    # a timed range holds one entry's loop; no two nest
+    k["timed"] = ranges.innermost_matching([glob.escape(RANGE_PREFIX) + "*"], np.arange(len(k)))
     k = k[k["timed"].notna()]
     out = {}
     for label, grp in k.groupby("timed"):

@@ -27,7 +27,7 @@ FORMATS = ("table", "json", "csv", "markdown")
 # The version of every JSON document gemmscope writes (`schema_version`, a top-level key): it
 # changes when a key is removed or renamed, or a value changes type, unit or meaning; a new key or
 # a new value of an enumeration leaves it.
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 _GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "trace", "rank", "thread",
                 "ranges", "te_module", "te_name", "layer", "te_pass", "pass_source", "requested_a", "requested_b",
@@ -59,8 +59,10 @@ def _gemm_fields(result: Verification) -> list[str]:
             + (["expect_range"] if result.expect_map else []))
 
 
-def gemm_records(result: Verification) -> list[dict]:
-    g = result.gemms.rename(columns={"name": "kernel", "start": "start_ns"})
+def gemm_records(gemms: pd.DataFrame, result: Verification) -> list[dict]:
+    """`gemms` (rows of result.gemms) as JSON-able records, one per launch."""
+    g = gemms.rename(columns={"name": "kernel", "start": "start_ns"})
+    g["ranges"] = result.ranges.lists(g["kernel_row"].to_numpy()) if len(g) else []
     return [{f: _plain(row[f]) for f in _gemm_fields(result)} for row in g.to_dict("records")]
 
 
@@ -133,22 +135,28 @@ def diagnosis_document(diagnosis: Diagnosis) -> dict:
     }
 
 
-def analysis_document(result: Verification, command: dict | None = None, diagnosis: Diagnosis | None = None) -> dict:
-    """`gemmscope analyze --format json`: meta, one object per GEMM launch, summary, and the
-    breakdown and findings."""
-    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result, command), "gemms": gemm_records(result),
-           "summary": summary_document(result)}
+def analysis_document(result: Verification, command: dict | None = None, diagnosis: Diagnosis | None = None,
+                      per_launch: bool = False) -> dict:
+    """`gemmscope analyze --format json`: meta, summary (GEMMs grouped per layer, module, pass and
+    kernel), the breakdown and findings; with `per_launch`, one object per GEMM launch too (a
+    long job has hundreds of thousands)."""
+    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result, command)}
+    if per_launch:
+        doc["gemms"] = gemm_records(result.gemms, result)
+    doc["summary"] = summary_document(result)
     return doc | (diagnosis_document(diagnosis) if diagnosis else {})
 
 
 def verification_document(result: Verification, command: dict | None = None,
-                          diagnosis: Diagnosis | None = None) -> dict:
-    """`gemmscope verify --format json`: summary, the non-allowed mismatches, the breakdown and
-    findings."""
-    mismatches = [r for r in gemm_records(result) if r.get("verdict") == "FALLBACK" and not r["allowed"]]
-    allowed = [r for r in gemm_records(result) if r.get("verdict") == "FALLBACK" and r["allowed"]]
-    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result, command), "summary": summary_document(result),
-           "mismatches": mismatches, "allowed": allowed}
+                          diagnosis: Diagnosis | None = None, per_launch: bool = False) -> dict:
+    """`gemmscope verify --format json`: summary (mismatches grouped in its `groups`), the
+    breakdown and findings; with `per_launch`, the non-allowed and the allowed mismatches one
+    object per launch too."""
+    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result, command), "summary": summary_document(result)}
+    if per_launch:
+        records = gemm_records(result.gemms[result.gemms["verdict"] == "FALLBACK"], result) if result.checked else []
+        doc["mismatches"] = [r for r in records if not r["allowed"]]
+        doc["allowed"] = [r for r in records if r["allowed"]]
     return doc | (diagnosis_document(diagnosis) if diagnosis else {})
 
 
@@ -569,7 +577,7 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
         return json.dumps(document, indent=2) + "\n"
     if fmt == "csv":
         buf = io.StringIO()
-        frame = pd.DataFrame(gemm_records(result), columns=_gemm_fields(result))
+        frame = pd.DataFrame(gemm_records(result.gemms, result), columns=_gemm_fields(result))
         frame["ranges"] = frame["ranges"].map(" > ".join)
         frame.to_csv(buf, index=False)
         return buf.getvalue()
@@ -589,7 +597,7 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
         sections.append((f"Where the GPU time went{window}", breakdown_frame(diagnosis.breakdown)))
         sections.append(("Findings, most time at stake first", findings_frame(diagnosis.findings)))
     if detail == "verbose":
-        launches = pd.DataFrame(gemm_records(result), columns=_gemm_fields(result))
+        launches = pd.DataFrame(gemm_records(result.gemms, result), columns=_gemm_fields(result))
         launches["ranges"] = launches["ranges"].map(" > ".join)
         sections.append(("Every GEMM launch", launches))
     title = ", ".join(t.path.name for t in result.traces)

@@ -13,6 +13,7 @@ ranges, which tell module and pass even for backward GEMMs launched from autogra
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import lzma
@@ -20,12 +21,12 @@ import os
 import sqlite3
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import sqlite_utils
 
 from gemmscope import kernels, te_ranges
 from gemmscope.errors import InputError
@@ -66,29 +67,74 @@ class Trace:
     memory: pd.DataFrame
 
 
+# Stands for SQL NULL in an integer column fetched as text (no nsys id or time takes it).
+_NULL = -(1 << 63)
+
+
 class _Export:
     """A read-only connection to an export, with table and column feature detection."""
 
     def __init__(self, path: Path):
         self.path = path
         self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        self.db = sqlite_utils.Database(self.conn)
-        self.tables = set(self.db.table_names())
+        self.tables = {name for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
     def columns(self, table: str) -> set[str]:
-        return set(self.db[table].columns_dict) if table in self.tables else set()
+        return set(self.types(table))
+
+    def types(self, table: str) -> dict[str, type]:
+        """Column → int for the columns SQLite gives integer affinity (a declared type holding
+        "INT"), object for the rest."""
+        if table not in self.tables:
+            return {}
+        declared = self.conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+        return {row[1]: int if "INT" in (row[2] or "").upper() else object for row in declared}
 
     def frame(self, table: str, columns: dict[str, str], where: str = "") -> pd.DataFrame:
         """`columns` maps output name → column (or SQL expression over present columns); columns
-        this export lacks come back as NA, a missing table as an empty frame."""
-        present = self.columns(table)
-        if not present:
+        this export lacks come back as NA, a missing table as an empty frame. Integer columns
+        come as pandas reads them (int64; float64 with NaN where some are NULL; None where all
+        are), the rest through pandas."""
+        types = self.types(table)
+        if not types:
             return pd.DataFrame({name: pd.Series(dtype="object") for name in columns})
-        select = [
-            f"{expr} AS {name}" if expr in present or not expr.isidentifier() else f"NULL AS {name}"
-            for name, expr in columns.items()
-        ]
-        return pd.read_sql_query(f"SELECT {', '.join(select)} FROM {table} {where}", self.conn)
+        missing = [name for name, expr in columns.items() if expr.isidentifier() and expr not in types]
+        integers = {name: expr for name, expr in columns.items() if types.get(expr) is int}
+        others = {name: expr for name, expr in columns.items() if name not in integers and name not in missing}
+        fetched = self._integers(table, integers, where)
+        if others or fetched is None:
+            rest = others if fetched is not None else {n: e for n, e in columns.items() if n not in missing}
+            select = ", ".join(f"{expr} AS {name}" for name, expr in rest.items())
+            read = pd.read_sql_query(f"SELECT {select} FROM {table} {where}", self.conn)
+            fetched = (fetched or {}) | {name: read[name] for name in rest}
+        count = len(next(iter(fetched.values()))) if fetched else 0
+        return pd.DataFrame({name: fetched[name] if name in fetched else np.full(count, None, dtype=object)
+                             for name in columns})
+
+    def _integers(self, table: str, columns: dict[str, str], where: str) -> dict[str, np.ndarray] | None:
+        """Integer columns as one comma-separated text each, which SQLite writes and numpy parses
+        several times faster than Python builds a tuple per row (a long job's trace has millions
+        of rows); None if a value is not an integer after all (SQLite's types are per value)."""
+        if not columns:
+            return {}
+        texts = ", ".join(f'group_concat(COALESCE("{expr}", {_NULL}))' for expr in columns.values())
+        count, *texts = self.conn.execute(f'SELECT COUNT(*), {texts} FROM "{table}" {where}').fetchone()
+        out = {}
+        for at, name in enumerate(columns):
+            text, texts[at] = texts[at], None  # each text freed once parsed: a long trace's are large
+            values = np.fromstring(text, dtype="int64", sep=",") if count else np.empty(0, dtype="int64")
+            if len(values) != count:
+                return None
+            null = values == _NULL
+            if not count:
+                out[name] = np.empty(0, dtype=object)
+            elif null.all():
+                out[name] = np.full(count, None, dtype=object)
+            elif null.any():
+                out[name] = np.where(null, np.nan, values.astype("float64"))
+            else:
+                out[name] = values
+        return out
 
     def strings(self) -> pd.Series:
         """StringIds as a Series indexed by id (for vectorised lookups)."""
@@ -138,9 +184,11 @@ def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def read_trace(path: str | Path) -> Trace:
+def read_trace(path: str | Path, threads: int = 2) -> Trace:
     """Read an nsys SQLite export: `.sqlite`, `.sqlite.xz` (as fixtures and examples ship), or
-    an `.nsys-rep` (exported beside it with nsys first)."""
+    an `.nsys-rep` (exported beside it with nsys first). `threads`: 2 reads the CUDA API table in
+    a second thread meanwhile (for one long trace); 1 reads all in this thread (where processes
+    already read several traces side by side)."""
     given = path = Path(path)
     if path.suffix == ".xz":
         path = _decompressed(path)
@@ -157,7 +205,7 @@ def read_trace(path: str | Path) -> Trace:
             raise InputError(
                 f"{path} is an SQLite file but not an Nsight Systems export (no META_DATA_EXPORT table)"
             )
-        return _read(export, given)
+        return _read(export, given, threads)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:  # pandas wraps sqlite's errors
         raise InputError(f"{path} is a damaged or truncated SQLite file ({exc})") from None
 
@@ -181,7 +229,7 @@ def _decompressed(path: Path) -> Path:
     return target
 
 
-def _read(export: _Export, given: Path) -> Trace:
+def _read(export: _Export, given: Path, threads: int) -> Trace:
     strings = export.strings()
     meta_rows = dict(export.conn.execute("SELECT name, value FROM META_DATA_EXPORT"))
     gpus = _gpus(export)
@@ -190,22 +238,36 @@ def _read(export: _Export, given: Path) -> Trace:
         "schema_version": meta_rows.get("EXPORT_SCHEMA_VERSION"),
         "gpus": gpus.to_dict("records"),
     }
-    return Trace(
-        path=given,
-        sqlite=export.path,
-        meta=meta,
-        kernels=_kernels(export, strings),
-        memops=_memops(export),
-        api_calls=_api_calls(export, strings),
-        nvtx=_nvtx(export, strings, _session_end(export)),
-        threads=_threads(export, strings),
-        gpus=gpus,
-        memory=_memory(export),
-    )
+    with ThreadPoolExecutor(1) as pool:
+        # The CUDA API table is the largest (several calls per kernel): SQLite scans it on a
+        # connection of its own in a second thread (it lets go of the GIL while it steps) while
+        # this one reads the rest.
+        api_calls = pool.submit(lambda: _api_calls(_Export(export.path), strings)) if threads > 1 else None
+        return Trace(
+            path=given,
+            sqlite=export.path,
+            meta=meta,
+            kernels=_kernels(export, strings),
+            memops=_memops(export),
+            nvtx=_nvtx(export, strings, _session_end(export)),
+            threads=_threads(export, strings),
+            gpus=gpus,
+            memory=_memory(export),
+            api_calls=api_calls.result() if api_calls else _api_calls(export, strings),
+        )
 
 
 def _name(ids: pd.Series, strings: pd.Series) -> pd.Series:
-    return ids.map(strings).astype("object").where(ids.notna(), None)
+    """The strings of StringIds `ids` (None where an id is missing or unknown)."""
+    at = strings.index.get_indexer(ids.to_numpy()) if len(strings) else np.full(len(ids), -1)
+    names = strings.to_numpy(dtype=object)[np.maximum(at, 0)] if len(strings) else np.full(len(ids), None)
+    return _objects(np.where(at >= 0, names, None), ids.index)
+
+
+def _objects(values: np.ndarray, index: pd.Index) -> pd.Series:
+    """`values` as a column of Python objects: pandas would check each of a long trace's million
+    strings to make them its own string type."""
+    return pd.Series(np.array(values, dtype=object), index=index, dtype=object, copy=False)
 
 
 # Columns every CUPTI GPU activity table (kernels, memsets, memcpys) has.
@@ -223,8 +285,7 @@ def _kernels(export: _Export, strings: pd.Series) -> pd.DataFrame:
     k = export.frame(
         "CUPTI_ACTIVITY_KIND_KERNEL",
         _GPU_ACTIVITY | {"demangled_id": "demangledName", "short_id": "shortName", "graph_node_id": "graphNodeId"},
-        "ORDER BY start",
-    )
+    ).sort_values("start", kind="stable", ignore_index=True)
     k["short_name"] = _name(k["short_id"], strings)
     # The demangled name keeps template arguments that tell e.g. cutlass' int8 GEMMs apart.
     k["name"] = _name(k["demangled_id"], strings).fillna(k["short_name"])
@@ -358,8 +419,7 @@ def _memory(export: _Export) -> pd.DataFrame:
             "mem_kind": "memKind",
             "operation": "memoryOperationType",
         },
-        "ORDER BY start",
-    )
+    ).sort_values("start", kind="stable", ignore_index=True)
     # ENUM_CUDA_DEV_MEM_EVENT_OPER: 0 allocation, 1 deallocation
     m["delta_bytes"] = m["bytes"].where(m["operation"] == 0, -m["bytes"])
     return m
@@ -385,17 +445,105 @@ ATTRIBUTION_COLUMNS = ("te_module", "te_name", "layer", "te_pass", "pass_source"
                        "recorded", "rank")
 
 
+@dataclass
+class EnclosingRanges:
+    """Every NVTX range open around each launch (on the launching thread, from every domain, plus
+    process-wide start/end ranges) as pairs: `launch` (row position in the launches frame,
+    ascending; for one launch its ranges outermost first) and `name` (code into `names`, the
+    few distinct range names). Kept as arrays, not a list per launch: a long job has millions of
+    launches, and patterns are matched once per distinct name."""
+
+    launch: np.ndarray
+    name: np.ndarray
+    names: np.ndarray
+
+    @classmethod
+    def empty(cls) -> EnclosingRanges:
+        return cls(np.empty(0, dtype="int64"), np.empty(0, dtype="int64"), np.empty(0, dtype=object))
+
+    def lists(self, rows: np.ndarray) -> list[list]:
+        """The range names around each launch of `rows` (positions), outermost first: for the
+        few launches shown one by one."""
+        rows = np.asarray(rows, dtype="int64")
+        low, high = np.searchsorted(self.launch, rows, "left"), np.searchsorted(self.launch, rows, "right")
+        return [self.names[self.name[a:b]].tolist() for a, b in zip(low, high)]
+
+    def around(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every (launch, range name) pair of the launches of `rows`: the launch as its position
+        in `rows`, in order, each launch's ranges outermost first."""
+        rows = np.asarray(rows, dtype="int64")
+        low, high = np.searchsorted(self.launch, rows, "left"), np.searchsorted(self.launch, rows, "right")
+        counts = high - low
+        which = np.repeat(np.arange(len(rows)), counts)
+        pair = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(low, counts)
+        return which, self.names[self.name[pair]] if len(pair) else np.empty(0, dtype=object)
+
+    def matching_names(self, patterns: Sequence[str]) -> np.ndarray:
+        """Per distinct name, whether a shell pattern (case-sensitive) matches it."""
+        return name_matches(self.names, patterns)
+
+    def innermost_matching(self, patterns: Sequence[str], rows: np.ndarray) -> np.ndarray:
+        """Per launch of `rows`, the innermost enclosing range whose name a pattern matches
+        (None where none does)."""
+        rows = np.asarray(rows, dtype="int64")
+        if not len(self.names):
+            return np.full(len(rows), None, dtype=object)
+        keep = self.matching_names(patterns)[self.name] & (self.launch <= rows.max(initial=-1))
+        innermost = np.full(int(rows.max(initial=-1)) + 1, -1, dtype="int64")
+        innermost[self.launch[keep]] = self.name[keep]  # pairs run outermost first: the last write wins
+        found = innermost[rows]
+        return np.where(found >= 0, self.names[np.maximum(found, 0)], None)
+
+    def any_matching(self, patterns: Sequence[str], rows: np.ndarray) -> np.ndarray:
+        """Per launch of `rows`, whether a pattern matches any range around it."""
+        rows = np.asarray(rows, dtype="int64")
+        keep = self.matching_names(patterns)[self.name] & (self.launch <= rows.max(initial=-1))
+        hit = np.zeros(int(rows.max(initial=-1)) + 1, dtype=bool)
+        hit[self.launch[keep]] = True
+        return hit[rows]
+
+    @classmethod
+    def concat(cls, parts: Sequence[EnclosingRanges], offsets: Sequence[int]) -> EnclosingRanges:
+        """The ranges of several launches frames stacked in order, the n-th starting at row
+        offsets[n]."""
+        if not parts:
+            return cls.empty()
+        names = pd.Index(np.concatenate([p.names for p in parts]))
+        distinct = names.unique()
+        launch, name, first = [], [], 0
+        for part, offset in zip(parts, offsets):
+            recode = distinct.get_indexer(names[first:first + len(part.names)])
+            first += len(part.names)
+            launch.append(part.launch + offset)
+            name.append(recode[part.name])
+        return cls(np.concatenate(launch), np.concatenate(name), distinct.to_numpy(dtype=object))
+
+
+def name_matches(names: np.ndarray | pd.Series, patterns: Sequence[str]) -> np.ndarray:
+    """Whether a shell pattern (case-sensitive, as --allow's) matches each name (None matches
+    nothing); each distinct name is matched once."""
+    values = pd.Series(np.asarray(names, dtype=object))
+    distinct = values.dropna().unique()
+    hits = {v for v in distinct if isinstance(v, str) and any(fnmatch.fnmatchcase(v, p) for p in patterns)}
+    return values.isin(hits).to_numpy() if hits else np.zeros(len(values), dtype=bool)
+
+
 def launches(trace: Trace) -> pd.DataFrame:
+    """One row per kernel launch (`launches_with_ranges` without the ranges)."""
+    return launches_with_ranges(trace)[0]
+
+
+def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     """One row per kernel launch: the kernel's record, its decoded name, the API call that
-    launched it (`launch_*`, `thread`), `ranges` (every NVTX range open around the launch on the
-    launching thread, from every domain, plus process-wide start/end ranges; outermost first)
-    and what they say (ATTRIBUTION_COLUMNS): the TE module, its name and layer, the pass, the
+    launched it (`launch_*`, `thread`), and what the NVTX ranges open around the launch say
+    (ATTRIBUTION_COLUMNS): the TE module, its name and layer, the pass, the
     operand types TE was handed (`requested_*`) and the call's shape (`gemm_m/n/k`, `call_flops`),
     both from gemmscope's hook, whether TE launched it
     (`via_te`), whether the hook recorded it (`recorded`) and the process's rank. `pass_source`
     says what told the pass: "hook", "te-range" (TE's per-GEMM range), "te-order" (the launch
     order inside a module-level TE range) or "layout" (a 16-bit kernel's layout letters, also
-    for GEMMs outside TE such as a torch.nn.Linear)."""
+    for GEMMs outside TE such as a torch.nn.Linear). With it, the ranges around each launch
+    (EnclosingRanges)."""
     k = trace.kernels
     api = trace.api_calls[["correlation_id", "global_pid", "start", "end", "global_tid", "name"]].rename(
         columns={"start": "launch_start", "end": "launch_end", "global_tid": "launch_global_tid",
@@ -404,25 +552,21 @@ def launches(trace: Trace) -> pd.DataFrame:
     # A correlation id is unique per process; keep the outermost call if a trace repeats one.
     api = api.sort_values("launch_start").drop_duplicates(["correlation_id", "global_pid"])
     out = k.merge(api, on=["correlation_id", "global_pid"], how="left")
-    out = out.sort_values("start", ignore_index=True)
+    out = out.sort_values("start", kind="stable", ignore_index=True)
     threads = trace.threads.set_index("global_tid")["name"]
-    out["thread"] = out["launch_global_tid"].map(threads)
+    out["thread"] = _objects(out["launch_global_tid"].map(threads).to_numpy(dtype=object), out.index)
     decoded = kernels.decode_frame(out["name"])
     for column in ("role", "precision", "family", "layout"):
-        out[column] = decoded[column].values
+        out[column] = _objects(decoded[column].to_numpy(dtype=object), out.index)
     launch_ids, range_ids = _enclosing_ranges(out, trace.nvtx)
-    nvtx_names = trace.nvtx["name"].to_numpy()
-    out["ranges"] = _lists(launch_ids, nvtx_names[range_ids], len(out))
+    # names coded once per range, not once per (launch, range) pair
+    codes, names = pd.factorize(trace.nvtx["name"].to_numpy(dtype=object), use_na_sentinel=False)
+    names = np.array([name if isinstance(name, str) else None for name in names], dtype=object)
+    ranges = EnclosingRanges(launch_ids, codes[range_ids].astype("int64"), names)
     attribution = _attribute(out, launch_ids, range_ids, trace.nvtx)
     for column in ATTRIBUTION_COLUMNS:
-        out[column] = attribution[column].array
-    return out
-
-
-def _lists(groups: np.ndarray, values: np.ndarray, n: int) -> list[list]:
-    """`values` split by `groups` (sorted, in 0..n-1) into n lists."""
-    bounds = np.searchsorted(groups, np.arange(n + 1))
-    return [values[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
+        out[column] = attribution[column]
+    return out, ranges
 
 
 def _enclosing_ranges(launch: pd.DataFrame, nvtx: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -527,18 +671,20 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     c_gemm = _innermost(launch_ids, range_ids, kind == te_ranges.TE_C_GEMM, n)
     out = pd.DataFrame(index=launch.index)
     # The hook's record says what TE itself was doing; TE's ranges are next best.
-    out["te_module"] = _first(field(hook, "module"), field(te_gemm, "module"), field(module_range, "module"))
-    out["te_name"] = _first(field(hook, "name"), field(te_gemm, "name"))
-    out["layer"] = _first(field(hook, "layer"), out["te_name"].to_numpy())
+    out["te_module"] = _objects(_first(field(hook, "module"), field(te_gemm, "module"), field(module_range, "module")),
+                                out.index)
+    out["te_name"] = _objects(_first(field(hook, "name"), field(te_gemm, "name")), out.index)
+    out["layer"] = _objects(_first(field(hook, "layer"), out["te_name"].to_numpy()), out.index)
     hook_pass, range_pass = field(hook, "pass"), field(te_gemm, "pass")
-    out["te_pass"] = _first(hook_pass, range_pass)
-    out["pass_source"] = np.select([pd.notna(hook_pass), pd.notna(range_pass)], ["hook", "te-range"], None)
+    out["te_pass"] = _objects(_first(hook_pass, range_pass), out.index)
+    out["pass_source"] = _objects(np.select([pd.notna(hook_pass), pd.notna(range_pass)], ["hook", "te-range"], None),
+                                  out.index)
     for column, source in (("requested_a", "operand_a"), ("requested_b", "operand_b"), ("requested", "requested")):
-        out[column] = field(hook, source)
+        out[column] = _objects(field(hook, source), out.index)
     # The GEMM call's shape and FLOPs, as the hook read them from TE's operands (a grouped call's
     # FLOPs are its members' sum, shared by the kernels it launched: `call_flops`).
     for column, source in (("gemm_m", "m"), ("gemm_n", "n"), ("gemm_k", "k"), ("call_flops", "flops")):
-        out[column] = pd.array(field(hook, source), dtype="Int64")
+        out[column] = grammar[source].array.take(hook, allow_fill=True)  # NA where no record
     out["recorded"] = hook >= 0
     out["via_te"] = (c_gemm >= 0) | out["recorded"].to_numpy()
     _pass_from_layout_and_order(launch, out, module_range, field(module_range, "direction"),
@@ -569,11 +715,14 @@ def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_
     out.loc[forward, "te_pass"] = "fprop"
     out.loc[wgrad_range | forward, "pass_source"] = "te-order"
     unknown &= ~(wgrad_range | forward)
-    by_layout = launch["layout"].map(_PASS_BY_LAYOUT).where(launch["precision"].isin(_LAYOUT_TELLS_PASS))
-    layout_known = unknown & by_layout.notna().to_numpy()
-    out.loc[layout_known, "te_pass"] = by_layout[layout_known]
-    out.loc[layout_known, "pass_source"] = "layout"
-    backward = pd.DataFrame({"range": module_range, "module": out["te_module"]})[in_module & ~(wgrad_range | forward)]
+    candidates = launch.loc[unknown, ["layout", "precision"]]  # GEMMs only: a few of a trace's kernels
+    by_layout = candidates["layout"].map(_PASS_BY_LAYOUT).where(candidates["precision"].isin(_LAYOUT_TELLS_PASS))
+    by_layout = by_layout[by_layout.notna()]
+    out.loc[by_layout.index, "te_pass"] = by_layout
+    out.loc[by_layout.index, "pass_source"] = "layout"
+    rows = np.flatnonzero(in_module & ~(wgrad_range | forward))
+    backward = pd.DataFrame({"range": module_range[rows], "module": out["te_module"].to_numpy()[rows]},
+                            index=out.index[rows])
     for (module, _), members in backward.groupby(["module", "range"], sort=False):
         expected = _TE_SEQUENCE.get((module, "backward"))
         if expected is not None and len(expected) == len(members):

@@ -40,7 +40,7 @@ import pandas as pd
 from gemmscope import te_ranges
 from gemmscope.errors import InputError
 from gemmscope.loading import LoadedTrace, attribute
-from gemmscope.trace_parser import Trace
+from gemmscope.trace_parser import EnclosingRanges, Trace, name_matches
 
 RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
 
@@ -85,9 +85,10 @@ def recorded_recipes(traces: Sequence[Trace]) -> list[str]:
     """Recipes of the enabled `te.autocast` regions the autocast hook recorded, in order seen."""
     seen: list[str] = []
     for trace in traces:
-        names = pd.Series(trace.nvtx["name"].dropna().unique())
-        grammar = te_ranges.classify(names)
-        for cls in grammar.loc[grammar["kind"] == te_ranges.AUTOCAST, "recipe_class"]:
+        names = trace.nvtx["name"].dropna().unique()
+        # parsed one by one: a handful of names per trace, and a run may have thousands of traces
+        regions = [te_ranges.parse(name) for name in names if name.startswith(te_ranges.AUTOCAST_PREFIX)]
+        for cls in (region["recipe_class"] for region in regions if region["kind"] == te_ranges.AUTOCAST):
             recipe = RECIPE_BY_CLASS.get(cls, cls)
             if cls != "disabled" and recipe not in seen:
                 seen.append(recipe)
@@ -128,18 +129,20 @@ def parse_expect_map(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def innermost_match(ranges: pd.Series, patterns: Sequence[str]) -> tuple[pd.Series, pd.Series]:
-    """Per launch (`ranges`: each launch's enclosing range names, outermost first), the innermost
-    range whose name matches one of `patterns`, and that pattern's position (NA where none).
-    Patterns are matched once per distinct range name, not per launch."""
-    exploded = ranges.explode().dropna()
-    names = pd.unique(exploded)
-    first = {name: next((i for i, p in enumerate(patterns) if fnmatch.fnmatchcase(name, p)), -1) for name in names}
-    position = exploded.map(first)
-    hits = exploded[position >= 0]
-    innermost = hits.groupby(level=0).last()
-    name = pd.Series(innermost, index=ranges.index, dtype="object")
-    return name, name.map(first).astype("Int64")
+def innermost_match(ranges: EnclosingRanges, rows: np.ndarray, patterns: Sequence[str]) -> tuple[pd.Series, pd.Series]:
+    """Per launch of `rows` (kernel rows `ranges` covers), the innermost enclosing range whose
+    name matches one of `patterns`, and that pattern's position (NA where none). Patterns are
+    matched once per distinct range name, not per launch."""
+    name = pd.Series(ranges.innermost_matching(patterns, rows), dtype="object")
+    return name, first_pattern(name, patterns)
+
+
+def first_pattern(names: pd.Series, patterns: Sequence[str]) -> pd.Series:
+    """Per name, the position of the first of `patterns` that matches it (NA where none); each
+    distinct name matched once."""
+    first = {name: next((i for i, p in enumerate(patterns) if fnmatch.fnmatchcase(name, p)), None)
+             for name in names.dropna().unique()}
+    return pd.Series(names.map(first).to_numpy(dtype=object), index=names.index, dtype="object").astype("Int64")
 
 
 def _sm(traces: Sequence[Trace]) -> int | None:
@@ -156,6 +159,7 @@ class Verification:
     tails_ns: int
     traces: list[Trace] = field(default_factory=list)
     kernels: pd.DataFrame = field(default_factory=pd.DataFrame)  # every launch; gemms' kernel_row indexes it
+    ranges: EnclosingRanges = field(default_factory=EnclosingRanges.empty)  # NVTX ranges around each kernel_row
     memops: pd.DataFrame = field(default_factory=pd.DataFrame)  # memcpy / memset, with trace and rank
     unreadable: list[dict] = field(default_factory=list)  # traces that could not be read: trace, rank, error
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -217,13 +221,17 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     kernel_parts, memop_parts = [], []
     for index, item in enumerate(usable):
         trace, all_launches = item.trace, item.launches
-        all_launches["trace"] = trace.path.name
+        # a column of one Python string, not pandas' string type (checked element by element)
+        all_launches["trace"] = pd.Series(trace.path.name, index=all_launches.index, dtype=object)
         all_launches["rank"] = _fill_ranks(all_launches, trace, index, len(traces))
         kernel_parts.append(all_launches)
         rank_of_pid = all_launches.drop_duplicates("global_pid").set_index("global_pid")["rank"]
         memop_parts.append(trace.memops.assign(trace=trace.path.name,
                                                rank=trace.memops["global_pid"].map(rank_of_pid).astype("Int64")))
-    all_kernels = pd.concat(kernel_parts, ignore_index=True)
+    # one trace's launches as they are: a copy of a long trace's would double what it holds
+    all_kernels = kernel_parts[0] if len(kernel_parts) == 1 else pd.concat(kernel_parts, ignore_index=True)
+    offsets = np.cumsum([0] + [len(part) for part in kernel_parts[:-1]])
+    ranges = EnclosingRanges.concat([item.ranges for item in usable], offsets)
     memops = pd.concat(memop_parts, ignore_index=True)
     tails_ns = int(all_kernels.loc[all_kernels["role"] == "gemm-tail", "duration_ns"].sum())
     gemms = all_kernels[all_kernels["role"] == "gemm"].rename_axis("kernel_row").reset_index()
@@ -231,24 +239,26 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     gemms["origin"] = np.where(is_te, "te", "outside-te")
     gemms["module"] = module_labels(gemms)
     if expect_map:
-        gemms["expect_range"], position = innermost_match(gemms["ranges"], [p for p, _ in expect_map])
+        gemms["expect_range"], position = innermost_match(ranges, gemms["kernel_row"].to_numpy(),
+                                                          [p for p, _ in expect_map])
         mapped = position.map(dict(enumerate(r for _, r in expect_map)))
         gemms["expected"] = mapped.where(mapped.notna(), expected).astype("object")
     elif expected is not None:
         gemms["expected"] = expected
     if "expected" in gemms:
-        _judge(gemms, _sm(traces), allow)
+        _judge(gemms, _sm(traces), allow, ranges)
     result = Verification(expected=expected, gemms=gemms, tails_ns=tails_ns, traces=traces,
-                          kernels=all_kernels, memops=memops, unreadable=unreadable, expect_map=expect_map)
+                          kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
+                          expect_map=expect_map)
     if expect_map:
-        result.ranges_checked = ranges_checked(gemms, traces, expect_map)
+        result.ranges_checked = ranges_checked(gemms, ranges, traces, expect_map)
     result.summary = summarize(gemms, expected)
     result.groups = group(gemms)
     result.rank_comparison = compare_ranks(gemms)
     return result
 
 
-def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...]) -> None:
+def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...], ranges: EnclosingRanges) -> None:
     """Verdict, cause and `allowed` of each GEMM against its own `expected` recipe (None:
     unchecked, no verdict)."""
     keys = gemms["precision"].astype(str) + "|" + gemms["expected"].astype(str)
@@ -256,13 +266,11 @@ def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...]) -> None:
     verdicts = {key: verdict(p if isinstance(p, str) else None, e, sm) for p, e, key in pairs.itertuples(index=False)}
     gemms["verdict"] = keys.map(verdicts).where(gemms["expected"].notna(), None)
     gemms["cause"] = _causes(gemms)
-    gemms["allowed"] = [
-        v == "FALLBACK" and _matches(allow, row)
-        for v, row in zip(gemms["verdict"], gemms.itertuples(index=False))
-    ]
+    gemms["allowed"] = (gemms["verdict"] == "FALLBACK").to_numpy() & allowed(allow, gemms, ranges)
 
 
-def ranges_checked(gemms: pd.DataFrame, traces: Sequence[Trace], expect_map: Sequence[tuple[str, str]]) -> pd.DataFrame:
+def ranges_checked(gemms: pd.DataFrame, ranges: EnclosingRanges, traces: Sequence[Trace],
+                   expect_map: Sequence[tuple[str, str]]) -> pd.DataFrame:
     """One row per NVTX range name an --expect-map pattern claims (the first pattern matching it),
     plus one per pattern that names no range: the GEMMs checked against its recipe, their time,
     the share at that recipe, the fallbacks, the GEMMs inside it that a nested mapped range
@@ -274,8 +282,9 @@ def ranges_checked(gemms: pd.DataFrame, traces: Sequence[Trace], expect_map: Seq
     patterns = [p for p, _ in expect_map]
     names = pd.Series(pd.concat([t.nvtx.loc[t.nvtx["kind"] != "mark", "name"] for t in traces]).dropna())
     instances = names.value_counts(sort=False)
-    claimed, position = innermost_match(pd.Series([[n] for n in instances.index]), patterns)
-    found = pd.DataFrame({"range": claimed.to_numpy(), "position": position.to_numpy()}).dropna()
+    position = first_pattern(pd.Series(instances.index.to_numpy(dtype=object), dtype="object"), patterns)
+    found = pd.DataFrame({"range": instances.index.to_numpy(dtype=object), "position": position.to_numpy(dtype=object)})
+    found = found.dropna()
     found["instances"] = instances[found["range"]].to_numpy()
     g = gemms[gemms["expect_range"].notna()]
     ok = g["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"])
@@ -286,9 +295,11 @@ def ranges_checked(gemms: pd.DataFrame, traces: Sequence[Trace], expect_map: Seq
         "fallbacks": ((g["verdict"] == "FALLBACK") & ~g["allowed"]).groupby(g["expect_range"]).sum(),
         "unknown": (g["verdict"] == "UNKNOWN").groupby(g["expect_range"]).sum(),
     })
-    around = g["ranges"].explode()
-    outer = around[around.isin(found["range"]) & (around != g["expect_range"].reindex(around.index))]
-    nested = outer.reset_index().drop_duplicates().groupby("ranges").size().rename("nested")
+    which, around = ranges.around(g["kernel_row"].to_numpy())
+    pairs = pd.DataFrame({"gemm": g.index.to_numpy()[which], "ranges": around})
+    own = g["expect_range"].to_numpy(dtype=object)[which]
+    outer = pairs[pairs["ranges"].isin(found["range"]).to_numpy() & (around != own)]
+    nested = outer.drop_duplicates().groupby("ranges").size().rename("nested")
     out = found.join(per_range, on="range").join(nested, on="range")
     missing = sorted(set(range(len(patterns))) - set(out["position"].astype(int)))
     out = pd.concat([out, pd.DataFrame({"position": missing, "instances": 0})], ignore_index=True)
@@ -334,14 +345,16 @@ def _causes(gemms: pd.DataFrame) -> np.ndarray:
     return np.where(gemms["verdict"] == "FALLBACK", cause, None)
 
 
-def _matches(patterns: tuple[str, ...], row) -> bool:
-    """An --allow pattern (shell-style, case-sensitive) matches the kernel name, the module label
-    (a TE module, or "(outside TE)"), the layer, or any NVTX range around the launch (e.g.
-    '*lm_head*')."""
-    if not patterns:
-        return False
-    subjects = [row.name, row.module, *([row.layer] if isinstance(row.layer, str) else []), *row.ranges]
-    return any(fnmatch.fnmatchcase(s, p) for p in patterns for s in subjects)
+def allowed(patterns: Sequence[str], gemms: pd.DataFrame, ranges: EnclosingRanges) -> np.ndarray:
+    """Per GEMM launch, whether an --allow pattern (shell-style, case-sensitive) matches its
+    kernel name, its module label (a TE module, or "(outside TE)"), its layer, or any NVTX range
+    around the launch (e.g. '*lm_head*')."""
+    if not patterns or gemms.empty:
+        return np.zeros(len(gemms), dtype=bool)
+    hit = ranges.any_matching(patterns, gemms["kernel_row"].to_numpy())
+    for column in ("name", "module", "layer"):
+        hit |= name_matches(gemms[column], patterns)
+    return hit
 
 
 def module_labels(gemms: pd.DataFrame) -> pd.Series:

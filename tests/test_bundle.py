@@ -212,8 +212,9 @@ def test_bundle_of_a_gpu_trace_holds_no_planted_secret_and_reanalyzes(gpu_plante
     assert bundled.gemms["verdict"].value_counts().to_dict() == original.gemms["verdict"].value_counts().to_dict()
     # and `gemmscope analyze` of the unzipped bundle gives its report and analysis.json again
     monkeypatch.chdir(tmp_path / "unzipped")
-    for fmt, member in (("json", "analysis.json"), ("markdown", "report.md")):
-        analyzed = CliRunner().invoke(main, ["analyze", "traces/fsdp_fp8_1gpu.sqlite.xz", "--format", fmt])
+    for options, member in ((["--format", "json", "--per-launch"], "analysis.json"),
+                            (["--format", "markdown"], "report.md")):
+        analyzed = CliRunner().invoke(main, ["analyze", "traces/fsdp_fp8_1gpu.sqlite.xz", *options])
         assert analyzed.exit_code == 0, analyzed.output
         assert analyzed.stdout == contents[member].decode()
     # and `gemmscope report --tables` of it gives its tables

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope.cli import main
-from gemmscope.trace_parser import read_trace
+from gemmscope.trace_parser import launches_with_ranges, read_trace
 
 REPO = Path(__file__).resolve().parent.parent
 GEMM_FIELDS = {"kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges", "te_module", "te_pass"}
@@ -50,7 +50,8 @@ def assert_one_line_error(done):
 
 @pytest.fixture(scope="module")
 def te_linear_json(gpu_xz):
-    result = invoke("analyze", gpu_xz("te_linear_fp8-current"), "--expect", "fp8-current", "--format", "json")
+    result = invoke("analyze", gpu_xz("te_linear_fp8-current"), "--expect", "fp8-current", "--format", "json",
+                    "--per-launch")
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -94,8 +95,28 @@ def test_analyze_json_summary(te_linear_json):
     }
 
 
+def test_json_is_grouped_unless_per_launch_is_asked_for(gpu_xz):
+    """A long job has hundreds of thousands of GEMM launches: by default the JSON holds them
+    grouped (summary.groups), and the same launches one by one only with --per-launch."""
+    trace = gpu_xz("train_mixed")
+    analyze = invoke("analyze", trace, "--expect", "fp8-current", "--format", "json")
+    verify_ = invoke("verify", "--trace", trace, "--expect", "fp8-current", "--format", "json")
+    grouped, checked = json.loads(analyze.stdout), json.loads(verify_.stdout)
+    assert "gemms" not in grouped and not {"mismatches", "allowed"} & set(checked)
+    per_launch = json.loads(invoke("analyze", trace, "--expect", "fp8-current", "--format", "json",
+                                   "--per-launch").stdout)
+    assert {k: v for k, v in per_launch.items() if k != "gemms"} == grouped
+    launches = Counter((g["layer"], g["te_pass"], g["kernel"], g["verdict"]) for g in per_launch["gemms"])
+    groups = Counter()
+    for row in grouped["summary"]["groups"]:
+        groups[(row["layer"], row["pass"], row["kernel"], row["verdict"])] += row["launches"]
+    assert groups == launches and sum(groups.values()) == grouped["summary"]["gemm_launches"] == 81
+    fallback = sum(row["launches"] for row in checked["summary"]["groups"] if row["verdict"] == "FALLBACK")
+    assert fallback == checked["summary"]["mismatches"] > 0
+
+
 def test_analyze_json_without_recipe_has_no_verdicts(gpu_xz):
-    result = invoke("analyze", gpu_xz("te_linear_bf16"), "--format", "json")
+    result = invoke("analyze", gpu_xz("te_linear_bf16"), "--format", "json", "--per-launch")
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
     assert doc["summary"]["expected"] is None
@@ -261,7 +282,7 @@ def test_verify_bad_trace_is_one_line_exit_2(tmp_path):
 
 def test_verify_trace_json(gpu_xz):
     result = invoke("verify", "--trace", gpu_xz("nn_linear_in_fp8_autocast"), "--expect", "fp8-current",
-                    "--format", "json")
+                    "--format", "json", "--per-launch")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert {"summary", "mismatches"} <= set(doc)
@@ -277,7 +298,8 @@ def test_verify_trace_json(gpu_xz):
 
 
 def test_verify_trace_json_with_allow(gpu_xz):
-    result = invoke("verify", "--trace", gpu_xz("train_mixed"), "--allow", "_LayerNormMLP", "--format", "json")
+    result = invoke("verify", "--trace", gpu_xz("train_mixed"), "--allow", "_LayerNormMLP", "--format", "json",
+                    "--per-launch")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert len(doc["allowed"]) == 18 and {m["te_module"] for m in doc["allowed"]} == {"_LayerNormMLP"}
@@ -286,7 +308,8 @@ def test_verify_trace_json_with_allow(gpu_xz):
 
 
 def test_verify_trace_nothing_ran(gpu_xz):
-    result = invoke("verify", "--trace", gpu_xz("request_nvfp4"), "--expect", "nvfp4", "--format", "json")
+    result = invoke("verify", "--trace", gpu_xz("request_nvfp4"), "--expect", "nvfp4", "--format", "json",
+                    "--per-launch")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert doc["mismatches"] == []
@@ -295,7 +318,7 @@ def test_verify_trace_nothing_ran(gpu_xz):
 
 
 def test_verify_trace_clean(gpu_xz):
-    result = invoke("verify", "--trace", gpu_xz("train_clean"), "--format", "json")
+    result = invoke("verify", "--trace", gpu_xz("train_clean"), "--format", "json", "--per-launch")
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
     assert doc["mismatches"] == []
@@ -373,13 +396,13 @@ def test_shapes_unknown_model_is_one_line_exit_2():
     assert_one_line_error(gemmscope("shapes", "--model", "no-such-model"))
 
 
-def test_kernel_json_decodes_torch_gemms(gpu_launches):
+def test_kernel_json_decodes_torch_gemms(gpu_trace):
     # one kernel per `torch.<precision>` range of torch_gemms: the range says what it ran at
-    launched = gpu_launches("torch_gemms")
+    launched, ranges = launches_with_ranges(gpu_trace("torch_gemms"))
     gemms = launched[launched["role"] == "gemm"]
     want = {}
-    for ranges, name in zip(gemms["ranges"], gemms["name"]):
-        want[name] = ranges[-1].removeprefix("torch.")
+    for names, name in zip(ranges.lists(gemms.index.to_numpy()), gemms["name"]):
+        want[name] = names[-1].removeprefix("torch.")
     result = invoke("kernel", *want, "--format", "json")
     assert result.exit_code == 0, result.output
     decoded = json.loads(result.stdout)["kernels"]
@@ -461,7 +484,7 @@ def test_expect_map_checks_te_gemm_benchmark_range_by_range():
 
 def test_expect_map_range_whose_recipe_raised_fails():
     result = invoke("verify", "--trace", CORPUS / "gemm_bench_4096_all.sqlite.xz", *BENCH_MAP,
-                    "--expect-map", "MXFP8_*=mxfp8", "--format", "json")
+                    "--expect-map", "MXFP8_*=mxfp8", "--format", "json", "--per-launch")
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     ranges = {r["range"]: (r["gemms"], r["verdict"]) for r in doc["summary"]["ranges_checked"]}
@@ -483,3 +506,15 @@ def test_expect_map_lifts_several_recorded_recipes():
 @pytest.mark.parametrize("item", ["FP8Block_*", "=fp8-block", "FP8Block_*=fp9"])
 def test_bad_expect_map_is_one_line_exit_2(item):
     assert_one_line_error(gemmscope("analyze", CORPUS / "gemm_bench_4096.sqlite.xz", "--expect-map", item))
+
+
+def test_per_launch_lists_what_mapped_ranges_fail_without_a_run_recipe():
+    # --expect-map alone (no run-level recipe): the launches that fail their range's recipe are
+    # listed one by one too
+    result = invoke("verify", "--trace", CORPUS / "gemm_bench_4096.sqlite.xz",
+                    "--expect-map", "FP8Current_*=fp8-current", "--expect-map", "nvte_cublas_gemm*=bf16",
+                    "--format", "json", "--per-launch")
+    doc = json.loads(result.stdout)
+    assert doc["summary"]["expected"] is None
+    assert len(doc["mismatches"]) == doc["summary"]["mismatches"] > 0
+    assert {m["expect_range"] for m in doc["mismatches"]} == {"nvte_cublas_gemm_v2"}

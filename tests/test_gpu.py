@@ -73,7 +73,7 @@ def test_small_profile_every_recipe_and_mode(tmp_path):
 
 @pytest.mark.parametrize("scenario, exit_code", [("mixed", 1), ("clean", 0)])
 def test_verify_small_training_run(tmp_path, scenario, exit_code):
-    done = gemmscope("verify", "--format", "json", "--out", str(tmp_path), "--",
+    done = gemmscope("verify", "--format", "json", "--per-launch", "--out", str(tmp_path), "--",
                      sys.executable, str(FIXTURES / "train_small_te.py"), "--scenario", scenario,
                      "--expected-out", str(tmp_path / "expected.json"))
     assert done.returncode == exit_code, done.stderr[-2000:]
@@ -104,7 +104,7 @@ def test_verify_of_a_crashing_command_fails(tmp_path):
 
     if torch.cuda.get_device_capability()[0] >= 10:
         pytest.skip("MXFP8 runs on this GPU")
-    done = gemmscope("verify", "--format", "json", "--out", str(tmp_path), "--",
+    done = gemmscope("verify", "--format", "json", "--per-launch", "--out", str(tmp_path), "--",
                      sys.executable, "-c", _MXFP8_ON_HOPPER)
     assert done.returncode == 3, done.stderr[-2000:]
     assert "the command failed (exit 1)" in done.stderr
@@ -115,7 +115,7 @@ def test_verify_transformer_layer_stack(tmp_path):
     """te.TransformerLayer stack under DDP and FP8 block scaling, layer 2 outside autocast and a
     plain torch LM head: every GEMM has module and pass; the flagged ones are exactly that
     layer's and the head's."""
-    done = gemmscope("verify", "--format", "json", "--out", str(tmp_path), "--",
+    done = gemmscope("verify", "--format", "json", "--per-launch", "--out", str(tmp_path), "--",
                      "torchrun", "--standalone", "--nproc-per-node", "1", str(CORPUS / "te_stack.py"),
                      "--expected-out", str(tmp_path / "expected.json"))
     assert done.returncode == 1, done.stderr[-2000:]

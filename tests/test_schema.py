@@ -110,17 +110,19 @@ CHECKED = {
 }
 
 
+@pytest.mark.parametrize("per_launch", [[], ["--per-launch"]], ids=["grouped", "per-launch"])
 @pytest.mark.parametrize("case", sorted(CHECKED))
-def test_analyze_json(case):
+def test_analyze_json(case, per_launch):
     traces, options = CHECKED[case]
-    assert_valid(json_output("analyze", *traces, *options, "--format", "json"), "analyze")
+    assert_valid(json_output("analyze", *traces, *options, *per_launch, "--format", "json"), "analyze")
 
 
+@pytest.mark.parametrize("per_launch", [[], ["--per-launch"]], ids=["grouped", "per-launch"])
 @pytest.mark.parametrize("case", sorted(CHECKED))
-def test_verify_json(case):
+def test_verify_json(case, per_launch):
     traces, options = CHECKED[case]
     trace_args = [arg for trace in traces for arg in ("--trace", trace)]
-    assert_valid(json_output("verify", *trace_args, *options, "--format", "json"), "verify")
+    assert_valid(json_output("verify", *trace_args, *options, *per_launch, "--format", "json"), "verify")
 
 
 def test_verify_json_of_a_command_gemmscope_ran(gpu_trace):
@@ -128,7 +130,7 @@ def test_verify_json_of_a_command_gemmscope_ran(gpu_trace):
     result = verify.check([gpu_trace("nn_linear_in_fp8_autocast")], "fp8-current")
     for window in (None, {"nvtx_range": "step 3"}, {"delay_s": 2.0, "duration_s": 5.0}):
         command = {"exit_code": 1, "capture_window": window}
-        document = reports.verification_document(result, command, diagnose.diagnose(result))
+        document = reports.verification_document(result, command, diagnose.diagnose(result), per_launch=True)
         assert_valid(parse(json.dumps(document)), "verify")
 
 
@@ -142,7 +144,7 @@ def test_verify_json_with_an_unreadable_rank_trace(tmp_path):
 
 
 def test_validation_catches_a_broken_document():
-    document = json_output("verify", "--trace", GPU / "train_mixed.sqlite.xz", "--format", "json")
+    document = json_output("verify", "--trace", GPU / "train_mixed.sqlite.xz", "--format", "json", "--per-launch")
     document["mismatches"][0]["duration_ns"] = "6.4 µs"
     with pytest.raises(AssertionError, match="mismatches/0/duration_ns"):
         assert_valid(document, "verify")

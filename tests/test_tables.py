@@ -40,7 +40,7 @@ def report_tables(folder: Path, *targets) -> Path:
 
 
 def analysis_json(*args) -> dict:
-    done = invoke("analyze", *args, "--format", "json")
+    done = invoke("analyze", *args, "--format", "json", "--per-launch")  # the launches one by one too
     assert done.exit_code in (0, 1), done.output  # 1: mismatches, the document written all the same
     return json.loads(done.stdout)
 

@@ -68,7 +68,8 @@ def invoke(*args, code: int | None = None) -> str:
 
 
 def json_of(*args) -> dict:
-    return json.loads(invoke(*args, "--format", "json"))
+    per_launch = ["--per-launch"] if args[0] in ("analyze", "verify") else []  # the launches one by one too
+    return json.loads(invoke(*args, "--format", "json", *per_launch))
 
 
 def assert_fits(text: str) -> None:

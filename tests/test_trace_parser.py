@@ -6,6 +6,7 @@ hand-written tests/fixtures/cpu/expected.json. GPU part: nsys 2025.3 captures fr
 structure.
 """
 
+import fnmatch
 import json
 import shutil
 from collections import Counter
@@ -14,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gemmscope.trace_parser import launches, read_trace
+from gemmscope.trace_parser import launches, launches_with_ranges, read_trace
 
 CPU_EXPECTED = json.loads(
     (Path(__file__).parent / "fixtures" / "cpu" / "expected.json").read_text(encoding="utf-8")
@@ -189,6 +190,14 @@ def gemms_of(launches_frame: pd.DataFrame) -> pd.DataFrame:
     return launches_frame[launches_frame["role"] == "gemm"].reset_index(drop=True)
 
 
+def gemms_with_ranges(trace) -> pd.DataFrame:
+    """The GEMM launches of `trace`, each with the names of the NVTX ranges around it (outermost
+    first) as a list."""
+    frame, ranges = launches_with_ranges(trace)
+    gemms = frame[frame["role"] == "gemm"]
+    return gemms.assign(ranges=ranges.lists(gemms.index.to_numpy())).reset_index(drop=True)
+
+
 def by_module_pass(gemms: pd.DataFrame) -> Counter:
     return Counter(zip(gemms["te_module"], gemms["te_pass"]))
 
@@ -278,8 +287,8 @@ def test_backward_gemms_run_on_autograd_thread_and_keep_module(gpu_launches, nam
     assert "pt_autograd_0" not in set(forward["thread"])
 
 
-def test_te_linear_forward_ranges_outermost_first(gpu_launches):
-    gemms = gemms_of(gpu_launches("te_linear_fp8-current"))
+def test_te_linear_forward_ranges_outermost_first(gpu_trace):
+    gemms = gemms_with_ranges(gpu_trace("te_linear_fp8-current"))
     forward = gemms[gemms["te_pass"] == "fprop"]
     # workloads.py: `step N` > te.Linear > TE's gemm range > nvte_cublas_gemm_v2 around the GEMM
     assert [r[0] for r in forward["ranges"]] == ["step 0", "step 1", "step 2"]
@@ -309,8 +318,8 @@ def test_without_te_nvtx_same_gemms_but_no_module(gpu_launches, without, with_):
     assert full["te_module"].notna().sum() == full["via_te"].sum()
 
 
-def test_torch_gemms_one_range_per_precision(gpu_launches, gpu_expected):
-    gemms = gemms_of(gpu_launches("torch_gemms"))
+def test_torch_gemms_one_range_per_precision(gpu_trace, gpu_expected):
+    gemms = gemms_with_ranges(gpu_trace("torch_gemms"))
     expected = gpu_expected("torch_gemms")["gemms_by_range"]
     assert len(gemms) == sum(expected.values())
     for range_name, n in expected.items():
@@ -338,3 +347,17 @@ def test_every_kernel_is_joined_to_its_launch(gpu_trace, gpu_launches, name):
     assert all_launches["launch_start"].notna().all()
     assert (all_launches["launch_start"] <= all_launches["start"]).all()
     assert all_launches["thread"].notna().all()
+
+
+@pytest.mark.parametrize("patterns", [["step *"], ["*gemm*"], ["step 1", "nvte_*"], ["no such range"]])
+def test_matching_ranges_agree_with_each_launch_s_own_list(gpu_trace, patterns):
+    # --allow (any range) and per-range rules (the innermost range that matches) are matched once
+    # per distinct name and mapped back: the same answer as walking each launch's ranges
+    frame, ranges = launches_with_ranges(gpu_trace("te_linear_fp8-current"))
+    rows = frame.index.to_numpy()[::-1]  # any order, not only the frame's
+    want = [next((name for name in reversed(names) if any(fnmatch.fnmatchcase(name, p) for p in patterns)), None)
+            for names in ranges.lists(rows)]
+    assert list(ranges.innermost_matching(patterns, rows)) == want
+    assert list(ranges.any_matching(patterns, rows)) == [name is not None for name in want]
+    if patterns == ["step *"]:
+        assert sum(name is not None for name in want) > 0
