@@ -437,6 +437,13 @@ _TE_SEQUENCE = {
 # on Hopper are always TN (TE transposes the operands first), so there the layout says nothing.
 _PASS_BY_LAYOUT = {"TN": "fprop", "NN": "dgrad", "NT": "wgrad"}
 _LAYOUT_TELLS_PASS = {"bf16", "fp16", "fp32", "tf32"}
+# PyTorch runs the backward pass of CUDA tensors on one autograd thread per device, named so
+# (torch/csrc/autograd/engine.cpp: setThreadName("pt_autograd_" + device)): a GEMM launched
+# straight from another named thread is in no backward pass. The layout letters cannot say that:
+# a bare torch.matmul(A, B) is NN, as a dgrad is.
+_AUTOGRAD_THREAD_PREFIX = "pt_autograd_"
+# A CUDA graph's kernels are launched by the graph's launch, from whichever thread replays it.
+_GRAPH_LAUNCH = "GraphLaunch"
 _FAR_FUTURE = np.int64(1 << 62)  # an unclosed range is open until the end of the capture
 
 # What `launches` adds to each kernel row from the ranges around its launch.
@@ -541,8 +548,9 @@ def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     both from gemmscope's hook, whether TE launched it
     (`via_te`), whether the hook recorded it (`recorded`) and the process's rank. `pass_source`
     says what told the pass: "hook", "te-range" (TE's per-GEMM range), "te-order" (the launch
-    order inside a module-level TE range) or "layout" (a 16-bit kernel's layout letters, also
-    for GEMMs outside TE such as a torch.nn.Linear). With it, the ranges around each launch
+    order inside a module-level TE range), "thread" (a GEMM launched from a thread that runs no
+    backward pass: fprop) or "layout" (a 16-bit kernel's layout letters on the autograd thread,
+    also for GEMMs outside TE such as a torch.nn.Linear's). With it, the ranges around each launch
     (EnclosingRanges)."""
     k = trace.kernels
     api = trace.api_calls[["correlation_id", "global_pid", "start", "end", "global_tid", "name"]].rename(
@@ -705,7 +713,8 @@ def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_
                                 direction: np.ndarray, step: np.ndarray) -> None:
     """Passes for GEMMs no hook record nor per-GEMM TE range names (LayerNormMLP, GroupedLinear,
     GEMMs outside TE): inside a module-level TE range, forward GEMMs are fprop and those of a
-    deferred-wgrad range wgrad; 16-bit GEMMs' layout letters say their pass; the GEMMs of one
+    deferred-wgrad range wgrad; a GEMM launched from a thread that runs no backward pass is
+    fprop; on the autograd thread, 16-bit GEMMs' layout letters say their pass; the GEMMs of one
     LayerNormMLP backward range follow TE's launch order."""
     unknown = out["te_pass"].isna().to_numpy() & (launch["role"] == "gemm").to_numpy()
     in_module = unknown & (module_range >= 0)
@@ -715,6 +724,13 @@ def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_
     out.loc[forward, "te_pass"] = "fprop"
     out.loc[wgrad_range | forward, "pass_source"] = "te-order"
     unknown &= ~(wgrad_range | forward)
+    thread = launch.loc[unknown, "thread"].astype("string")
+    graph = launch.loc[unknown, "launch_api"].astype("string").str.contains(_GRAPH_LAUNCH)
+    no_backward = (~thread.str.startswith(_AUTOGRAD_THREAD_PREFIX) & ~graph).fillna(False).to_numpy(dtype=bool)
+    forward_thread = np.flatnonzero(unknown)[no_backward]
+    out.loc[out.index[forward_thread], "te_pass"] = "fprop"
+    out.loc[out.index[forward_thread], "pass_source"] = "thread"
+    unknown[forward_thread] = False
     candidates = launch.loc[unknown, ["layout", "precision"]]  # GEMMs only: a few of a trace's kernels
     by_layout = candidates["layout"].map(_PASS_BY_LAYOUT).where(candidates["precision"].isin(_LAYOUT_TELLS_PASS))
     by_layout = by_layout[by_layout.notna()]

@@ -217,6 +217,11 @@ def test_gemm_benchmark_is_checked_range_by_range(name):
     by_range = result.gemms.groupby("expect_range")["precision"].agg(set).to_dict()
     assert by_range == {f"BF16_{SHAPE}": {"bf16"}, f"FP8Current_{SHAPE}": {"fp8"},
                         f"FP8Delayed_{SHAPE}": {"fp8"}, f"FP8Block_{SHAPE}": {"fp8-block"}}
+    # the benchmark runs forward passes only (linear(x), torch.matmul): every GEMM is an fprop,
+    # told by the thread that launched it where the hook did not record it (a bare matmul's NN
+    # layout letters would have said dgrad)
+    assert set(result.gemms["te_pass"]) == {"fprop"}
+    assert set(result.gemms.loc[~result.gemms["recorded"], "pass_source"]) == {"thread"}
     if name.endswith("hook"):  # the hook names TE's module; the BF16 case is a bare torch.matmul
         te = result.gemms[result.gemms["expect_range"] != f"BF16_{SHAPE}"]
         assert set(te["te_module"]) == {"_Linear"} and set(te["te_pass"]) == {"fprop"}

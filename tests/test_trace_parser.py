@@ -307,12 +307,18 @@ def test_without_te_nvtx_same_gemms_but_no_module(gpu_launches, without, with_):
     bare = gemms_of(gpu_launches(without))
     full = gemms_of(gpu_launches(with_))
     assert bare["te_module"].isna().all()
-    # without TE's ranges only a 16-bit kernel's layout letters tell a pass, and they agree with
-    # what TE's ranges say in the same run
+    # without TE's ranges only the launching thread (no backward pass runs outside PyTorch's
+    # autograd thread: fprop) and a 16-bit kernel's layout letters tell a pass, and they agree
+    # with what TE's ranges say in the same run
     by_layout = bare["pass_source"] == "layout"
-    assert bare.loc[~by_layout, "te_pass"].isna().all()
+    by_thread = bare["pass_source"] == "thread"
+    assert bare.loc[~(by_layout | by_thread), "te_pass"].isna().all()
     assert set(bare.loc[by_layout, "precision"]) <= {"bf16", "fp16"}
-    assert list(bare.loc[by_layout, "te_pass"]) == list(full.loc[by_layout, "te_pass"])
+    assert not bare.loc[by_thread, "thread"].str.startswith("pt_autograd_").any()
+    assert set(bare.loc[by_thread, "te_pass"]) == {"fprop"}
+    told = by_layout | by_thread
+    assert list(bare.loc[told, "te_pass"]) == list(full.loc[told, "te_pass"])
+    assert (full.loc[~told, "te_pass"] != "fprop").all()  # every fprop is told by its thread
     assert list(bare["precision"]) == list(full["precision"])
     assert list(bare["via_te"]) == list(full["via_te"])
     assert full["te_module"].notna().sum() == full["via_te"].sum()
