@@ -129,10 +129,22 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
     _make_dir(plots_dir)
     result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map)
     diagnosis = diagnose.diagnose(result, step_range)
-    document = reports.analysis_document(result, None, diagnosis, per_launch)
-    _emit(reports.render_verification(result, fmt, document, diagnosis, _detail(quiet, verbose)))
+    _print_result(result, fmt, lambda: reports.analysis_document(result, None, diagnosis, per_launch), diagnosis,
+                  _detail(quiet, verbose))
     _write_plots(plots_dir, result, diagnosis)
     sys.exit(EXIT_MISMATCH if result.failed else 0)
+
+
+def _print_result(result: verify.Verification, fmt: str, document, diagnosis: diagnose.Diagnosis,
+                  detail: str) -> None:
+    """analyze's and verify's output: JSONL streamed a line at a time, any other format at once
+    (`document`: makes the JSON document, which JSONL does without)."""
+    if fmt == "jsonl":
+        for line in reports.launch_lines(result):
+            sys.stdout.write(line)
+        sys.stdout.flush()
+        return
+    _emit(reports.render_verification(result, fmt, document(), diagnosis, detail))
 
 
 def _make_dir(directory: Path | None, option: str = "--plots") -> None:
@@ -207,8 +219,8 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
         result = None
     if result is not None:
         diagnosis = diagnose.diagnose(result, step_range)
-        document = reports.verification_document(result, outcome, diagnosis, per_launch)
-        _emit(reports.render_verification(result, fmt, document, diagnosis, _detail(quiet, verbose)))
+        _print_result(result, fmt, lambda: reports.verification_document(result, outcome, diagnosis, per_launch),
+                      diagnosis, _detail(quiet, verbose))
         _write_plots(plots_dir, result, diagnosis)
     if failed_command:
         click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "

@@ -6,7 +6,7 @@ import io
 import json
 import math
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from gemmscope.shapes import Gemm
 from gemmscope.trace_parser import Trace
 from gemmscope.verify import Verification, recorded_recipes
 
-FORMATS = ("table", "json", "csv", "markdown")
+FORMATS = ("table", "json", "jsonl", "csv", "markdown")
 
 # The version of every JSON document gemmscope writes (`schema_version`, a top-level key): it
 # changes when a key is removed or renamed, or a value changes type, unit or meaning; a new key or
@@ -64,6 +64,19 @@ def gemm_records(gemms: pd.DataFrame, result: Verification) -> list[dict]:
     g = gemms.rename(columns={"name": "kernel", "start": "start_ns"})
     g["ranges"] = result.ranges.lists(g["kernel_row"].to_numpy()) if len(g) else []
     return [{f: _plain(row[f]) for f in _gemm_fields(result)} for row in g.to_dict("records")]
+
+
+# GEMM launches formatted at a time by `launch_lines`: what it holds stays bounded however many
+# launches a trace has.
+JSONL_CHUNK = 10_000
+
+
+def launch_lines(result: Verification) -> Iterator[str]:
+    """`--format jsonl`: one JSON object per GEMM launch, a line each (the records --per-launch
+    adds to the JSON document; common.schema.json's gemm_launch), made a chunk at a time."""
+    for start in range(0, len(result.gemms), JSONL_CHUNK):
+        for record in gemm_records(result.gemms.iloc[start:start + JSONL_CHUNK], result):
+            yield json.dumps(record) + "\n"
 
 
 def summary_document(result: Verification) -> dict:

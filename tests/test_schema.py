@@ -14,7 +14,7 @@ from gemmscope import diagnose, kernels, profile, reports, verify
 from gemmscope.bundle import bundle
 from gemmscope.cli import main
 from gemmscope.trace_parser import read_trace
-from schema_check import SCHEMAS, assert_valid
+from schema_check import REGISTRY, SCHEMAS, assert_valid
 
 DOCUMENT_KINDS = {"analyze", "verify", "compare", "shapes", "kernel", "profile-results", "environment"}
 
@@ -123,6 +123,23 @@ def test_verify_json(case, per_launch):
     traces, options = CHECKED[case]
     trace_args = [arg for trace in traces for arg in ("--trace", trace)]
     assert_valid(json_output("verify", *trace_args, *options, *per_launch, "--format", "json"), "verify")
+
+
+@pytest.mark.parametrize("case", sorted(CHECKED))
+def test_analyze_jsonl_is_the_per_launch_records_a_line_each(case, monkeypatch):
+    """--format jsonl streams, a few launches at a time (here 7, to cross chunk boundaries), the
+    objects --per-launch puts in the document, each valid as one launch of the schema."""
+    traces, options = CHECKED[case]
+    document = json_output("analyze", *traces, *options, "--per-launch", "--format", "json")
+    monkeypatch.setattr(reports, "JSONL_CHUNK", 7)
+    result = CliRunner().invoke(main, ["analyze", *map(str, traces), *options, "--format", "jsonl"])
+    assert result.exit_code in DOCUMENT_EXITS, result.output
+    lines = [parse(line) for line in result.stdout.splitlines()]
+    assert lines == document["gemms"] and len(lines) == document["summary"]["gemm_launches"]
+    launch = "checked_launch" if document["summary"]["expected"] or "expect_map" in document["summary"] else "gemm_launch"
+    validator = Draft202012Validator({"$ref": f"urn:gemmscope:schema:common#/$defs/{launch}"}, registry=REGISTRY)
+    for line in lines:
+        assert not list(validator.iter_errors(line))
 
 
 def test_verify_json_of_a_command_gemmscope_ran(gpu_trace):
