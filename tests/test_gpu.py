@@ -163,3 +163,24 @@ def test_verify_profiler_api_window_range_by_range(tmp_path):
     assert {r["range"]: (r["gemms"], r["verdict"]) for r in summary["ranges_checked"]} == {
         "BF16_512": (3, "OK"), "FP8Current_512": (3, "OK")}
     assert summary["gemm_launches"] == 6  # the GEMM before cudaProfilerStart is not in the window
+
+
+def test_verify_capture_window_holds_one_training_step(tmp_path):
+    """A real training loop with NVTX step ranges, captured from the start to the end of `step 2`
+    only: the trace holds that step's GEMMs, not the other steps'."""
+    steps = 4
+    done = gemmscope("verify", "--expect", "fp8-block", "--capture-range", "step 2", "--format", "json",
+                     "--out", str(tmp_path), "--", "torchrun", "--standalone", "--nproc-per-node", "1",
+                     str(CORPUS / "te_stack.py"), "--steps", str(steps), "--nvtx-steps",
+                     "--expected-out", str(tmp_path / "expected.json"))
+    assert done.returncode == 1, done.stderr[-2000:]  # layer 2 runs outside autocast: BF16 GEMMs
+    report = json.loads(done.stdout)
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    assert report["meta"]["command"]["capture_window"] == {"nvtx_range": "step 2"}
+    per_step = {p: sum(per_module[p] for kind in ("fp8", "bf16") for per_module in expected[kind].values()) // steps
+                for p in ("fprop", "dgrad", "wgrad")}
+    by_pass = {}
+    for row in report["summary"]["by_module_pass"]:
+        by_pass[row["pass"]] = by_pass.get(row["pass"], 0) + row["gemms"]
+    assert by_pass["fprop"] == per_step["fprop"]  # the step's forward, whole
+    assert all(by_pass.get(p, 0) <= per_step[p] for p in per_step)  # and nothing of another step
