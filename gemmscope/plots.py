@@ -197,6 +197,13 @@ def _per_gemm_axes(plt, rows: pd.DataFrame, recipes: list[str], dodge_width: flo
     return fig, axes, modes, gemms, position, offsets
 
 
+def _run_plot(fig, run: ProfileRun, headline: str, notes: list[str], data: pd.DataFrame, file_name: str,
+              title: str, caption: str) -> Plot:
+    """A profile run's figure, titled with its model and GPU and what was not drawn, as a Plot."""
+    _suptitle(fig, f"{run.plan['model']} on {run.device['name']}: {headline}", notes)
+    return Plot(file_name, title, caption, _png(fig), data, tuple(notes))
+
+
 def profile_speedup_plot(run: ProfileRun) -> Plot:
     """Per GEMM and mode, each recipe's speedup over BF16 (CUDA-event time), with the peak ratio
     the recipe's precision has over BF16 on this GPU."""
@@ -237,12 +244,11 @@ def profile_speedup_plot(run: ProfileRun) -> Plot:
     labels.append(f"flagged (verdict not OK): {flagged_count}")
     fig.legend(handles, labels, loc="outside right upper", frameon=False)
     notes = _not_run_notes(rows[rows["precision"] != "bf16"], recipes)
-    _suptitle(fig, f"{run.plan['model']} on {run.device['name']}: speedup over BF16 per GEMM (CUDA-event time)",
-              notes)
-    return Plot("speedup-vs-bf16.png", "Speedup over BF16 per GEMM",
-                "Per GEMM and mode: BF16's end-to-end (CUDA-event) time for the same GEMM over each recipe's; "
-                "the line at 1× is BF16, the dashed line the ratio of the recipe's dense peak to BF16's on this "
-                "GPU; flagged entries are outlined in red.", _png(fig), data, tuple(notes))
+    return _run_plot(fig, run, "speedup over BF16 per GEMM (CUDA-event time)", notes, data, "speedup-vs-bf16.png",
+                     "Speedup over BF16 per GEMM",
+                     "Per GEMM and mode: BF16's end-to-end (CUDA-event) time for the same GEMM over each recipe's; "
+                     "the line at 1× is BF16, the dashed line the ratio of the recipe's dense peak to BF16's on this "
+                     "GPU; flagged entries are outlined in red.")
 
 
 def profile_tflops_plot(run: ProfileRun) -> Plot:
@@ -279,12 +285,11 @@ def profile_tflops_plot(run: ProfileRun) -> Plot:
         notes = _not_run_notes(rows, recipes)
         if not len(peaks):
             notes.append(f"no peak line: {run.device['name']} is not in gemmscope's device table")
-    _suptitle(fig, f"{run.plan['model']} on {run.device['name']}: GEMM kernel throughput against the dense peak",
-              notes)
-    return Plot("gemm-tflops.png", "GEMM kernel TFLOP/s against the GPU's dense peak",
-                "Per GEMM and mode: each recipe's GEMM kernel throughput (2·M·K·N over the kernel time), one marker "
-                "per GEMM and recipe; dashed lines: the GPU's dense tensor-core peak of each precision that ran "
-                "(gemmscope/devices.py); flagged entries are ringed in red.", _png(fig), data, tuple(notes))
+    return _run_plot(fig, run, "GEMM kernel throughput against the dense peak", notes, data, "gemm-tflops.png",
+                     "GEMM kernel TFLOP/s against the GPU's dense peak",
+                     "Per GEMM and mode: each recipe's GEMM kernel throughput (2·M·K·N over the kernel time), one "
+                     "marker per GEMM and recipe; dashed lines: the GPU's dense tensor-core peak of each precision "
+                     "that ran (gemmscope/devices.py); flagged entries are ringed in red.")
 
 
 # --- checked traces -----------------------------------------------------------------------------------
