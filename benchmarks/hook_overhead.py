@@ -2,7 +2,7 @@
 TE's NVTX ranges on (NVTE_NVTX_ENABLED=1) and gemmscope's start-up hook on PYTHONPATH; both run
 Python at every TE GEMM call, so a CPU-bound training step gets slower and verify's timing
 findings (gpu-idle, launch-bound) would describe the hook, not the program. This times one
-training step of small TE workloads (CPU-bound on purpose: the worst case) in child processes:
+training step of a small te.Linear (CPU-bound on purpose: the worst case) in child processes:
 
 - bare: neither;
 - te-nvtx: NVTE_NVTX_ENABLED=1 only;
@@ -14,7 +14,7 @@ after WARMUP, one sample per step (wall time, the CPU launching, a synchronize a
 step). Prints median ms per step [IQR] and the ratio to bare. Needs a GPU and TE; --nsys runs each
 child under `nsys profile --trace=cuda,nvtx` (as verify does; nsys's start-up is not timed).
 
-    python benchmarks/hook_overhead.py [--nsys] [--rounds 5] [--hook-before DIR]
+    python benchmarks/hook_overhead.py [--nsys] [--rounds 4] [--hook-before DIR]
 """
 
 from __future__ import annotations
@@ -29,23 +29,17 @@ import tempfile
 from pathlib import Path
 
 HOOK = Path(__file__).resolve().parent.parent / "gemmscope" / "autocast_hook"
-WORKLOADS = ("linear", "layer")
 ITERS, WARMUP = 100, 20
 
-# One training step, FP8 current scaling: a te.Linear (3 GEMMs a step) or a te.TransformerLayer
-# (12), sized so that launching, not the GPU, sets the pace.
+# One training step of a te.Linear in FP8 current scaling (3 GEMMs), sized so that launching,
+# not the GPU, sets the pace.
 _CHILD = """
 import json, sys, time, torch
 import transformer_engine.pytorch as te
 from transformer_engine.common.recipe import Float8CurrentScaling
-workload, iters, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-if workload == "linear":
-    model = te.Linear(1024, 1024, params_dtype=torch.bfloat16)
-    x = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-else:
-    model = te.TransformerLayer(1024, 4096, 16, params_dtype=torch.bfloat16, hidden_dropout=0.0,
-                                attention_dropout=0.0)
-    x = torch.randn(512, 2, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+iters, warmup = int(sys.argv[1]), int(sys.argv[2])
+model = te.Linear(1024, 1024, params_dtype=torch.bfloat16)
+x = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 recipe = Float8CurrentScaling()
 samples = []
 for i in range(warmup + iters):
@@ -74,8 +68,8 @@ def environments(hook_before: Path | None) -> dict[str, dict[str, str]]:
     return configs
 
 
-def run_once(workload: str, env: dict[str, str], nsys: bool) -> list[float]:
-    command = [sys.executable, "-c", _CHILD, workload, str(ITERS), str(WARMUP)]
+def run_once(env: dict[str, str], nsys: bool) -> list[float]:
+    command = [sys.executable, "-c", _CHILD, str(ITERS), str(WARMUP)]
     with tempfile.TemporaryDirectory() as tmp:
         if nsys:
             command = ["nsys", "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
@@ -83,7 +77,7 @@ def run_once(workload: str, env: dict[str, str], nsys: bool) -> list[float]:
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("SAMPLES ")]
     if done.returncode != 0 or not lines:
-        raise SystemExit(f"{workload}: the child failed (exit {done.returncode}): {done.stderr[-1500:]}")
+        raise SystemExit(f"the child failed (exit {done.returncode}): {done.stderr[-1500:]}")
     return json.loads(lines[0].removeprefix("SAMPLES "))
 
 
@@ -97,22 +91,20 @@ def main() -> None:
     parser.add_argument("--nsys", action="store_true", help="run each child under nsys profile, as verify does")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--hook-before", type=Path, help="also time verify with the hook in this folder")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
     args = parser.parse_args()
     configs = environments(args.hook_before)
     names = list(configs)
-    print(f"{'workload':<8} {'configuration':<22} {'ms per step median [IQR]':>28} {'/ bare':>7}   "
+    print(f"{'configuration':<22} {'ms per step median [IQR]':>28} {'/ bare':>7}   "
           f"({args.rounds} rounds x {ITERS} steps{', under nsys' if args.nsys else ''})")
-    for workload in args.workloads.split(","):
-        samples: dict[str, list[float]] = {name: [] for name in names}
-        for round_index in range(args.rounds):
-            shift = round_index % len(names)
-            for name in names[shift:] + names[:shift]:
-                samples[name] += run_once(workload, configs[name], args.nsys)
-        bare = quartiles(samples["bare"])[1]
-        for name in names:
-            q1, median, q3 = quartiles(samples[name])
-            print(f"{workload:<8} {name:<22} {median:>12.3f} [{q1:.3f}–{q3:.3f}] {median / bare:>7.2f}")
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(args.rounds):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name] += run_once(configs[name], args.nsys)
+    bare = quartiles(samples["bare"])[1]
+    for name in names:
+        q1, median, q3 = quartiles(samples[name])
+        print(f"{name:<22} {median:>12.3f} [{q1:.3f}–{q3:.3f}] {median / bare:>7.2f}")
 
 
 if __name__ == "__main__":
