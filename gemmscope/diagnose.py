@@ -36,7 +36,6 @@ difference in busy time; the window's difference is that plus the idle differenc
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import re
 from dataclasses import dataclass
 
@@ -44,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from gemmscope.devices import lookup, peak_tflops
-from gemmscope.trace_parser import process_id
+from gemmscope.trace_parser import name_matches, process_id
 from gemmscope.verify import RECIPE_PRECISIONS, Verification
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",
@@ -83,9 +82,9 @@ def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame
     parts = []
     for trace in result.traces:
         n = trace.nvtx
-        distinct = [name for name in n["name"].dropna().unique()]  # match each name once, not each range
+        distinct = n["name"].dropna().unique()  # match each name once, not each range
         if pattern:
-            wanted = [name for name in distinct if fnmatch.fnmatchcase(name, pattern)]
+            wanted = distinct[name_matches(distinct, [pattern])]
         else:
             wanted = [name for name in distinct if _DEFAULT_STEP.match(name)]
         parts.append(n[n["name"].isin(wanted) & (n["kind"] == "push-pop")].assign(trace=trace.path.name))

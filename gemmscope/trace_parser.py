@@ -495,10 +495,8 @@ class EnclosingRanges:
         rows = np.asarray(rows, dtype="int64")
         if not len(self.names):
             return np.full(len(rows), None, dtype=object)
-        keep = self.matching_names(patterns)[self.name] & (self.launch <= rows.max(initial=-1))
-        innermost = np.full(int(rows.max(initial=-1)) + 1, -1, dtype="int64")
-        innermost[self.launch[keep]] = self.name[keep]  # pairs run outermost first: the last write wins
-        found = innermost[rows]
+        launches = int(max(self.launch.max(initial=-1), rows.max(initial=-1))) + 1
+        found = _innermost(self.launch, self.name, self.matching_names(patterns), launches)[rows]
         return np.where(found >= 0, self.names[np.maximum(found, 0)], None)
 
     def any_matching(self, patterns: Sequence[str], rows: np.ndarray) -> np.ndarray:
@@ -526,13 +524,19 @@ class EnclosingRanges:
         return cls(np.concatenate(launch), np.concatenate(name), distinct.to_numpy(dtype=object))
 
 
-def name_matches(names: np.ndarray | pd.Series, patterns: Sequence[str]) -> np.ndarray:
-    """Whether a shell pattern (case-sensitive, as --allow's) matches each name (None matches
-    nothing); each distinct name is matched once."""
+def first_matching_pattern(names: np.ndarray | pd.Series, patterns: Sequence[str]) -> np.ndarray:
+    """Per name, the position of the first shell pattern (case-sensitive, as --allow's and
+    --expect-map's) that matches it, -1 where none does (None matches nothing); each distinct
+    name is matched once: a long trace has millions of ranges and a few distinct names."""
     values = pd.Series(np.asarray(names, dtype=object))
-    distinct = values.dropna().unique()
-    hits = {v for v in distinct if isinstance(v, str) and any(fnmatch.fnmatchcase(v, p) for p in patterns)}
-    return values.isin(hits).to_numpy() if hits else np.zeros(len(values), dtype=bool)
+    first = {v: next((i for i, p in enumerate(patterns) if fnmatch.fnmatchcase(v, p)), -1)
+             for v in values.dropna().unique() if isinstance(v, str)}
+    return values.map(first).fillna(-1).to_numpy(dtype="int64")
+
+
+def name_matches(names: np.ndarray | pd.Series, patterns: Sequence[str]) -> np.ndarray:
+    """Whether a shell pattern (first_matching_pattern) matches each name."""
+    return first_matching_pattern(names, patterns) >= 0
 
 
 def launches(trace: Trace) -> pd.DataFrame:

@@ -29,7 +29,6 @@ same GEMM.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ import pandas as pd
 from gemmscope import te_ranges
 from gemmscope.errors import InputError
 from gemmscope.loading import LoadedTrace, attribute
-from gemmscope.trace_parser import EnclosingRanges, Trace, name_matches
+from gemmscope.trace_parser import EnclosingRanges, Trace, first_matching_pattern, name_matches
 
 RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
 
@@ -138,11 +137,9 @@ def innermost_match(ranges: EnclosingRanges, rows: np.ndarray, patterns: Sequenc
 
 
 def first_pattern(names: pd.Series, patterns: Sequence[str]) -> pd.Series:
-    """Per name, the position of the first of `patterns` that matches it (NA where none); each
-    distinct name matched once."""
-    first = {name: next((i for i, p in enumerate(patterns) if fnmatch.fnmatchcase(name, p)), None)
-             for name in names.dropna().unique()}
-    return pd.Series(names.map(first).to_numpy(dtype=object), index=names.index, dtype="object").astype("Int64")
+    """Per name, the position of the first of `patterns` that matches it (NA where none)."""
+    position = pd.Series(first_matching_pattern(names, patterns), index=names.index, dtype="Int64")
+    return position.where(position >= 0)
 
 
 def _sm(traces: Sequence[Trace]) -> int | None:
