@@ -191,7 +191,8 @@ class Verification:
     @property
     def failed(self) -> bool:
         """The check fails on a non-allowed FALLBACK, when a recipe was asked for and no GEMM ran,
-        or when a trace could not be read."""
+        when a mapped range failed (RANGE_FAILURES: a fallback, no GEMM in it, or a pattern that
+        names no range), or when a trace could not be read."""
         nothing_ran = self.expected is not None and len(self.gemms) == 0
         ranges_failed = bool(len(self.ranges_checked)) and bool(
             self.ranges_checked["verdict"].isin(RANGE_FAILURES).any())
