@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 
+import numpy as np
 import pandas as pd
 
 PRECISIONS = (
@@ -505,8 +506,13 @@ def decode_frame(names: pd.Series) -> pd.DataFrame:
     """One row per name, columns = KernelInfo fields, index aligned with ``names``; each distinct
     name is decoded once. A missing name (a trace row without one) gets a row of None."""
     codes, uniques = pd.factorize(names, use_na_sentinel=False)
-    rows = [asdict(decode(name)) if isinstance(name, str) else dict.fromkeys(_COLUMNS) for name in uniques]
-    table = pd.DataFrame({column: [row[column] for row in rows] for column in _COLUMNS}, dtype=object)
-    frame = table.take(codes)
-    frame.index = names.index
-    return frame
+    return pd.DataFrame(decoded_columns(np.asarray(uniques, dtype=object), codes, _COLUMNS), index=names.index,
+                        dtype=object)
+
+
+def decoded_columns(distinct: np.ndarray, codes: np.ndarray, columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """KernelInfo's `columns` (object arrays) for rows given as `codes` into the `distinct` names,
+    each decoded once: a long trace has a million kernels and a few dozen names. A missing name
+    gets None."""
+    rows = [asdict(decode(name)) if isinstance(name, str) else dict.fromkeys(_COLUMNS) for name in distinct]
+    return {column: np.array([row[column] for row in rows], dtype=object)[codes] for column in columns}

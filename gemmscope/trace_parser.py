@@ -238,23 +238,28 @@ def _read(export: _Export, given: Path, threads: int) -> Trace:
         "schema_version": meta_rows.get("EXPORT_SCHEMA_VERSION"),
         "gpus": gpus.to_dict("records"),
     }
-    with ThreadPoolExecutor(1) as pool:
-        # The CUDA API table is the largest (several calls per kernel): SQLite scans it on a
-        # connection of its own in a second thread (it lets go of the GIL while it steps) while
-        # this one reads the rest.
-        api_calls = pool.submit(lambda: _api_calls(_Export(export.path), strings)) if threads > 1 else None
-        return Trace(
-            path=given,
-            sqlite=export.path,
-            meta=meta,
-            kernels=_kernels(export, strings),
-            memops=_memops(export),
-            nvtx=_nvtx(export, strings, _session_end(export)),
-            threads=_threads(export, strings),
-            gpus=gpus,
-            memory=_memory(export),
-            api_calls=api_calls.result() if api_calls else _api_calls(export, strings),
-        )
+    # The largest tables first, so that two threads finish together.
+    readers = {
+        "api_calls": lambda e: _api_calls(e, strings, _LAUNCH_CALLS),
+        "kernels": lambda e: _kernels(e, strings),
+        "nvtx": lambda e: _nvtx(e, strings, _session_end(e)),
+        "memory": _memory,
+        "memops": _memops,
+        "threads": lambda e: _threads(e, strings),
+    }
+    if threads > 1:
+        # Each table on a connection of its own: SQLite lets go of the GIL while it steps, so
+        # the threads read side by side.
+        with ThreadPoolExecutor(threads) as pool:
+            futures = {name: pool.submit(lambda read=read: read(_Export(export.path))) for name, read in readers.items()}
+            frames = {name: future.result() for name, future in futures.items()}
+    else:
+        frames = {name: read(export) for name, read in readers.items()}
+    unlaunched = ~_launch_key(frames["kernels"]).isin(_launch_key(frames["api_calls"]))
+    if unlaunched.any():  # launched by a call whose name says nothing of launching: read the rest
+        rest = _api_calls(export, strings, _OTHER_CALLS)
+        frames["api_calls"] = pd.concat([frames["api_calls"], rest], ignore_index=True)
+    return Trace(path=given, sqlite=export.path, meta=meta, gpus=gpus, **frames)
 
 
 def _name(ids: pd.Series, strings: pd.Series) -> pd.Series:
@@ -289,6 +294,9 @@ def _kernels(export: _Export, strings: pd.Series) -> pd.DataFrame:
     k["short_name"] = _name(k["short_id"], strings)
     # The demangled name keeps template arguments that tell e.g. cutlass' int8 GEMMs apart.
     k["name"] = _name(k["demangled_id"], strings).fillna(k["short_name"])
+    # `name` as its StringIds id (the short name's, negated, where it stands in): names are
+    # decoded once per id, not once per kernel
+    k["name_id"] = k["demangled_id"].where(k["demangled_id"].notna(), -1 - k["short_id"]).fillna(_NULL).astype("int64")
     k["duration_ns"] = k["end"] - k["start"]
     k["pid"] = process_id(k["global_pid"])
     return k.drop(columns=["demangled_id", "short_id"])
@@ -305,11 +313,23 @@ def _memops(export: _Export) -> pd.DataFrame:
     return out
 
 
-def _api_calls(export: _Export, strings: pd.Series) -> pd.DataFrame:
-    # Only the calls that launched a kernel are ever joined: a trace holds several API rows per
-    # kernel (synchronisation, memory, queries), so the rest are left in the export.
-    launched = ("WHERE correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)"
-                if "CUPTI_ACTIVITY_KIND_KERNEL" in export.tables else "")
+# Which CUDA API calls `_api_calls` reads, by their name: those named as launching (cudaLaunchKernel,
+# cuLaunchKernelEx, cudaGraphLaunch, ...), or the others. A trace holds several calls per kernel
+# (events, queries, synchronisation) and SQLite tests a call's name before it looks its
+# correlation id up among every kernel's, most of the time this table takes: `_read` reads the
+# launching ones, and the others only for a kernel none of those launched. Either way calls are
+# joined to kernels on correlation id and process, never on their name.
+_LAUNCH_CALLS = "IN"
+_OTHER_CALLS = "NOT IN"
+_LAUNCHING_NAMES = "SELECT id FROM StringIds WHERE value LIKE '%Launch%'"
+
+
+def _api_calls(export: _Export, strings: pd.Series, names: str) -> pd.DataFrame:
+    """The CUDA API calls that launched a kernel, among those `names` (_LAUNCH_CALLS or
+    _OTHER_CALLS) selects: only they are ever joined, the rest stay in the export."""
+    where = f"WHERE nameId {names} ({_LAUNCHING_NAMES})"
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in export.tables:
+        where += " AND correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)"
     a = export.frame(
         "CUPTI_ACTIVITY_KIND_RUNTIME",
         {
@@ -320,12 +340,18 @@ def _api_calls(export: _Export, strings: pd.Series) -> pd.DataFrame:
             "name_id": "nameId",
             "event_class": "eventClass",
         },
-        launched,
+        where,
     )
     a["name"] = _name(a["name_id"], strings)
     a["api"] = a["event_class"].map({0: "runtime", 1: "driver"})
     a["global_pid"] = a["global_tid"] - _tid(a["global_tid"])
     return a.drop(columns=["name_id", "event_class"])
+
+
+def _launch_key(frame: pd.DataFrame) -> pd.Index:
+    """(process, correlation id) as one integer per row: CUPTI's correlation ids are 32-bit."""
+    pid = (frame["global_pid"].fillna(0).astype("int64").to_numpy() >> 24) & _TID_MASK
+    return pd.Index((pid << 32) | frame["correlation_id"].fillna(0).astype("int64").to_numpy())
 
 
 def _nvtx(export: _Export, strings: pd.Series, session_end: float) -> pd.DataFrame:
@@ -567,9 +593,13 @@ def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     out = out.sort_values("start", kind="stable", ignore_index=True)
     threads = trace.threads.set_index("global_tid")["name"]
     out["thread"] = _objects(out["launch_global_tid"].map(threads).to_numpy(dtype=object), out.index)
-    decoded = kernels.decode_frame(out["name"])
-    for column in ("role", "precision", "family", "layout"):
-        out[column] = _objects(decoded[column].to_numpy(dtype=object), out.index)
+    codes, ids = pd.factorize(out.pop("name_id").to_numpy())
+    first = np.empty(len(ids), dtype="int64")
+    first[codes[::-1]] = np.arange(len(codes))[::-1]  # each name's first row: the last write wins
+    decoded = kernels.decoded_columns(out["name"].to_numpy(dtype=object)[first], codes,
+                                      ("role", "precision", "family", "layout"))
+    for column, values in decoded.items():
+        out[column] = _objects(values, out.index)
     launch_ids, range_ids = _enclosing_ranges(out, trace.nvtx)
     # names coded once per range, not once per (launch, range) pair
     codes, names = pd.factorize(trace.nvtx["name"].to_numpy(dtype=object), use_na_sentinel=False)
@@ -673,9 +703,17 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     grammar = te_ranges.classify(nvtx["name"])
     kind = grammar["kind"].to_numpy()
 
-    def field(ranges: np.ndarray, column: str) -> np.ndarray:
-        values = grammar[column].to_numpy()[np.maximum(ranges, 0)]
-        return np.where(ranges >= 0, values, None)
+    def first(*candidates: tuple[np.ndarray, str], under: np.ndarray | None = None) -> np.ndarray:
+        """Per launch, the value of the first (innermost range per launch, grammar column) of
+        `candidates` that has one, else `under`'s, else None. Only the launches inside such a
+        range are looked at: on a long trace most launches are in none."""
+        values = np.full(n, None, dtype=object) if under is None else under.copy()
+        for ranges, column in reversed(candidates):
+            rows = np.flatnonzero(ranges >= 0)
+            found = grammar[column].to_numpy(dtype=object)[ranges[rows]]
+            known = pd.notna(found)
+            values[rows[known]] = found[known]
+        return values
 
     hook = _innermost(launch_ids, range_ids, kind == te_ranges.HOOK_GEMM, n)
     te_gemm = _innermost(launch_ids, range_ids, kind == te_ranges.TE_GEMM, n)
@@ -683,34 +721,26 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     c_gemm = _innermost(launch_ids, range_ids, kind == te_ranges.TE_C_GEMM, n)
     out = pd.DataFrame(index=launch.index)
     # The hook's record says what TE itself was doing; TE's ranges are next best.
-    out["te_module"] = _objects(_first(field(hook, "module"), field(te_gemm, "module"), field(module_range, "module")),
-                                out.index)
-    out["te_name"] = _objects(_first(field(hook, "name"), field(te_gemm, "name")), out.index)
-    out["layer"] = _objects(_first(field(hook, "layer"), out["te_name"].to_numpy()), out.index)
-    hook_pass, range_pass = field(hook, "pass"), field(te_gemm, "pass")
-    out["te_pass"] = _objects(_first(hook_pass, range_pass), out.index)
+    out["te_module"] = _objects(first((hook, "module"), (te_gemm, "module"), (module_range, "module")), out.index)
+    te_name = first((hook, "name"), (te_gemm, "name"))
+    out["te_name"] = _objects(te_name, out.index)
+    out["layer"] = _objects(first((hook, "layer"), under=te_name), out.index)
+    hook_pass, range_pass = first((hook, "pass")), first((te_gemm, "pass"))
+    out["te_pass"] = _objects(first((hook, "pass"), (te_gemm, "pass")), out.index)
     out["pass_source"] = _objects(np.select([pd.notna(hook_pass), pd.notna(range_pass)], ["hook", "te-range"], None),
                                   out.index)
     for column, source in (("requested_a", "operand_a"), ("requested_b", "operand_b"), ("requested", "requested")):
-        out[column] = _objects(field(hook, source), out.index)
+        out[column] = _objects(first((hook, source)), out.index)
     # The GEMM call's shape and FLOPs, as the hook read them from TE's operands (a grouped call's
     # FLOPs are its members' sum, shared by the kernels it launched: `call_flops`).
     for column, source in (("gemm_m", "m"), ("gemm_n", "n"), ("gemm_k", "k"), ("call_flops", "flops")):
         out[column] = grammar[source].array.take(hook, allow_fill=True)  # NA where no record
     out["recorded"] = hook >= 0
     out["via_te"] = (c_gemm >= 0) | out["recorded"].to_numpy()
-    _pass_from_layout_and_order(launch, out, module_range, field(module_range, "direction"),
-                                field(module_range, "step"))
+    _pass_from_layout_and_order(launch, out, module_range, first((module_range, "direction")),
+                                first((module_range, "step")))
     out["rank"] = _ranks(launch, nvtx, grammar)
     return out
-
-
-def _first(*candidates: np.ndarray) -> np.ndarray:
-    """Element-wise, the first candidate that is not None."""
-    result = pd.Series(candidates[0], dtype="object")
-    for candidate in candidates[1:]:
-        result = result.where(result.notna(), pd.Series(candidate, dtype="object"))
-    return result.to_numpy()
 
 
 def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_range: np.ndarray,
@@ -719,36 +749,38 @@ def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_
     GEMMs outside TE): inside a module-level TE range, forward GEMMs are fprop and those of a
     deferred-wgrad range wgrad; a GEMM launched from a thread that runs no backward pass is
     fprop; on the autograd thread, 16-bit GEMMs' layout letters say their pass; the GEMMs of one
-    LayerNormMLP backward range follow TE's launch order."""
-    unknown = out["te_pass"].isna().to_numpy() & (launch["role"] == "gemm").to_numpy()
-    in_module = unknown & (module_range >= 0)
-    wgrad_range = in_module & (step == "wgrad")
-    forward = in_module & ~wgrad_range & (direction == "forward")
-    out.loc[wgrad_range, "te_pass"] = "wgrad"
-    out.loc[forward, "te_pass"] = "fprop"
-    out.loc[wgrad_range | forward, "pass_source"] = "te-order"
-    unknown &= ~(wgrad_range | forward)
-    thread = launch.loc[unknown, "thread"].astype("string")
-    graph = launch.loc[unknown, "launch_api"].astype("string").str.contains(_GRAPH_LAUNCH)
+    LayerNormMLP backward range follow TE's launch order. Only the GEMMs are looked at, a few of
+    a trace's launches."""
+    te_pass = out["te_pass"].to_numpy(dtype=object).copy()
+    source = out["pass_source"].to_numpy(dtype=object).copy()
+    gemm = np.flatnonzero(launch["role"].to_numpy(dtype=object) == "gemm")
+    unknown = gemm[pd.isna(te_pass[gemm])]
+    in_module = unknown[module_range[unknown] >= 0]
+    wgrad_range = in_module[step[in_module] == "wgrad"]
+    forward = in_module[(step[in_module] != "wgrad") & (direction[in_module] == "forward")]
+    te_pass[wgrad_range], te_pass[forward] = "wgrad", "fprop"
+    source[wgrad_range], source[forward] = "te-order", "te-order"
+    unknown = np.setdiff1d(unknown, np.r_[wgrad_range, forward])
+    thread = pd.Series(launch["thread"].to_numpy(dtype=object)[unknown], dtype="string")
+    graph = pd.Series(launch["launch_api"].to_numpy(dtype=object)[unknown], dtype="string").str.contains(_GRAPH_LAUNCH)
     no_backward = (~thread.str.startswith(_AUTOGRAD_THREAD_PREFIX) & ~graph).fillna(False).to_numpy(dtype=bool)
-    forward_thread = np.flatnonzero(unknown)[no_backward]
-    out.loc[out.index[forward_thread], "te_pass"] = "fprop"
-    out.loc[out.index[forward_thread], "pass_source"] = "thread"
-    unknown[forward_thread] = False
-    candidates = launch.loc[unknown, ["layout", "precision"]]  # GEMMs only: a few of a trace's kernels
-    by_layout = candidates["layout"].map(_PASS_BY_LAYOUT).where(candidates["precision"].isin(_LAYOUT_TELLS_PASS))
-    by_layout = by_layout[by_layout.notna()]
-    out.loc[by_layout.index, "te_pass"] = by_layout
-    out.loc[by_layout.index, "pass_source"] = "layout"
-    rows = np.flatnonzero(in_module & ~(wgrad_range | forward))
-    backward = pd.DataFrame({"range": module_range[rows], "module": out["te_module"].to_numpy()[rows]},
-                            index=out.index[rows])
+    te_pass[unknown[no_backward]], source[unknown[no_backward]] = "fprop", "thread"
+    unknown = unknown[~no_backward]  # GEMMs only: a few of a trace's kernels
+    precision = launch["precision"].to_numpy(dtype=object)[unknown]
+    by_layout = pd.Series(launch["layout"].to_numpy(dtype=object)[unknown]).map(_PASS_BY_LAYOUT).to_numpy(dtype=object)
+    told = pd.notna(by_layout) & pd.Series(precision).isin(_LAYOUT_TELLS_PASS).to_numpy()
+    te_pass[unknown[told]], source[unknown[told]] = by_layout[told], "layout"
+    rows = np.setdiff1d(in_module, np.r_[wgrad_range, forward])
+    backward = pd.DataFrame({"range": module_range[rows], "module": out["te_module"].to_numpy()[rows], "row": rows})
     for (module, _), members in backward.groupby(["module", "range"], sort=False):
         expected = _TE_SEQUENCE.get((module, "backward"))
         if expected is not None and len(expected) == len(members):
-            missing = out.loc[members.index, "te_pass"].isna()
-            out.loc[members.index[missing], "te_pass"] = np.array(expected)[missing.to_numpy()]
-            out.loc[members.index[missing], "pass_source"] = "te-order"
+            at = members["row"].to_numpy()
+            missing = pd.isna(te_pass[at])
+            te_pass[at[missing]] = np.array(expected, dtype=object)[missing]
+            source[at[missing]] = "te-order"
+    out["te_pass"] = _objects(te_pass, out.index)
+    out["pass_source"] = _objects(source, out.index)
 
 
 def _ranks(launch: pd.DataFrame, nvtx: pd.DataFrame, grammar: pd.DataFrame) -> pd.Series:
