@@ -157,7 +157,10 @@ def _rank_key(frame: pd.DataFrame) -> pd.Series:
     pid = process_id(frame["global_pid"].astype("int64"))
     rank = frame["rank"] if "rank" in frame else pd.Series(pd.NA, index=frame.index, dtype="Int64")
     timelines = pd.DataFrame({"trace": frame["trace"], "pid": pid, "rank": rank})
-    codes = timelines.groupby(["trace", "pid", "rank"], dropna=False, sort=False).ngroup().to_numpy()
+    # grouped as integers (the trace's code, the process, the rank or -1), not as strings
+    keys = pd.DataFrame({"trace": pd.factorize(frame["trace"].to_numpy(dtype=object))[0], "pid": pid.to_numpy(),
+                         "rank": rank.fillna(-1).to_numpy(dtype="int64")})
+    codes = keys.groupby(["trace", "pid", "rank"], sort=False).ngroup().to_numpy()
     first = timelines.iloc[np.unique(codes, return_index=True)[1]]
     labels = [str(r) if pd.notna(r) else f"{t} pid {p}" for t, p, r in zip(first["trace"], first["pid"], first["rank"])]
     return pd.Series(np.array(labels, dtype=object)[codes], index=frame.index, dtype=object)
@@ -172,10 +175,11 @@ def categorize(result: Verification) -> pd.DataFrame:
         fell_back = pd.Series(False, index=k.index)
         fell_back.loc[result.gemms.loc[result.gemms["verdict"] == "FALLBACK", "kernel_row"]] = True
         category = category.where(~fell_back, "gemm-fallback")
-    kernels = k.assign(category=category, rank_key=_rank_key(k))
-    memops = result.memops.assign(category=result.memops["kind"], rank_key=_rank_key(result.memops))
-    columns = ["rank_key", "start", "end", "duration_ns", "category"]
-    return pd.concat([kernels[columns], memops[columns]], ignore_index=True)
+    columns = ["start", "end", "duration_ns"]
+    # the few columns asked for, not a copy of every launch's record
+    kernels = k[columns].assign(category=category, rank_key=_rank_key(k))
+    memops = result.memops[columns].assign(category=result.memops["kind"], rank_key=_rank_key(result.memops))
+    return pd.concat([kernels, memops], ignore_index=True)[["rank_key", *columns, "category"]]
 
 
 def _union_blocks(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -184,8 +188,8 @@ def _union_blocks(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nd
     s, e = start[order], end[order]
     reach = np.maximum.accumulate(e)
     new_block = np.r_[True, s[1:] > reach[:-1]]
-    block = np.cumsum(new_block) - 1
-    return s[new_block], pd.Series(reach).groupby(block).max().to_numpy()
+    # the reach only grows: a block ends where it stands at the block's last interval
+    return s[new_block], reach[np.r_[new_block[1:], True]]
 
 
 def busy_ns(start: np.ndarray, end: np.ndarray) -> int:

@@ -8,6 +8,7 @@ cannot be read is kept as an error for its rank; it never drops the others.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -37,6 +38,9 @@ def attribute(trace: Trace) -> LoadedTrace:
         return LoadedTrace(trace.path, error=f"{trace.path} holds no GPU kernels: was it captured with "
                                              "--trace=cuda, on a GPU?")
     frame, ranges = launches_with_ranges(trace)
+    # `frame` holds every kernel with the call that launched it: the trace's own frames of them
+    # are let go (a long trace's are hundreds of MB), their columns kept.
+    trace = dataclasses.replace(trace, kernels=trace.kernels.iloc[:0].copy(), api_calls=trace.api_calls.iloc[:0].copy())
     return LoadedTrace(trace.path, trace, frame, ranges)
 
 
