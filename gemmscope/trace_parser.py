@@ -258,7 +258,8 @@ def _read(export: _Export, given: Path, threads: int) -> Trace:
     unlaunched = ~_launch_key(frames["kernels"]).isin(_launch_key(frames["api_calls"]))
     if unlaunched.any():  # launched by a call whose name says nothing of launching: read the rest
         rest = _api_calls(export, strings, _OTHER_CALLS)
-        frames["api_calls"] = pd.concat([frames["api_calls"], rest], ignore_index=True)
+        named = frames["api_calls"]
+        frames["api_calls"] = rest if named.empty else pd.concat([named, rest], ignore_index=True)
     return Trace(path=given, sqlite=export.path, meta=meta, gpus=gpus, **frames)
 
 

@@ -9,6 +9,7 @@ structure.
 import fnmatch
 import json
 import shutil
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -367,3 +368,20 @@ def test_matching_ranges_agree_with_each_launch_s_own_list(gpu_trace, patterns):
     assert list(ranges.any_matching(patterns, rows)) == [name is not None for name in want]
     if patterns == ["step *"]:
         assert sum(name is not None for name in want) > 0
+
+
+def test_kernel_launched_by_a_call_not_named_launch_is_joined_to_it(gpu_trace, tmp_path):
+    # Launch calls are read first by their name (cudaLaunchKernel, cuLaunchKernelEx, ...); a kernel
+    # that none of them launched sends the reader to the other calls: the join is on correlation id,
+    # so a launch API named otherwise (a future one) still finds its kernels.
+    trace = gpu_trace("te_linear_fp8-current")
+    renamed = tmp_path / "renamed.sqlite"
+    shutil.copy(trace.sqlite, renamed)
+    with sqlite3.connect(renamed) as db:
+        assert db.execute("UPDATE StringIds SET value = replace(value, 'Launch', 'Start') "
+                          "WHERE value LIKE '%Launch%'").rowcount > 0
+    columns = ["correlation_id", "launch_start", "launch_end", "launch_global_tid"]
+    before, after = launches(trace), launches(read_trace(renamed))
+    assert before["launch_start"].notna().all()
+    pd.testing.assert_frame_equal(after[columns], before[columns])
+    assert after["launch_api"].str.contains("Start").all()
