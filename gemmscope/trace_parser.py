@@ -589,7 +589,8 @@ def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
                  "name": "launch_api"}
     )
     # A correlation id is unique per process; keep the outermost call if a trace repeats one.
-    api = api.sort_values("launch_start").drop_duplicates(["correlation_id", "global_pid"])
+    if not _launch_key(api).is_unique:
+        api = api.sort_values("launch_start").drop_duplicates(["correlation_id", "global_pid"])
     out = k.merge(api, on=["correlation_id", "global_pid"], how="left")
     out = out.sort_values("start", kind="stable", ignore_index=True)
     threads = trace.threads.set_index("global_tid")["name"]
@@ -626,12 +627,13 @@ def _enclosing_ranges(launch: pd.DataFrame, nvtx: pd.DataFrame) -> tuple[np.ndar
     r_end = nvtx["end"].fillna(_FAR_FUTURE).astype("int64").to_numpy()
     pairs_l, pairs_r = [], []
 
-    push_pop = nvtx[nvtx["kind"] == "push-pop"]
-    by_thread = pd.Series(np.arange(len(launch)), index=launch_tid).groupby(level=0)
-    launches_of = {tid: rows.to_numpy() for tid, rows in by_thread}
+    push_pop = nvtx.loc[nvtx["kind"].to_numpy() == "push-pop", ["global_tid", "domain"]]
+    launches_of: dict[int, np.ndarray] = {}  # per thread with ranges: the launches it made
     for (tid, _), rows in push_pop.groupby(["global_tid", push_pop["domain"].fillna("")], sort=False):
-        mine = launches_of.get(int(tid))
-        if mine is None:
+        if int(tid) not in launches_of:
+            launches_of[int(tid)] = np.flatnonzero(launch_tid == tid)
+        mine = launches_of[int(tid)]
+        if not len(mine):
             continue
         ids = rows.index.to_numpy()
         order = np.lexsort((-r_end[ids], r_start[ids]))
