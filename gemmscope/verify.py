@@ -217,10 +217,12 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     expect_map = tuple(expect_map)
     expected = resolve_expected(traces, expect, mapped=bool(expect_map))
     kernel_parts, memop_parts = [], []
+    trace_names = pd.unique(pd.Series([item.path.name for item in usable], dtype=object))
     for index, item in enumerate(usable):
         trace, all_launches = item.trace, item.launches
-        # a column of one Python string, not pandas' string type (checked element by element)
-        all_launches["trace"] = pd.Series(trace.path.name, index=all_launches.index, dtype=object)
+        # one code per launch, not a string: a long trace's million are compared and grouped often
+        code = np.full(len(all_launches), trace_names.tolist().index(trace.path.name))
+        all_launches["trace"] = pd.Categorical.from_codes(code, categories=trace_names)
         all_launches["rank"] = _fill_ranks(all_launches, trace, index, len(traces))
         kernel_parts.append(all_launches)
         rank_of_pid = all_launches.drop_duplicates("global_pid").set_index("global_pid")["rank"]
