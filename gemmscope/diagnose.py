@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from gemmscope.devices import lookup, peak_tflops
 from gemmscope.trace_parser import name_matches, process_id
@@ -153,33 +154,42 @@ def _rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
 
 def _rank_key(frame: pd.DataFrame) -> pd.Series:
     """The rank where known, else the trace and process: one GPU timeline each (labelled once per
-    distinct trace, process and rank, not once per kernel)."""
+    distinct trace, process and rank, not once per kernel; as codes, not a string per kernel)."""
     pid = process_id(frame["global_pid"].astype("int64"))
     rank = frame["rank"] if "rank" in frame else pd.Series(pd.NA, index=frame.index, dtype="Int64")
     timelines = pd.DataFrame({"trace": frame["trace"], "pid": pid, "rank": rank})
     # grouped as integers (the trace's code, the process, the rank or -1), not as strings
-    keys = pd.DataFrame({"trace": pd.factorize(frame["trace"].to_numpy(dtype=object))[0], "pid": pid.to_numpy(),
+    keys = pd.DataFrame({"trace": pd.factorize(frame["trace"])[0], "pid": pid.to_numpy(),
                          "rank": rank.fillna(-1).to_numpy(dtype="int64")})
     codes = keys.groupby(["trace", "pid", "rank"], sort=False).ngroup().to_numpy()
     first = timelines.iloc[np.unique(codes, return_index=True)[1]]
     labels = [str(r) if pd.notna(r) else f"{t} pid {p}" for t, p, r in zip(first["trace"], first["pid"], first["rank"])]
-    return pd.Series(np.array(labels, dtype=object)[codes], index=frame.index, dtype=object)
+    # timelines of one rank in several traces (or processes) share its label
+    label_codes, distinct = pd.factorize(pd.Series(labels, dtype=object))
+    return pd.Series(pd.Categorical.from_codes(label_codes[codes], categories=pd.Index(distinct, dtype=object)),
+                     index=frame.index)
 
 
 def categorize(result: Verification) -> pd.DataFrame:
-    """Every kernel and memory operation of the checked traces with its category and rank key."""
+    """Every kernel and memory operation of the checked traces with its category and rank key
+    (categoricals: the rank keys' categories in name order, as `breakdown` lists the ranks)."""
     k = result.kernels
-    category = k["role"].map(_CATEGORY_OF_ROLE).fillna("other")
-    category = category.where(k["family"] != "nccl", "communication")
+    role, family = k["role"].to_numpy(dtype=object), k["family"].to_numpy(dtype=object)
+    code = np.full(len(k), CATEGORIES.index("other"))
+    for kernel_role, category in _CATEGORY_OF_ROLE.items():
+        code[role == kernel_role] = CATEGORIES.index(category)
+    code[family == "nccl"] = CATEGORIES.index("communication")
     if "verdict" in result.gemms:
-        fell_back = pd.Series(False, index=k.index)
-        fell_back.loc[result.gemms.loc[result.gemms["verdict"] == "FALLBACK", "kernel_row"]] = True
-        category = category.where(~fell_back, "gemm-fallback")
+        fell_back = result.gemms.loc[result.gemms["verdict"] == "FALLBACK", "kernel_row"].to_numpy()
+        code[k.index.get_indexer(fell_back)] = CATEGORIES.index("gemm-fallback")
+    memops = result.memops
+    code = np.r_[code, pd.Categorical(memops["kind"], categories=CATEGORIES).codes]
+    rank_key = union_categoricals([_rank_key(k).array, _rank_key(memops).array], sort_categories=True)
     columns = ["start", "end", "duration_ns"]
     # the few columns asked for, not a copy of every launch's record
-    kernels = k[columns].assign(category=category, rank_key=_rank_key(k))
-    memops = result.memops[columns].assign(category=result.memops["kind"], rank_key=_rank_key(result.memops))
-    return pd.concat([kernels, memops], ignore_index=True)[["rank_key", *columns, "category"]]
+    return pd.DataFrame({"rank_key": rank_key,
+                         **{c: np.r_[k[c].to_numpy("int64"), memops[c].to_numpy("int64")] for c in columns},
+                         "category": pd.Categorical.from_codes(code, categories=CATEGORIES)})
 
 
 def _union_blocks(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -258,7 +268,7 @@ def step_breakdown(result: Verification, steps: pd.DataFrame, activity: pd.DataF
         which = np.searchsorted(edges[1:-1], start, side="right")
         blocks = _union_blocks(start, end)
         covered = _covered_ns(*blocks, edges)
-        times = (part.groupby([which, part["category"].to_numpy()])["duration_ns"].sum()
+        times = (part.groupby([which, part["category"]])["duration_ns"].sum()
                  .unstack(fill_value=0).reindex(index=range(len(own)), columns=CATEGORIES, fill_value=0))
         frame = pd.DataFrame({"rank": key, "step": own.index.to_numpy(), "name": own["name"].to_numpy(),
                               "window_ns": np.diff(edges), "busy_ns": np.diff(covered)})

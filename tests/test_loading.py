@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gemmscope import loading
+from gemmscope.diagnose import diagnose
 from gemmscope.verify import check
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
@@ -61,3 +62,13 @@ def test_unreachable_scheduler_is_one_clear_error(rank_traces):
 
     with pytest.raises(InputError, match="cannot reach the Dask scheduler"):
         loading.load(rank_traces, scheduler="tcp://127.0.0.1:9")
+
+
+def test_ranks_met_in_several_traces_are_one_row_each(rank_traces):
+    # the four traces are copies of ranks 0 and 1, each marked with its rank by the hook: the
+    # breakdown has one row per rank, holding both copies' kernels
+    result = check(loading.load(rank_traces, workers=2))
+    times = diagnose(result).breakdown
+    assert list(times["rank"]) == ["0", "1"]
+    per_rank = result.kernels.groupby(result.kernels["rank"].astype(str)).size()
+    assert list(times["kernel_launches"]) == [per_rank["0"], per_rank["1"]]
