@@ -315,9 +315,10 @@ def _memops(export: _Export) -> pd.DataFrame:
 
 
 # Which CUDA API calls `_api_calls` reads, by their name: those named as launching (cudaLaunchKernel,
-# cuLaunchKernelEx, cudaGraphLaunch, ...), or the others. A trace holds several calls per kernel
-# (events, queries, synchronisation) and SQLite tests a call's name before it looks its
-# correlation id up among every kernel's, most of the time this table takes: `_read` reads the
+# cuLaunchKernelEx, cudaGraphLaunch, ...), all of them, or those of the others that launched a
+# kernel. A trace holds several calls per kernel (events, queries, synchronisation); finding the
+# ones that launched a kernel among them means looking each one's correlation id up among every
+# kernel's, most of the time this table takes, while a name is tested at once: `_read` reads the
 # launching ones, and the others only for a kernel none of those launched. Either way calls are
 # joined to kernels on correlation id and process, never on their name.
 _LAUNCH_CALLS = "IN"
@@ -326,10 +327,10 @@ _LAUNCHING_NAMES = "SELECT id FROM StringIds WHERE value LIKE '%Launch%'"
 
 
 def _api_calls(export: _Export, strings: pd.Series, names: str) -> pd.DataFrame:
-    """The CUDA API calls that launched a kernel, among those `names` (_LAUNCH_CALLS or
-    _OTHER_CALLS) selects: only they are ever joined, the rest stay in the export."""
+    """The CUDA API calls `names` (_LAUNCH_CALLS or _OTHER_CALLS) selects; of the others only
+    those that launched a kernel, the rest stay in the export."""
     where = f"WHERE nameId {names} ({_LAUNCHING_NAMES})"
-    if "CUPTI_ACTIVITY_KIND_KERNEL" in export.tables:
+    if names == _OTHER_CALLS and "CUPTI_ACTIVITY_KIND_KERNEL" in export.tables:
         where += " AND correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)"
     a = export.frame(
         "CUPTI_ACTIVITY_KIND_RUNTIME",
