@@ -1,10 +1,11 @@
 """How `gemmscope verify --trace` scales with workers on many per-rank traces.
 
-    python benchmarks/rank_traces.py [--ranks 64] [--workers 1,2] [--rounds 3]
+    python benchmarks/rank_traces.py [--ranks 64] [--workers 1,2] [--rounds 3] [--grow 1]
 
 Builds N per-rank traces from the two real per-rank captures of TE's FSDP example
 (tests/fixtures/gpu/corpus/fsdp_fp8_2gpu_rank{0,1}.sqlite.xz, decompressed, one file per rank,
-named rank<N>.sqlite), then times `gemmscope verify --trace FOLDER --workers W --format json`
+named rank<N>.sqlite; with --grow G, each capture first grown into G replicas of itself as
+trace_scale.py builds them), then times `gemmscope verify --trace FOLDER --workers W --format json`
 for each W, as separate processes, alternating the order every round, and prints the median
 wall and CPU seconds and the speedup over the first W. Checks that every run read N traces and
 found the same GEMM count.
@@ -27,8 +28,18 @@ REPO = Path(__file__).resolve().parent.parent
 SEEDS = [REPO / "tests" / "fixtures" / "gpu" / "corpus" / f"fsdp_fp8_2gpu_rank{r}.sqlite.xz" for r in (0, 1)]
 
 
-def build(folder: Path, ranks: int) -> None:
+def build(folder: Path, ranks: int, grow: int = 1) -> None:
     seeds = [lzma.decompress(seed.read_bytes()) for seed in SEEDS]
+    if grow > 1:
+        from trace_scale import build_replica
+
+        for at, seed in enumerate(seeds):
+            plain, grown = folder / f"seed{at}.sqlite", folder / f"seed{at}-x{grow}.sqlite"
+            plain.write_bytes(seed)
+            build_replica(plain, grown, grow)
+            seeds[at] = grown.read_bytes()
+            plain.unlink()
+            grown.unlink()
     for rank in range(ranks):
         (folder / f"rank{rank}.sqlite").write_bytes(seeds[rank % len(seeds)])
 
@@ -54,12 +65,13 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--grow", type=int, default=1, help="replicas of each real rank capture in one trace")
     args = parser.parse_args()
     workers = [int(w) for w in args.workers.split(",")]
     with tempfile.TemporaryDirectory(prefix="gemmscope-ranks-") as tmp:
         folder = Path(tmp)
-        build(folder, args.ranks)
-        print(f"{args.ranks} per-rank traces ({sum(p.stat().st_size for p in folder.iterdir()) / 2**20:.0f} MiB), "
+        build(folder, args.ranks, args.grow)
+        print(f"{args.ranks} per-rank traces, each capture grown {args.grow}× ({sum(p.stat().st_size for p in folder.iterdir()) / 2**20:.0f} MiB), "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
         samples: dict[int, list[tuple[float, float]]] = {w: [] for w in workers}
         launches = set()

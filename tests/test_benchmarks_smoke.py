@@ -1,6 +1,6 @@
 """The replicas benchmarks/trace_scale.py times gemmscope on: a real export grown 3× is still an
 export gemmscope reads, labelled as a replica, with every GEMM of the seed exactly 3 times and the
-same verdicts."""
+same verdicts; benchmarks/rank_traces.py's grown rank traces likewise."""
 
 import importlib.util
 import sqlite3
@@ -17,8 +17,9 @@ SEED = ROOT / "tests" / "fixtures" / "gpu" / "corpus" / "fsdp_fp8_1gpu.sqlite.xz
 FACTOR = 3
 
 
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("trace_scale", ROOT / "benchmarks" / "trace_scale.py")
+def load_benchmark(name: str = "trace_scale"):
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # rank_traces imports trace_scale to grow traces
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -56,3 +57,15 @@ def test_replica_holds_factor_times_the_seeds_gemms(tmp_path):
     assert verdicts(replica) == Counter({key: n * FACTOR for key, n in seed_verdicts.items()})
     # The session ends after the last replica: no replicated range reads as left open.
     assert not read_trace(replica).nvtx["unclosed"].any()
+
+
+def test_grown_rank_traces_hold_factor_times_each_real_rank(tmp_path):
+    rank_traces, trace_scale = load_benchmark("rank_traces"), load_benchmark()
+    ranks, seeds = tmp_path / "ranks", tmp_path / "seeds"
+    ranks.mkdir()
+    seeds.mkdir()
+    rank_traces.build(ranks, ranks=3, grow=2)
+    assert sorted(p.name for p in ranks.iterdir()) == ["rank0.sqlite", "rank1.sqlite", "rank2.sqlite"]
+    kernels = "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    real = [rows(trace_scale.sqlite_of(seed, seeds), kernels) for seed in rank_traces.SEEDS]
+    assert [rows(ranks / f"rank{rank}.sqlite", kernels) for rank in range(3)] == [2 * real[0], 2 * real[1], 2 * real[0]]
