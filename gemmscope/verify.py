@@ -225,7 +225,7 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         all_launches["trace"] = pd.Categorical.from_codes(code, categories=trace_names)
         all_launches["rank"] = _fill_ranks(all_launches, trace, index, len(traces))
         kernel_parts.append(all_launches)
-        rank_of_pid = all_launches.drop_duplicates("global_pid").set_index("global_pid")["rank"]
+        rank_of_pid = all_launches[["global_pid", "rank"]].drop_duplicates("global_pid").set_index("global_pid")["rank"]
         memop_parts.append(trace.memops.assign(trace=trace.path.name,
                                                rank=trace.memops["global_pid"].map(rank_of_pid).astype("Int64")))
     # one trace's launches as they are: a copy of a long trace's would double what it holds
