@@ -238,11 +238,13 @@ def _read(export: _Export, given: Path, threads: int) -> Trace:
         "schema_version": meta_rows.get("EXPORT_SCHEMA_VERSION"),
         "gpus": gpus.to_dict("records"),
     }
-    # The largest tables first, so that two threads finish together.
+    # The three long reads first: kernels and NVTX ranges start at once, and the launch calls go
+    # to whichever thread is free first (a replicated trace has more launch calls than ranges,
+    # a real one with TE's and the hook's ranges more ranges than launch calls).
     readers = {
-        "api_calls": lambda e: _api_calls(e, strings, _LAUNCH_CALLS),
         "kernels": lambda e: _kernels(e, strings),
         "nvtx": lambda e: _nvtx(e, strings, _session_end(e)),
+        "api_calls": lambda e: _api_calls(e, strings, _LAUNCH_CALLS),
         "memory": _memory,
         "memops": _memops,
         "threads": lambda e: _threads(e, strings),
