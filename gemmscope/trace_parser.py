@@ -13,6 +13,7 @@ ranges, which tell module and pass even for backward GEMMs launched from autogra
 
 from __future__ import annotations
 
+import ctypes
 import fnmatch
 import glob
 import hashlib
@@ -262,7 +263,19 @@ def _read(export: _Export, given: Path, threads: int) -> Trace:
         rest = _api_calls(export, strings, _OTHER_CALLS)
         named = frames["api_calls"]
         frames["api_calls"] = rest if named.empty else pd.concat([named, rest], ignore_index=True)
+    _give_back_freed_memory()
     return Trace(path=given, sqlite=export.path, meta=meta, gpus=gpus, **frames)
+
+
+def _give_back_freed_memory() -> None:
+    """Hand the memory reading freed back to the system: glibc keeps it in each thread's arena
+    (a long trace's read frees hundreds of MB of SQLite text, parse buffers and strings), and
+    whatever comes next would add its own peak on top of it. Nothing where the C library has
+    no malloc_trim."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _name(ids: pd.Series, strings: pd.Series) -> pd.Series:
@@ -373,8 +386,13 @@ def _nvtx(export: _Export, strings: pd.Series, session_end: float) -> pd.DataFra
             "category": "category",
         },
     )
-    # Registered strings (nvtxDomainRegisterString) arrive as textId; plain ones as text.
-    n["name"] = n["text"].where(n["text"].notna(), _name(n["text_id"], strings))
+    # Registered strings (nvtxDomainRegisterString) arrive as textId; plain ones as text, one
+    # Python string per row: kept once per distinct name (a long trace repeats a few thousand
+    # names a million times, hundreds of MB as separate strings).
+    named = n["text"].where(n["text"].notna(), _name(n["text_id"], strings)).to_numpy(dtype=object)
+    codes, distinct = pd.factorize(named)
+    n["name"] = _objects(np.append(np.asarray(distinct, dtype=object), None)[codes], n.index)
+    del n["text"]
     n["pid"] = process_id(n["global_tid"])
     n["tid"] = _tid(n["global_tid"])
     # Domain ids are numbered per process; a DomainCreate row names each one (0 is the default).
@@ -610,7 +628,7 @@ def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     codes, names = pd.factorize(trace.nvtx["name"].to_numpy(dtype=object), use_na_sentinel=False)
     names = np.array([name if isinstance(name, str) else None for name in names], dtype=object)
     ranges = EnclosingRanges(launch_ids, codes[range_ids].astype("int64"), names)
-    attribution = _attribute(out, launch_ids, range_ids, trace.nvtx)
+    attribution = _attribute(out, launch_ids, range_ids, trace.nvtx, codes, names)
     for column in ATTRIBUTION_COLUMNS:
         out[column] = attribution[column]
     return out, ranges
@@ -703,11 +721,15 @@ def _innermost(launch_ids: np.ndarray, range_ids: np.ndarray, selected: np.ndarr
     return out
 
 
-def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarray,
-               nvtx: pd.DataFrame) -> pd.DataFrame:
+def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarray, nvtx: pd.DataFrame,
+               name_codes: np.ndarray, names: np.ndarray) -> pd.DataFrame:
+    """ATTRIBUTION_COLUMNS per launch. `name_codes`: each NVTX row's code into `names`, its
+    distinct names: TE's range grammar is read once per distinct name, not once per range."""
     n = len(launch)
-    grammar = te_ranges.classify(nvtx["name"])
-    kind = grammar["kind"].to_numpy()
+    grammar = te_ranges.classify(pd.Series(names, dtype=object))
+
+    def of_kind(kind: str) -> np.ndarray:
+        return (grammar["kind"].to_numpy() == kind)[name_codes]
 
     def first(*candidates: tuple[np.ndarray, str], under: np.ndarray | None = None) -> np.ndarray:
         """Per launch, the value of the first (innermost range per launch, grammar column) of
@@ -716,15 +738,15 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
         values = np.full(n, None, dtype=object) if under is None else under.copy()
         for ranges, column in reversed(candidates):
             rows = np.flatnonzero(ranges >= 0)
-            found = grammar[column].to_numpy(dtype=object)[ranges[rows]]
+            found = grammar[column].to_numpy(dtype=object)[name_codes[ranges[rows]]]
             known = pd.notna(found)
             values[rows[known]] = found[known]
         return values
 
-    hook = _innermost(launch_ids, range_ids, kind == te_ranges.HOOK_GEMM, n)
-    te_gemm = _innermost(launch_ids, range_ids, kind == te_ranges.TE_GEMM, n)
-    module_range = _innermost(launch_ids, range_ids, kind == te_ranges.TE_MODULE, n)
-    c_gemm = _innermost(launch_ids, range_ids, kind == te_ranges.TE_C_GEMM, n)
+    hook = _innermost(launch_ids, range_ids, of_kind(te_ranges.HOOK_GEMM), n)
+    te_gemm = _innermost(launch_ids, range_ids, of_kind(te_ranges.TE_GEMM), n)
+    module_range = _innermost(launch_ids, range_ids, of_kind(te_ranges.TE_MODULE), n)
+    c_gemm = _innermost(launch_ids, range_ids, of_kind(te_ranges.TE_C_GEMM), n)
     out = pd.DataFrame(index=launch.index)
     # The hook's record says what TE itself was doing; TE's ranges are next best.
     out["te_module"] = _objects(first((hook, "module"), (te_gemm, "module"), (module_range, "module")), out.index)
@@ -739,13 +761,14 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
         out[column] = _objects(first((hook, source)), out.index)
     # The GEMM call's shape and FLOPs, as the hook read them from TE's operands (a grouped call's
     # FLOPs are its members' sum, shared by the kernels it launched: `call_flops`).
+    hook_name = np.where(hook >= 0, name_codes[np.maximum(hook, 0)], -1)
     for column, source in (("gemm_m", "m"), ("gemm_n", "n"), ("gemm_k", "k"), ("call_flops", "flops")):
-        out[column] = grammar[source].array.take(hook, allow_fill=True)  # NA where no record
+        out[column] = grammar[source].array.take(hook_name, allow_fill=True)  # NA where no record
     out["recorded"] = hook >= 0
     out["via_te"] = (c_gemm >= 0) | out["recorded"].to_numpy()
     _pass_from_layout_and_order(launch, out, module_range, first((module_range, "direction")),
                                 first((module_range, "step")))
-    out["rank"] = _ranks(launch, nvtx, grammar)
+    out["rank"] = _ranks(launch, nvtx, grammar, name_codes)
     return out
 
 
@@ -789,10 +812,12 @@ def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_
     out["pass_source"] = _objects(source, out.index)
 
 
-def _ranks(launch: pd.DataFrame, nvtx: pd.DataFrame, grammar: pd.DataFrame) -> pd.Series:
-    """Each launch's rank, from the mark gemmscope's hook leaves in every process (NA without)."""
-    marks = (grammar["kind"] == te_ranges.PROCESS).to_numpy()
-    by_pid = pd.Series(grammar["rank"].array[marks], index=nvtx["pid"].to_numpy()[marks], dtype="Int64")
+def _ranks(launch: pd.DataFrame, nvtx: pd.DataFrame, grammar: pd.DataFrame, name_codes: np.ndarray) -> pd.Series:
+    """Each launch's rank, from the mark gemmscope's hook leaves in every process (NA without);
+    `grammar` per distinct NVTX name, `name_codes` each NVTX row's code into it."""
+    marks = (grammar["kind"].to_numpy() == te_ranges.PROCESS)[name_codes]
+    by_pid = pd.Series(grammar["rank"].array.take(name_codes[marks]), index=nvtx["pid"].to_numpy()[marks],
+                       dtype="Int64")
     by_pid = by_pid[~by_pid.index.duplicated(keep="last")]
     pid = process_id(launch["global_pid"].astype("int64"))
     return pd.Series(pid.map(by_pid).array, index=launch.index, dtype="Int64")
