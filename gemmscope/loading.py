@@ -56,7 +56,7 @@ def load(paths: Sequence[Path], workers: int | None = None, scheduler: str | Non
     """Every trace of `paths`, in order. `workers`: local processes (default: one per trace, at
     most one per CPU); `scheduler`: a Dask distributed scheduler address, which takes over."""
     paths = [Path(p) for p in paths]
-    # One trace reads its API table in a second thread; several are read side by side by workers,
+    # One trace is read over two threads; several are read side by side by workers,
     # each in one thread (so that --workers N is what uses N CPUs).
     threads = 2 if len(paths) == 1 else 1
     if scheduler is not None:

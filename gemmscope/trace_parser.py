@@ -187,9 +187,9 @@ def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
 
 def read_trace(path: str | Path, threads: int = 2) -> Trace:
     """Read an nsys SQLite export: `.sqlite`, `.sqlite.xz` (as fixtures and examples ship), or
-    an `.nsys-rep` (exported beside it with nsys first). `threads`: 2 reads the CUDA API table in
-    a second thread meanwhile (for one long trace); 1 reads all in this thread (where processes
-    already read several traces side by side)."""
+    an `.nsys-rep` (exported beside it with nsys first). `threads`: 2 reads the tables over two
+    threads (for one long trace); 1 reads all in this thread (where processes already read
+    several traces side by side)."""
     given = path = Path(path)
     if path.suffix == ".xz":
         path = _decompressed(path)
