@@ -399,7 +399,7 @@ def _nvtx(export: _Export, strings: pd.Series, session_end: float) -> pd.DataFra
     created = n[n["event_type"] == NVTX_DOMAIN_CREATE]
     domains = pd.Series(created["name"].to_numpy(), index=_domain_key(created))
     domains = domains[~domains.index.duplicated()]
-    n = n[n["event_type"].isin(NVTX_KINDS)].copy()
+    n = n[n["event_type"].isin(NVTX_KINDS)]
     n["kind"] = n["event_type"].map(NVTX_KINDS)
     n["domain"] = _domain_key(n).map(domains).astype("object").where(lambda d: d.notna(), None)
     # nsys closes a range left open at exit at the end of the session; an older export may
