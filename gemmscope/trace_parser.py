@@ -86,10 +86,12 @@ class _Export:
     def types(self, table: str) -> dict[str, type]:
         """Column → int for the columns SQLite gives integer affinity (a declared type holding
         "INT"), object for the rest."""
+        return {row[1]: int if "INT" in (row[2] or "").upper() else object for row in self._declared(table)}
+
+    def _declared(self, table: str) -> list[tuple]:
         if table not in self.tables:
-            return {}
-        declared = self.conn.execute(f'PRAGMA table_info("{table}")').fetchall()
-        return {row[1]: int if "INT" in (row[2] or "").upper() else object for row in declared}
+            return []
+        return self.conn.execute(f'PRAGMA table_info("{table}")').fetchall()
 
     def frame(self, table: str, columns: dict[str, str], where: str = "") -> pd.DataFrame:
         """`columns` maps output name → column (or SQL expression over present columns); columns
@@ -115,13 +117,22 @@ class _Export:
     def _integers(self, table: str, columns: dict[str, str], where: str) -> dict[str, np.ndarray] | None:
         """Integer columns as one comma-separated text each, which SQLite writes and numpy parses
         several times faster than Python builds a tuple per row (a long job's trace has millions
-        of rows); None if a value is not an integer after all (SQLite's types are per value)."""
+        of rows); None if a value is not an integer after all (SQLite's types are per value).
+        A column the schema lets be NULL stands NULL in as _NULL; one that is NULL throughout (a
+        feature the trace did not use) is not read at all: a scan stopping at its first value
+        says so, cheaper than writing and parsing a million stand-ins."""
         if not columns:
             return {}
-        texts = ", ".join(f'group_concat(COALESCE("{expr}", {_NULL}))' for expr in columns.values())
-        count, *texts = self.conn.execute(f'SELECT COUNT(*), {texts} FROM "{table}" {where}').fetchone()
-        out = {}
-        for at, name in enumerate(columns):
+        nullable = {row[1] for row in self._declared(table) if not row[3]}
+        filtered = f"{where} AND" if where else "WHERE"
+        unused = {name for name, expr in columns.items() if expr in nullable and self.conn.execute(
+            f'SELECT 1 FROM "{table}" {filtered} "{expr}" IS NOT NULL LIMIT 1').fetchone() is None}
+        read = {name: expr for name, expr in columns.items() if name not in unused}
+        texts = "".join(f', group_concat(COALESCE("{expr}", {_NULL}))' if expr in nullable else f', group_concat("{expr}")'
+                        for expr in read.values())
+        count, *texts = self.conn.execute(f'SELECT COUNT(*){texts} FROM "{table}" {where}').fetchone()
+        out = {name: np.full(count, None, dtype=object) for name in unused}
+        for at, name in enumerate(read):
             text, texts[at] = texts[at], None  # each text freed once parsed: a long trace's are large
             values = np.fromstring(text, dtype="int64", sep=",") if count else np.empty(0, dtype="int64")
             if len(values) != count:
@@ -135,7 +146,7 @@ class _Export:
                 out[name] = np.where(null, np.nan, values.astype("float64"))
             else:
                 out[name] = values
-        return out
+        return {name: out[name] for name in columns}
 
     def strings(self) -> pd.Series:
         """StringIds as a Series indexed by id (for vectorised lookups)."""
