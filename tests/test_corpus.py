@@ -82,6 +82,23 @@ def test_fsdp_fp8_every_gemm_in_its_module_layer_and_pass(corpus, names, ranks):
         assert len(result.rank_comparison) == FSDP_LAYERS * len(TRANSFORMER_LAYER_PATHS) * len(PASSES)
 
 
+def test_fsdp_long_run_every_gemm_and_every_launch(corpus):
+    # commands.txt: --num-layers 8 --num-iters 100, 63,697 kernels: the launch calls are found by
+    # name (cudaLaunchKernel, cuLaunchKernel, cuLaunchKernelEx), so every kernel must meet its own
+    result = corpus("fsdp_8x100_fp8_1gpu")
+    assert result.expected == "fp8-delayed"
+    gemms = result.gemms
+    assert counts(gemms) == transformer_layer_counts(8, 100)
+    assert len(gemms) == 12 * 8 * 100
+    assert set(gemms["layer"]) == {f"{i}.{p}" for i in range(8) for p in TRANSFORMER_LAYER_PATHS}
+    assert set(gemms["verdict"]) == {"OK"} and set(gemms["requested"]) == {"fp8"}
+    assert counts(gemms) == hook_records("fsdp_8x100_fp8_1gpu")
+    launched = result.kernels
+    assert len(launched) == 63_697
+    assert launched["launch_start"].notna().all() and (launched["launch_start"] <= launched["start"]).all()
+    assert not result.failed
+
+
 def test_fsdp_without_fp8_is_flagged_in_its_modules(corpus):
     result = corpus("fsdp_no-fp8_1gpu", expect="fp8-delayed")
     gemms = result.gemms
