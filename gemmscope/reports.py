@@ -30,8 +30,8 @@ FORMATS = ("table", "json", "jsonl", "csv", "markdown")
 SCHEMA_VERSION = "2"
 
 _GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "trace", "rank", "thread",
-                "ranges", "te_module", "te_name", "layer", "te_pass", "pass_source", "requested_a", "requested_b",
-                "requested", "origin")
+                "ranges", "te_module", "te_name", "layer", "layer_number", "te_pass", "pass_source", "requested_a",
+                "requested_b", "requested", "requested_scale", "origin")
 
 
 def _plain(value: Any) -> Any:
@@ -55,7 +55,7 @@ def frame_records(frame: pd.DataFrame) -> list[dict]:
 
 
 def _gemm_fields(result: Verification) -> list[str]:
-    return (list(_GEMM_FIELDS) + (["expected", "verdict", "cause", "allowed"] if result.checked else [])
+    return (list(_GEMM_FIELDS) + (["expected", "verdict", "cause", "allowed", "asked_high"] if result.checked else [])
             + (["expect_range"] if result.expect_map else []))
 
 
@@ -79,10 +79,52 @@ def launch_lines(result: Verification) -> Iterator[str]:
             yield json.dumps(record) + "\n"
 
 
+# A low precision's dense peak over BF16's, on Hopper and Blackwell (FP8 vs BF16): what running a
+# GEMM asked for high precision in low precision could gain at most.
+LOW_PRECISION_RATE = 2.0
+
+
+def coverage_groups(result: Verification) -> pd.DataFrame:
+    """The GEMMs asked for high precision (Verification.coverage) per layer × module × what was
+    asked: the passes, launches, time and share of all GEMM time, in layer order."""
+    g = result.gemms
+    columns = ["layer", "layer_number", "module", "asked", "passes", "launches", "time_ns", "share"]
+    high = result.coverage
+    if high.empty:
+        return pd.DataFrame(columns=columns)
+    keys = ["layer", "layer_number", "module", "expected"]
+    out = high.groupby(keys, dropna=False, sort=False).agg(
+        passes=("te_pass", lambda p: "+".join(dict.fromkeys(p.fillna("?")))),
+        launches=("duration_ns", "size"), time_ns=("duration_ns", "sum")).reset_index()
+    out = out.rename(columns={"expected": "asked"})
+    out["share"] = out["time_ns"] / g["duration_ns"].sum()
+    return out.sort_values(["layer_number", "layer"], na_position="last", ignore_index=True)[columns]
+
+
+def coverage_document(result: Verification) -> dict:
+    g = result.gemms
+    high = result.coverage
+    total = int(g["duration_ns"].sum())
+    own = g[g["requested"].notna() & g["expected"].notna()] if "expected" in g else g.iloc[0:0]
+    low = own.loc[~own["asked_high"], "duration_ns"].sum()
+    high_ns = int(high["duration_ns"].sum())
+    return {"gemm_launches": len(high), "time_ns": high_ns, "time_share": _plain(high_ns / total) if total else None,
+            "low_precision_time_share": _plain(low / total) if total else None,
+            "saved_at_most_ns": int(high_ns * (1 - 1 / LOW_PRECISION_RATE)),
+            "groups": frame_records(coverage_groups(result))}
+
+
+def check_mode(result: Verification) -> str:
+    if result.strict:
+        return "recipe"
+    return "per-gemm" if result.checked else "none"
+
+
 def summary_document(result: Verification) -> dict:
     g = result.gemms
     doc: dict[str, Any] = {
         "expected": result.expected,
+        "mode": check_mode(result),
         "gemm_launches": len(g),
         "gemm_time_ns": int(g["duration_ns"].sum()) if len(g) else 0,
         "gemm_tail_time_ns": result.tails_ns,
@@ -105,6 +147,8 @@ def summary_document(result: Verification) -> dict:
         doc["unchecked_gemm_launches"] = len(g) - len(checked)
         doc["mismatches"] = len(result.mismatches)
         doc["allowed"] = len(result.allowed)
+        if not result.strict:
+            doc["coverage"] = coverage_document(result)
         if len(g) == 0:
             doc["note"] = f"no GEMM kernel ran: nothing ran at {' or '.join(result.expected_recipes)}"
     elif len(g) == 0:
@@ -534,9 +578,13 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
         status = "fail" if result.failed else "pass"
         asked = _asked_recipes(result)
         share = doc["expected_time_share"]
+        at = ("the recipe asked of each" if result.expect_map else result.expected if result.strict
+              else "the precision each asked")
         at_precision = ((f"{share * 100:.1f} % of GEMM time" if share is not None else "no GEMM time")
-                        + f" at {'the recipe asked of each' if result.expect_map else result.expected}; "
+                        + f" at {at}; "
                           f"{_count(doc['mismatches'], 'mismatch', 'mismatches')}, {doc['allowed']} allowed")
+        if "coverage" in doc:
+            at_precision += "; " + coverage_line(result, doc["coverage"])
         if result.expect_map:
             at_precision += "; ranges: " + _ranges_verdicts(result.ranges_checked)
         if doc.get("unchecked_gemm_launches"):
@@ -553,13 +601,32 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
                     ("Top findings", top_findings(diagnosis.findings)), ("Environment", environment)]
 
 
+def coverage_line(result: Verification, coverage: dict) -> str:
+    """Coverage in one line: the share of GEMM time asked for high precision and where most of it is."""
+    if not coverage["gemm_launches"]:
+        return "coverage: every GEMM asked for low precision"
+    groups = coverage_groups(result)
+    numbers = groups["layer_number"].dropna().astype(int).unique().tolist()
+    other = groups.loc[groups["layer_number"].isna(), "layer"].dropna().unique().tolist()
+    where = ([f"{'layer' if len(numbers) == 1 else 'layers'} {', '.join(map(str, numbers))}"] if numbers else []) + other
+    return (f"coverage: {coverage['time_share'] * 100:.1f} % of GEMM time asked for high precision"
+            + (f" ({'; '.join(where)})" if where else "")
+            + f", at most {coverage['saved_at_most_ns'] / 1e6:.3f} ms to gain in low precision")
+
+
 def _asked_recipes(result: Verification) -> str:
-    """What each GEMM was checked against: "fp8-current (--expect)", or the map and what holds
-    outside it."""
+    """What each GEMM was checked against: "fp8-current (--expect)", each GEMM's own request, or
+    the map and what holds outside it."""
     default = None
-    if result.expected:
-        source = ("the recipe the run's te.autocast recorded"
-                  if recorded_recipes(result.traces) == [result.expected] else "--expect")
+    if not result.strict and result.checked:
+        recorded = recorded_recipes(result.traces)
+        default = "what each GEMM asked (gemmscope's hook records)" + (
+            f"; te.autocast recipes recorded: {', '.join(recorded)}" if recorded else "")
+    elif result.expected:
+        recorded = recorded_recipes(result.traces)
+        source = ("the recipe the run's te.autocast recorded" if recorded == [result.expected] and not result.strict
+                  else "--expect" + (f"; the run's te.autocast recorded {', '.join(recorded)}"
+                                     if recorded and recorded != [result.expected] else ""))
         default = f"{result.expected} ({source})"
     if not result.expect_map:
         return default or "nothing"
@@ -637,6 +704,8 @@ def _verification_sections(result: Verification, diagnosis: Diagnosis | None, de
         sections += _mismatch_sections(result, allowed=False)
         if len(result.allowed):
             sections += _mismatch_sections(result, allowed=True)
+        if not result.coverage.empty:
+            sections.append(_coverage_section(result))
     if not result.rank_comparison.empty:
         sections.append(_ranks_section(result))
     if result.unreadable:
@@ -648,6 +717,19 @@ def _verification_sections(result: Verification, diagnosis: Diagnosis | None, de
     if detail == "verbose":
         sections.append(_launches_section(result))
     return sections
+
+
+def _coverage_section(result: Verification) -> TextSection:
+    groups = coverage_groups(result)
+    frame = pd.DataFrame({"layer · module": _where(groups["layer"], groups["module"]),
+                          "passes": groups["passes"], "asked": groups["asked"],
+                          "launches": groups["launches"], "time ms": groups["time_ns"] / 1e6,
+                          "of GEMM time": (groups["share"] * 100).round(1).astype(str) + " %"})
+    rows, shared = _said_once(frame, ["asked"])
+    before = ["GEMMs that asked for high precision ran as asked (not a failure): what low precision does not "
+              "cover" + (f"; all asked {shared['asked']}" if "asked" in shared else "") + "."]
+    return TextSection(f"Coverage: {_count(len(result.coverage), 'GEMM launch', 'GEMM launches')} asked for high "
+                       "precision", terminal_table(rows, {"layer · module": shorten_layer}), before=before)
 
 
 def _where(layer: pd.Series, module: pd.Series) -> pd.Series:
@@ -666,7 +748,7 @@ def _summary_section(result: Verification) -> TextSection:
     frame = _summary_frame(result)
     counts = [c for c in ("ok", "fallback", "expected-substitution", "unknown", "allowed") if c in frame]
     frame = frame.drop(columns=[c for c in counts if len(frame) and (frame[c] == 0).all()])
-    at = "expected" if result.expect_map else result.expected
+    at = "expected" if result.expect_map else result.expected if result.strict else "as asked"
     frame = frame.rename(columns={"gemms": "launches", "gemm_time_ms": "time ms", "expected-substitution": "substituted",
                                   "expected_time_share": f"time at\n{at}"})
     return _section("GEMMs per module and pass", frame, {"module": shorten_middle})
@@ -687,7 +769,7 @@ def _cause_text(cause: str, expected: str) -> str:
         return _CAUSES.get(cause, cause)
     why = (": a layer outside autocast, or a recipe that keeps these GEMMs in high precision"
            if handed in _HIGH_PRECISIONS else "")
-    return f"TE was handed {handed} operands, not {expected} ones{why}"
+    return f"these GEMMs asked for {handed} (TE was handed {handed} operands, or a GEMM outside TE had them), not {expected}{why}"
 
 
 _GEMM_COLUMN = "layer · module\n  kernel"

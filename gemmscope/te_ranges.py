@@ -12,7 +12,8 @@ source (transformer_engine/pytorch/module/*.py, module/base.py, attention/, comm
 - ``transformer_engine.<AttnFn>.<forward|backward>`` and ``<AttnFn>.backward``: attention.
 - ``nvte_<api>``: TE's C library, around every API call whatever NVTE_NVTX_ENABLED says
   (common/common.h NVTE_API_CALL); the GEMM ones (C_GEMM_CALLS) say a GEMM was launched by TE.
-- gemmscope's own hook records (autocast_hook/gemmscope_protocol.py).
+- gemmscope's own hook records (autocast_hook/gemmscope_protocol.py): of TE GEMM calls and of
+  GEMMs PyTorch runs outside TE (`torch_gemm`).
 te.ops fusible operations push no ranges of their own: only the hook's record names them.
 """
 
@@ -26,6 +27,7 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     AUTOCAST_PREFIX,
     GEMM_PREFIX,
     PROCESS_PREFIX,
+    TORCH_GEMM_PREFIX,
     SOFTWARE_PREFIX,
     UNKNOWN,
     parse_record,
@@ -33,6 +35,8 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
 
 # Kinds of range, from the most to the least specific about a GEMM.
 HOOK_GEMM = "hook-gemm"  # gemmscope's record of one TE GEMM call
+TORCH_GEMM = "torch-gemm"  # gemmscope's record of a GEMM outside TE (or of a backward node around some)
+RECORD_KINDS = (HOOK_GEMM, TORCH_GEMM)  # what gemmscope's hook says a GEMM was asked
 TE_GEMM = "te-gemm"  # TE's range around one GEMM of _Linear / _LayerNormLinear
 TE_STEP = "te-step"  # another step of a TE pass (cast, norm, communication, ...)
 TE_MODULE = "te-module"  # a TE module's whole forward, backward or wgrad
@@ -73,9 +77,15 @@ PRECISION_OF_OPERAND = {
     "bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp8-delayed": "fp8", "fp8-current": "fp8",
     "fp8": "fp8", "fp8-block": "fp8-block", "mxfp8": "mxfp8", "nvfp4": "nvfp4",
 }
+# What a torch._scaled_mm asked of float8 operands by its scaling (gemmscope_protocol.SCALINGS):
+# the precision as `kernels` names it. A row-wise request torchao runs as a tensor-wise GEMM and a
+# rescale is still a row-wise request (verify judges the tensor-wise kernel it runs).
+PRECISION_OF_FP8_SCALING = {"tensorwise": "fp8", "rowwise": "fp8-rowwise", "rowwise-rescaled": "fp8-rowwise",
+                            "blockwise": "fp8-block", "mx": "mxfp8"}
+PRECISION_OF_FP4_SCALING = {"mx": "mxfp4"}
 
 COLUMNS = ("kind", "module", "name", "layer", "pass", "direction", "step", "operand_a", "operand_b",
-           "requested", "m", "n", "k", "flops", "recipe_class", "rank")
+           "requested", "scale", "m", "n", "k", "flops", "recipe_class", "rank")
 _INTEGER_COLUMNS = ("m", "n", "k", "flops", "rank")
 
 
@@ -90,6 +100,17 @@ def requested_precision(a: str | None, b: str | None) -> str | None:
         return None
     pa, pb = PRECISION_OF_OPERAND.get(a, a), PRECISION_OF_OPERAND.get(b, b)
     return pa if pa == pb else f"{pa}×{pb}"
+
+
+def scaled_precision(a: str | None, b: str | None, scale: str | None) -> str | None:
+    """What a torch GEMM asked: its operands' shared type, refined for float8 / float4 operands
+    by how _scaled_mm was asked to scale them."""
+    requested = requested_precision(a, b)
+    if requested == "fp8" and scale is not None:
+        return PRECISION_OF_FP8_SCALING.get(scale, requested)
+    if requested == "fp4":
+        return PRECISION_OF_FP4_SCALING.get(scale or "", "nvfp4")
+    return requested
 
 
 def _module_label(cls: str) -> str:
@@ -107,8 +128,17 @@ def parse(label: str) -> dict:
                    operand_a=a, operand_b=b, requested=requested_precision(a, b),
                    **{key: _integer(record.get(key)) for key in ("m", "n", "k", "flops")})
         out["pass"] = None if record.get("pass", UNKNOWN) == UNKNOWN else record["pass"]
-        if out["module"] == UNKNOWN:
-            out["module"] = None
+        if out["module"] == UNKNOWN:  # a GEMM handed to TE from a module of the program's own
+            owner = record.get("owner", UNKNOWN)
+            out["module"] = None if owner == UNKNOWN else owner
+        return out
+    if (record := parse_record(TORCH_GEMM_PREFIX, label)) is not None:
+        a, b, scale = record.get("a"), record.get("b"), record.get("scale")
+        module = record.get("module", UNKNOWN)
+        out.update(kind=TORCH_GEMM, module=None if module == UNKNOWN else module, layer=record.get("layer") or None, operand_a=a, operand_b=b, scale=scale,
+                   requested=scaled_precision(a, b, scale),
+                   **{key: _integer(record.get(key)) for key in ("m", "n", "k", "flops")})
+        out["pass"] = None if record.get("pass", UNKNOWN) == UNKNOWN else record["pass"]
         return out
     if (record := parse_record(PROCESS_PREFIX, label)) is not None:
         out.update(kind=PROCESS, rank=_integer(record.get("rank")))

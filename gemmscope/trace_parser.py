@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import kernels, te_ranges
+from gemmscope.autocast_hook.gemmscope_protocol import BACKWARD
 from gemmscope.errors import InputError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -507,8 +508,8 @@ _FAR_FUTURE = np.int64(1 << 62)  # an unclosed range is open until the end of th
 
 # What `launches` adds to each kernel row from the ranges around its launch.
 ATTRIBUTION_COLUMNS = ("te_module", "te_name", "layer", "te_pass", "pass_source", "requested_a",
-                       "requested_b", "requested", "gemm_m", "gemm_n", "gemm_k", "call_flops", "via_te",
-                       "recorded", "rank")
+                       "requested_b", "requested", "requested_scale", "gemm_m", "gemm_n", "gemm_k", "call_flops",
+                       "via_te", "recorded", "rank")
 
 
 @dataclass
@@ -739,8 +740,8 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     n = len(launch)
     grammar = te_ranges.classify(pd.Series(names, dtype=object))
 
-    def of_kind(kind: str) -> np.ndarray:
-        return (grammar["kind"].to_numpy() == kind)[name_codes]
+    def of_kind(*kinds: str) -> np.ndarray:
+        return np.isin(grammar["kind"].to_numpy(dtype=object), kinds)[name_codes]
 
     def first(*candidates: tuple[np.ndarray, str], under: np.ndarray | None = None) -> np.ndarray:
         """Per launch, the value of the first (innermost range per launch, grammar column) of
@@ -754,7 +755,8 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
             values[rows[known]] = found[known]
         return values
 
-    hook = _innermost(launch_ids, range_ids, of_kind(te_ranges.HOOK_GEMM), n)
+    # the innermost of the hook's records, of a TE GEMM call or of one outside TE
+    hook = _innermost(launch_ids, range_ids, of_kind(*te_ranges.RECORD_KINDS), n)
     te_gemm = _innermost(launch_ids, range_ids, of_kind(te_ranges.TE_GEMM), n)
     module_range = _innermost(launch_ids, range_ids, of_kind(te_ranges.TE_MODULE), n)
     c_gemm = _innermost(launch_ids, range_ids, of_kind(te_ranges.TE_C_GEMM), n)
@@ -768,7 +770,8 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     out["te_pass"] = _objects(first((hook, "pass"), (te_gemm, "pass")), out.index)
     out["pass_source"] = _objects(np.select([pd.notna(hook_pass), pd.notna(range_pass)], ["hook", "te-range"], None),
                                   out.index)
-    for column, source in (("requested_a", "operand_a"), ("requested_b", "operand_b"), ("requested", "requested")):
+    for column, source in (("requested_a", "operand_a"), ("requested_b", "operand_b"), ("requested", "requested"),
+                           ("requested_scale", "scale")):
         out[column] = _objects(first((hook, source)), out.index)
     # The GEMM call's shape and FLOPs, as the hook read them from TE's operands (a grouped call's
     # FLOPs are its members' sum, shared by the kernels it launched: `call_flops`).
@@ -776,7 +779,8 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     for column, source in (("gemm_m", "m"), ("gemm_n", "n"), ("gemm_k", "k"), ("call_flops", "flops")):
         out[column] = grammar[source].array.take(hook_name, allow_fill=True)  # NA where no record
     out["recorded"] = hook >= 0
-    out["via_te"] = (c_gemm >= 0) | out["recorded"].to_numpy()
+    te_record = first((hook, "kind")) == te_ranges.HOOK_GEMM
+    out["via_te"] = (c_gemm >= 0) | te_record
     _pass_from_layout_and_order(launch, out, module_range, first((module_range, "direction")),
                                 first((module_range, "step")))
     out["rank"] = _ranks(launch, nvtx, grammar, name_codes)
@@ -810,6 +814,13 @@ def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_
     by_layout = pd.Series(launch["layout"].to_numpy(dtype=object)[unknown]).map(_PASS_BY_LAYOUT).to_numpy(dtype=object)
     told = pd.notna(by_layout) & pd.Series(precision).isin(_LAYOUT_TELLS_PASS).to_numpy()
     te_pass[unknown[told]], source[unknown[told]] = by_layout[told], "layout"
+    # The hook's range around a backward node outside TE says "backward": the node runs its dgrad
+    # and its wgrad GEMM, and a 16-bit kernel's layout letters say which each is.
+    node = gemm[te_pass[gemm] == BACKWARD]
+    node_layout = pd.Series(launch["layout"].to_numpy(dtype=object)[node]).map(_PASS_BY_LAYOUT).to_numpy(dtype=object)
+    told = (np.isin(node_layout, ("dgrad", "wgrad"))
+            & pd.Series(launch["precision"].to_numpy(dtype=object)[node]).isin(_LAYOUT_TELLS_PASS).to_numpy())
+    te_pass[node[told]], source[node[told]] = node_layout[told], "layout"
     rows = np.setdiff1d(in_module, np.r_[wgrad_range, forward])
     backward = pd.DataFrame({"range": module_range[rows], "module": out["te_module"].to_numpy()[rows], "row": rows})
     for (module, _), members in backward.groupby(["module", "range"], sort=False):

@@ -8,9 +8,19 @@ Verdicts:
 - ``UNKNOWN``: the kernel name does not say its precision.
 A FALLBACK that matches an ``--allow`` pattern keeps its verdict and is marked ``allowed``.
 
-The recipe a GEMM is checked against is ``--expect`` (else the one recipe the run's te.autocast
-recorded), or, with ``--expect-map PATTERN=RECIPE``, the recipe mapped to the innermost NVTX range
-around its launch whose name matches a pattern: a trace made by another tool (TE's GEMM benchmark
+What a GEMM is checked against (its `expected`):
+- without ``--expect``, what the GEMM itself was asked, as gemmscope's hook recorded it: the
+  operand types TE was handed (the recipe of the te.autocast active at its call, wherever a run
+  enters one, Megatron one per layer; BF16 where none was enabled or a recipe keeps a GEMM in high
+  precision), or for a GEMM outside TE its operands' types and float8 scaling. Two answers follow:
+  *dispatch* (asked X, ran Y: a FALLBACK, the check fails) and *coverage* (the GEMMs asked for
+  high precision, `coverage`: where they are and their share of GEMM time; not a failure). A GEMM
+  the hook did not record is checked against the one recipe the run's te.autocast recorded, if
+  there is one, else left unchecked;
+- with ``--expect RECIPE``, that recipe, for every GEMM: a GEMM asked for anything else (high
+  precision, or another FP8 recipe) is a FALLBACK;
+- with ``--expect-map PATTERN=RECIPE``, the recipe mapped to the innermost NVTX range
+  around its launch whose name matches a pattern: a trace made by another tool (TE's GEMM benchmark
 pushes ``BF16_4096x4096x4096``, ``FP8Block_4096x4096x4096``, ...) is checked range by range. GEMMs
 outside every mapped range fall back to the run's recipe, or stay unchecked without one. A mapped
 range in which no GEMM ran (the recipe raised, or was skipped) and a pattern that names no range
@@ -54,8 +64,16 @@ RECIPE_PRECISIONS = {
 }
 # Verdicts of a mapped range (ranges_checked) that fail the check.
 RANGE_FAILURES = ("FALLBACK", "NO GEMM", "NOT FOUND")
-# (recipe, dispatched precision, lowest SM generation) that TE substitutes by design.
-EXPECTED_SUBSTITUTIONS = {("fp8-block", "mxfp8"): 100}
+# (what was asked, dispatched precision): lowest SM generation where it is by design: TE runs FP8
+# block scaling as MXFP8 on sm100+; PyTorch runs an FP32 GEMM in TF32 when the program allows it
+# (torch.backends.cuda.matmul.allow_tf32).
+EXPECTED_SUBSTITUTIONS = {("fp8-block", "mxfp8"): 100, ("fp32", "tf32"): 0}
+# A row-wise float8 request that torchao runs as a tensor-wise _scaled_mm plus a rescale of its
+# own (float8_ops.addmm_float8_unwrapped, when use_fast_accum is off; the hook records the scaling
+# as "rowwise-rescaled"): the tensor-wise kernel is what that request runs.
+RESCALED = ("fp8-rowwise", "fp8", "rowwise-rescaled")
+# Precisions a GEMM asked for that are high precision: GEMMs asked so are coverage, not dispatch.
+HIGH_PRECISIONS = ("bf16", "fp16", "fp32", "tf32", "fp64")
 
 # TE recipe classes as the autocast hook records them (`gemmscope.autocast(recipe=<class>)`).
 RECIPE_BY_CLASS = {
@@ -69,19 +87,22 @@ RECIPE_BY_CLASS = {
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
-def verdict(precision: str | None, recipe: str, sm: int | None) -> str:
+def verdict(precision: str | None, asked: str, sm: int | None) -> str:
+    """`precision` ran where `asked` (a recipe, or a precision a GEMM's own request named) was
+    asked for."""
     if precision is None or precision == "unknown":
         return "UNKNOWN"
-    if precision in RECIPE_PRECISIONS[recipe]:
+    if precision in RECIPE_PRECISIONS.get(asked, {asked}):
         return "OK"
-    min_sm = EXPECTED_SUBSTITUTIONS.get((recipe, precision))
+    min_sm = EXPECTED_SUBSTITUTIONS.get((asked, precision))
     if min_sm is not None and sm is not None and sm >= min_sm:
         return "EXPECTED-SUBSTITUTION"
     return "FALLBACK"
 
 
 def recorded_recipes(traces: Sequence[Trace]) -> list[str]:
-    """Recipes of the enabled `te.autocast` regions the autocast hook recorded, in order seen."""
+    """Recipes of the enabled `te.autocast` regions the autocast hook recorded, in order seen (a
+    framework's subclass of a TE recipe is recorded as the TE recipe it derives from)."""
     seen: list[str] = []
     for trace in traces:
         names = trace.nvtx["name"].dropna().unique()
@@ -94,24 +115,16 @@ def recorded_recipes(traces: Sequence[Trace]) -> list[str]:
     return seen
 
 
-def resolve_expected(traces: Sequence[Trace], expect: str | None, mapped: bool = False) -> str | None:
-    """The recipe to check against: --expect, else the one recipe the run recorded, else None.
-    With an --expect-map (`mapped`), several recorded recipes leave GEMMs outside the mapped ranges
-    unchecked instead of being an error."""
+def resolve_expected(traces: Sequence[Trace], expect: str | None) -> str | None:
+    """The recipe to check every GEMM against (--expect), else the one known recipe the run's
+    te.autocast recorded, for the GEMMs the hook did not record; else None (several recipes, or
+    one gemmscope does not know: those GEMMs stay unchecked)."""
     if expect is not None:
         if expect not in RECIPES:
             raise InputError(f"unknown recipe {expect!r}: choose from {', '.join(RECIPES)}")
         return expect
     recorded = recorded_recipes(traces)
-    unknown = [r for r in recorded if r not in RECIPES]
-    if unknown and not mapped:
-        raise InputError(f"the run used a recipe gemmscope does not know ({', '.join(unknown)}): pass --expect")
-    if len(recorded) > 1:
-        if mapped:
-            return None
-        raise InputError(f"the run used several recipes ({', '.join(recorded)}): pass --expect RECIPE, or "
-                         "--expect-map PATTERN=RECIPE to check each NVTX range against its own")
-    return recorded[0] if recorded and not unknown else None
+    return recorded[0] if len(recorded) == 1 and recorded[0] in RECIPES else None
 
 
 def parse_expect_map(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -151,7 +164,7 @@ def _sm(traces: Sequence[Trace]) -> int | None:
 class Verification:
     """GEMM launches with verdicts, and the summaries built from them."""
 
-    expected: str | None  # the run's recipe (--expect or recorded); see `expect_map` for ranges
+    expected: str | None  # --expect, or the run's one recorded recipe (for GEMMs the hook did not record)
     gemms: pd.DataFrame
     tails_ns: int
     traces: list[Trace] = field(default_factory=list)
@@ -164,6 +177,7 @@ class Verification:
     rank_comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
     expect_map: tuple[tuple[str, str], ...] = ()
     ranges_checked: pd.DataFrame = field(default_factory=pd.DataFrame)  # per mapped range (ranges_checked())
+    strict: bool = False  # --expect: every GEMM against `expected`; else each against its own request
 
     @property
     def checked(self) -> bool:
@@ -175,6 +189,14 @@ class Verification:
         """Every recipe some GEMM was checked against: the mapped ones in the order given, then
         the run's."""
         return list(dict.fromkeys([r for _, r in self.expect_map] + ([self.expected] if self.expected else [])))
+
+    @property
+    def coverage(self) -> pd.DataFrame:
+        """The GEMM launches checked against their own request that asked for high precision
+        (HIGH_PRECISIONS): not a failure, what low precision does not cover."""
+        if "asked_high" not in self.gemms:
+            return self.gemms.iloc[0:0]
+        return self.gemms[self.gemms["asked_high"]]
 
     @property
     def mismatches(self) -> pd.DataFrame:
@@ -202,8 +224,9 @@ class Verification:
 def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: str | None = None,
           allow: tuple[str, ...] = (), expect_map: Sequence[tuple[str, str]] = ()) -> Verification:
     """Verdict per GEMM launch of one or several traces (read here, or already loaded by
-    `loading.load` in workers) against `expect` (or the recipe the run recorded), and inside the
-    NVTX ranges `expect_map` names (parse_expect_map) against their own recipe. A trace that
+    `loading.load` in workers) against `expect`, or each against what it was asked (module
+    docstring), and inside the NVTX ranges `expect_map` names (parse_expect_map) against their own
+    recipe. A trace that
     could not be read is reported in `unreadable` and the others are checked; when none could,
     the first reason is the error."""
     items = [traces] if isinstance(traces, (Trace, LoadedTrace)) else list(traces)
@@ -215,7 +238,7 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
                   for item in loaded if item.error is not None]
     traces = [item.trace for item in usable]
     expect_map = tuple(expect_map)
-    expected = resolve_expected(traces, expect, mapped=bool(expect_map))
+    expected = resolve_expected(traces, expect)
     kernel_parts, memop_parts = [], []
     trace_names = pd.unique(pd.Series([item.path.name for item in usable], dtype=object))
     for index, item in enumerate(usable):
@@ -238,17 +261,22 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     is_te = gemms["via_te"].to_numpy(dtype=bool) | gemms["te_module"].notna().to_numpy()
     gemms["origin"] = np.where(is_te, "te", "outside-te")
     gemms["module"] = module_labels(gemms)
+    gemms["layer_number"] = layer_numbers(gemms["layer"])
+    # each GEMM's own request where the hook recorded one, else the run's recipe
+    asked = gemms["requested"].astype("object") if expect is None else pd.Series(expect, index=gemms.index, dtype="object")
+    asked = asked.where(asked.notna(), expected)
     if expect_map:
         gemms["expect_range"], position = innermost_match(ranges, gemms["kernel_row"].to_numpy(),
                                                           [p for p, _ in expect_map])
         mapped = position.map(dict(enumerate(r for _, r in expect_map)))
-        gemms["expected"] = mapped.where(mapped.notna(), expected).astype("object")
-    elif expected is not None:
-        gemms["expected"] = expected
-    if "expected" in gemms:
+        asked = mapped.where(mapped.notna(), asked)
+    if asked.notna().any() or expect is not None or expect_map:
+        gemms["expected"] = asked.astype("object")
+        own = gemms["requested"].notna() & (expect is None) & ~(gemms["expect_range"].notna() if expect_map else False)
+        gemms["asked_high"] = own.to_numpy() & gemms["expected"].isin(HIGH_PRECISIONS).to_numpy()
         _judge(gemms, _sm(traces), allow, ranges)
-    result = Verification(expected=expected, gemms=gemms, tails_ns=tails_ns, traces=traces,
-                          kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
+    result = Verification(expected=expected, strict=expect is not None, gemms=gemms, tails_ns=tails_ns,
+                          traces=traces, kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
                           expect_map=expect_map)
     if expect_map:
         result.ranges_checked = ranges_checked(gemms, ranges, traces, expect_map)
@@ -265,6 +293,16 @@ def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...], ranges: 
     pairs = gemms.loc[gemms["expected"].notna(), ["precision", "expected"]].assign(key=keys).drop_duplicates("key")
     verdicts = {key: verdict(p if isinstance(p, str) else None, e, sm) for p, e, key in pairs.itertuples(index=False)}
     gemms["verdict"] = keys.map(verdicts).where(gemms["expected"].notna(), None)
+    asked, ran, scaling = RESCALED
+    rescaled = ((gemms["expected"] == asked) & (gemms["precision"] == ran)
+                & (gemms["requested_scale"] == scaling)).fillna(False).to_numpy(dtype=bool)
+    gemms.loc[rescaled, "verdict"] = "EXPECTED-SUBSTITUTION"
+    # --expect names one FP8 recipe and TE was handed operands quantized by another: the same
+    # kernels run, the recipe asked is not the one expected
+    operand_recipe = gemms["requested_a"].where(gemms["requested_a"].isin(RECIPES))
+    other_recipe = (operand_recipe.notna() & gemms["expected"].isin(RECIPES) & (operand_recipe != gemms["expected"])
+                    & ~gemms["expected"].isin(HIGH_PRECISIONS)).to_numpy(dtype=bool)
+    gemms.loc[other_recipe & (gemms["verdict"] == "OK").to_numpy(), "verdict"] = "FALLBACK"
     gemms["cause"] = _causes(gemms)
     gemms["allowed"] = (gemms["verdict"] == "FALLBACK").to_numpy() & allowed(allow, gemms, ranges)
 
@@ -333,13 +371,19 @@ def _fill_ranks(trace_launches: pd.DataFrame, trace: Trace, index: int, count: i
 
 def _causes(gemms: pd.DataFrame) -> np.ndarray:
     """Why a FALLBACK ran another precision than its `expected` recipe (module docstring); None
-    for other verdicts."""
+    for other verdicts. A GEMM asked what it was expected to run ran another kernel
+    (`kernel-differs`, outside TE too); one asked something else says what (`requested-…`: the
+    FP8 recipe of its operands where they name one)."""
     requested = gemms["requested"]
     wanted = {f"{recipe}|{precision}" for recipe, precisions in RECIPE_PRECISIONS.items() for precision in precisions}
-    requested_wanted = (gemms["expected"].astype(str) + "|" + requested.astype(str)).isin(wanted)
+    expected = gemms["expected"].astype(str)
+    requested_wanted = ((expected + "|" + requested.astype(str)).isin(wanted) | (expected == requested.astype(str)))
+    operand_recipe = gemms["requested_a"].where(gemms["requested_a"].isin(RECIPES), requested)
+    other_recipe = (gemms["requested_a"].isin(RECIPES) & gemms["expected"].isin(RECIPES)
+                    & (gemms["requested_a"] != gemms["expected"]))
     cause = np.select(
-        [gemms["origin"] == "outside-te", requested.isna(), ~requested_wanted],
-        ["outside-te", "no-record", "requested-" + requested.fillna("").astype(str)],
+        [requested.isna() & (gemms["origin"] == "outside-te"), requested.isna(), ~requested_wanted | other_recipe],
+        ["outside-te", "no-record", "requested-" + operand_recipe.fillna("").astype(str)],
         default="kernel-differs",
     )
     return np.where(gemms["verdict"] == "FALLBACK", cause, None)
@@ -355,6 +399,16 @@ def allowed(patterns: Sequence[str], gemms: pd.DataFrame, ranges: EnclosingRange
     for column in ("name", "module", "layer"):
         hit |= name_matches(gemms[column], patterns)
     return hit
+
+
+# A layer number in a module path: the index of the first numbered member of a container
+# (decoder.layers.3.mlp.linear_fc1, model.layers.12.self_attn.q_proj, 3.self_attention.proj).
+_LAYER_NUMBER = r"(?:^|\.)(\d+)(?:\.|$)"
+
+
+def layer_numbers(paths: pd.Series) -> pd.Series:
+    """The layer number each module path names (NA where none)."""
+    return pd.to_numeric(paths.astype("string").str.extract(_LAYER_NUMBER, expand=False)).astype("Int64")
 
 
 def module_labels(gemms: pd.DataFrame) -> pd.Series:

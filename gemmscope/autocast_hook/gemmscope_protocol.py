@@ -13,10 +13,21 @@ A record is a prefix followed by ``key=value`` fields separated by ``|``:
   launches sit inside it. ``module`` is the TE module or fusible operation class that called it,
   ``name`` its own name (``name=`` or userbuffers name) when it has one, ``layer`` its place in
   the model (the attribute path from the outermost module, wrappers such as FSDP's left out),
-  ``pass`` follows from the GEMM's layout (TE calls fprop TN, dgrad NN, wgrad NT), ``a`` /
+  ``owner`` is the innermost ``nn.Module`` of any kind around the
+  call (Megatron's MoE router hands TE its GEMM from a module of its own), ``pass`` follows from the GEMM's layout (TE calls fprop TN, dgrad NN, wgrad NT), ``a`` /
   ``b`` are the operand types TE was handed (see OPERAND_TYPES), ``m``, ``n``, ``k`` the GEMM's
   shape (output M×N, K contracted; absent for grouped calls) and ``flops`` its 2·M·N·K (summed
   over a grouped call's members);
+- ``gemmscope.torch_gemm|op=…|module=…|layer=…|pass=…|a=…|b=…|scale=…``: the same for a GEMM that
+  does not go through TE: a call of ``torch.nn.functional.linear``, ``torch.matmul`` / ``mm`` /
+  ``bmm`` / ``addmm`` / ``baddbmm`` (and their Tensor methods, ``@``) or ``torch._scaled_mm``, on
+  the launching thread. ``module`` is the class of the innermost ``nn.Module`` whose forward made
+  it, ``layer`` that module's path; ``a`` / ``b`` the operands' types (``fp8`` for float8 tensors);
+  ``scale`` how ``_scaled_mm`` was asked to scale them (SCALINGS). Its backward GEMMs are
+  recorded too: for a GEMM autograd differentiates in C++ (``MmBackward0`` ...) a range around
+  that node (``op`` its name, ``pass=backward``: the node runs the dgrad and the wgrad GEMM); for
+  one inside a custom ``autograd.Function`` (Megatron's, torchao's) the ``torch_gemm`` calls of its
+  backward, each with the module and layer of the forward call and a pass from its shape;
 - ``gemmscope.process|rank=…|local_rank=…|world_size=…``: a mark once per process that imports
   TE, naming its rank when a launcher (torchrun, mpirun, SLURM) set one;
 - ``gemmscope.software|torch=…|cuda=…|transformer_engine=…|cublaslt=…``: a mark once per process,
@@ -26,6 +37,7 @@ A record is a prefix followed by ``key=value`` fields separated by ``|``:
 
 AUTOCAST_PREFIX = "gemmscope.autocast(recipe="
 GEMM_PREFIX = "gemmscope.te_gemm|"
+TORCH_GEMM_PREFIX = "gemmscope.torch_gemm|"
 PROCESS_PREFIX = "gemmscope.process|"
 SOFTWARE_PREFIX = "gemmscope.software|"
 FIELD_SEPARATOR = "|"
@@ -34,11 +46,20 @@ UNKNOWN = "?"
 # TE's GEMM layouts per pass (transformer_engine/pytorch/module/linear.py: general_gemm(weight,
 # inp, layout="TN"), (weight, grad_output, layout="NN", grad=True), (inp, grad_output, "NT")).
 PASS_BY_LAYOUT = {"TN": "fprop", "NN": "dgrad", "NT": "wgrad"}
+# A backward GEMM of a torch_gemm record whose shape does not say whether it is the dgrad or the wgrad.
+BACKWARD = "backward"
+
+# How torch._scaled_mm was asked to scale its float8 operands, from the scales' shapes and types:
+# one scale per tensor, one per row of A and column of B ("rowwise", torchao's axiswise recipe),
+# per 1x128 / 128x128 blocks, per 32-element blocks with e8m0 scales (MX), and "rowwise-rescaled":
+# a row-wise request torchao runs as a tensor-wise _scaled_mm followed by its own rescale (its
+# float8_ops.addmm_float8_unwrapped does so when use_fast_accum is off).
+SCALINGS = ("tensorwise", "rowwise", "rowwise-rescaled", "blockwise", "mx")
 
 # What an operand handed to a TE GEMM can be: a plain tensor's dtype, or a quantized tensor named
 # after the quantizer that made it (the recipe), or after its storage class when it has none.
 OPERAND_TYPES = (
-    "bf16", "fp16", "fp32", "fp8-delayed", "fp8-current", "fp8", "fp8-block", "mxfp8", "nvfp4",
+    "bf16", "fp16", "fp32", "fp8-delayed", "fp8-current", "fp8", "fp8-block", "mxfp8", "nvfp4", "fp4",
 )
 
 

@@ -9,13 +9,21 @@ gemmscope_protocol.py beside this file):
 - every GEMM call of TE's Python (``general_gemm`` and the grouped entry points): the TE module
   or operation that made it, its name and place in the model, the pass and the operand types TE
   was handed, as a range on the thread that launches the kernels;
+- every GEMM PyTorch runs outside TE (``F.linear``, ``matmul`` and its kin, ``torch._scaled_mm``),
+  forward and backward, with the module and place that called it and what it was asked
+  (operand types, float8 scaling), once torch is imported;
 - the process's rank, once.
+
+Modules are recognised by what they are, not by their class name: a subclass of a TE module
+(Megatron-Core's TELayerNormColumnParallelLinear ...) is that TE module, and a subclass of a TE
+recipe (Megatron-Core's TEDelayedScaling) is recorded as the TE recipe it derives from.
 
 It never changes what TE computes. On a TE that lacks an entry point it says so once on stderr
 and the trace falls back to TE's own NVTX ranges. The interpreter's own sitecustomize, if any, is
 still run afterwards.
 """
 
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -26,10 +34,12 @@ import threading
 
 from gemmscope_protocol import (
     AUTOCAST_PREFIX,
+    BACKWARD,
     GEMM_PREFIX,
     PASS_BY_LAYOUT,
     PROCESS_PREFIX,
     SOFTWARE_PREFIX,
+    TORCH_GEMM_PREFIX,
     UNKNOWN,
     format_record,
 )
@@ -44,11 +54,21 @@ _GEMM_ENTRY_POINTS = ("general_gemm", "general_grouped_gemm", "general_grouped_g
 _WRAPPER_ATTRIBUTES = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"}
 _BASIC_OPS = "basic_ops"  # te.ops FusedOperation's list of the basic operations it fuses
 _WRAPPER_CLASSES = {"FullyShardedDataParallel", "DistributedDataParallel", "CheckpointWrapper",
-                    "OptimizedModule", "FSDPModule"}
+                    "OptimizedModule", "FSDPModule", "Float16Module"}
+_TE_PACKAGE = "transformer_engine"
 
 
 def _note(message: str) -> None:
     print(f"gemmscope hook: {message}", file=sys.stderr, flush=True)
+
+
+def te_base_class(cls: type) -> str | None:
+    """The name of the first class in `cls`'s MRO that TE defines (None when none is): what a
+    framework's subclass of a TE module or recipe is."""
+    for base in cls.__mro__:
+        if base.__module__.startswith(_TE_PACKAGE):
+            return base.__name__
+    return None
 
 
 # --- te.autocast ------------------------------------------------------------------------------
@@ -63,7 +83,7 @@ def _patch_quantization(quantization_module) -> None:
     def autocast_enter(cls, *args, **kwargs):
         original_enter(cls, *args, **kwargs)
         recipe = cls.get_fp8_recipe() if cls.is_fp8_enabled() else None
-        name = type(recipe).__name__ if recipe is not None else "disabled"
+        name = (te_base_class(type(recipe)) or type(recipe).__name__) if recipe is not None else "disabled"
         torch.cuda.nvtx.range_push(f"{AUTOCAST_PREFIX}{name})")
 
     def autocast_exit(cls, *args, **kwargs):
@@ -103,14 +123,49 @@ def _mark_software(torch) -> None:
 
 # --- which module: layer paths ----------------------------------------------------------------
 
-def _name_tree(module, _args) -> None:
-    """Global forward pre-hook: the first module whose forward runs without a path is the
-    outermost one; every module under it gets its attribute path (wrappers left out), once.
-    Later calls cost one dict lookup. Walks `_modules` itself, since containers such as
-    ModuleList are iterated, never called, and so never reach this hook. The basic operations
-    a te.ops operation is made of share its path."""
-    if "_gemmscope_path" in module.__dict__:
+# Per thread: `modules`, the modules whose forward runs; `node`, the backward nodes running
+# (_watch_backward); `pending`, per autograd.Function.apply running, its GEMM awaiting a node.
+_thread = threading.local()
+
+
+def _running_modules() -> list:
+    modules = _thread.__dict__.get("modules")
+    if modules is None:
+        modules = _thread.modules = []
+    return modules
+
+
+def _enter_module(module, _args) -> None:
+    """Global forward pre-hook: names the model's modules (_name_tree) and keeps, per thread, the
+    modules whose forward is running, so a GEMM knows the innermost one. Not while torch.compile
+    traces: what it compiles runs no hook."""
+    if _compiling():
         return
+    if "_gemmscope_path" not in module.__dict__:
+        _name_tree(module)
+    _running_modules().append(module)
+
+
+def _leave_module(module, _args, _output) -> None:
+    if _compiling():
+        return
+    modules = _running_modules()
+    if modules and modules[-1] is module:
+        modules.pop()
+
+
+def _compiling() -> bool:
+    return _is_compiling is not None and _is_compiling()
+
+
+_is_compiling = None  # torch.compiler.is_compiling, once torch is imported
+
+
+def _name_tree(module) -> None:
+    """The first module whose forward runs without a path is the outermost one; every module
+    under it gets its attribute path (wrappers left out), once. Walks `_modules` itself, since
+    containers such as ModuleList are iterated, never called, and so never reach the hook. The
+    basic operations a te.ops operation is made of share its path."""
     module.__dict__["_gemmscope_path"] = ""
     stack = [(module, "", False)]
     while stack:
@@ -134,12 +189,13 @@ _MAX_FRAMES = 40
 
 
 def _is_te_module(obj, torch) -> bool:
-    return isinstance(obj, torch.nn.Module) and type(obj).__module__.startswith("transformer_engine")
+    return isinstance(obj, torch.nn.Module) and te_base_class(type(obj)) is not None
 
 
 def _module_record(module) -> dict:
-    """What a GEMM's record says of its module; made once per module (its name and path are
-    set before its first forward) and kept on it: GEMM calls are a hot path."""
+    """What a GEMM's record says of its module: the TE class it is (a framework's subclass
+    included), its name, its path; made once per module (its name and path are set before its
+    first forward) and kept on it: GEMM calls are a hot path."""
     state = module.__dict__
     record = state.get("_gemmscope_record")
     if record is not None:
@@ -149,16 +205,31 @@ def _module_record(module) -> dict:
     if path is None:  # a te.ops fused operation, made by the fuser: where its basic ops are
         parts = [op.__dict__.get("_gemmscope_path") for op in getattr(module, "basic_ops", ())]
         path = "+".join(dict.fromkeys(p for p in parts if p))
-    record = {"module": type(module).__name__, "name": name, "layer": path}
+    record = {"module": te_base_class(type(module)) or type(module).__name__, "name": name, "layer": path}
     state["_gemmscope_record"] = record
     return record
+
+
+def _owner_record() -> dict:
+    """The innermost module of any kind around a GEMM call: in a forward pass the innermost
+    module whose forward runs on this thread; in a backward pass, the module of the forward call
+    whose backward node runs now (_BackwardNode)."""
+    running = _thread.__dict__.get("node")
+    if running:
+        return {"owner": running[-1]["module"], "layer": running[-1]["layer"]}
+    modules = _thread.__dict__.get("modules")
+    if modules:
+        module = modules[-1]
+        return {"owner": type(module).__name__, "layer": module.__dict__.get("_gemmscope_path", "")}
+    return {"owner": UNKNOWN, "layer": ""}
 
 
 def _calling_module(torch, function_ctx_type) -> dict:
     """The innermost TE module or fusible operation among the TE frames calling this GEMM. In a
     forward pass it is the `self` of a frame; an autograd context met on the way is stamped
     with it, and in the backward pass (autograd's thread, where no module frame is on the
-    stack) the same context says which module's GEMM this is."""
+    stack) the same context says which module's GEMM this is. A GEMM a framework hands TE from
+    a module of its own (Megatron's MoE router) has none: its owner says where it is."""
     frame = sys._getframe(2)
     contexts = []
     for _ in range(_MAX_FRAMES):
@@ -181,7 +252,7 @@ def _calling_module(torch, function_ctx_type) -> dict:
                     return stamped
                 contexts.append(ctx)
         frame = frame.f_back
-    return {"module": UNKNOWN, "name": "", "layer": ""}
+    return {"module": UNKNOWN, "name": "", **_owner_record()}
 
 
 # --- what TE was handed -----------------------------------------------------------------------
@@ -269,6 +340,15 @@ def _argument(args: tuple, kwargs: dict, name: str, position: int, default=None)
     return args[position] if position < len(args) else default
 
 
+def _mark_software_once(torch) -> None:
+    if not _software_marked:
+        _software_marked.append(True)
+        try:
+            _mark_software(torch)
+        except Exception as exc:  # never break the program being checked
+            _note(f"software versions not recorded: {type(exc).__name__}")
+
+
 def _recording(entry: str, original, torch):
     parameters = list(inspect.signature(original).parameters.values())
     position = {p.name: i for i, p in enumerate(parameters)}
@@ -278,12 +358,7 @@ def _recording(entry: str, original, torch):
     def recorded(*args, **kwargs):
         if getattr(_in_gemm_call, "inside", False):  # a grouped entry point calling general_gemm
             return original(*args, **kwargs)
-        if not _software_marked:
-            _software_marked.append(True)
-            try:
-                _mark_software(torch)
-            except Exception as exc:  # never break the program being checked
-                _note(f"software versions not recorded: {type(exc).__name__}")
+        _mark_software_once(torch)
         try:
             layout = _argument(args, kwargs, "layout", position["layout"], layout_default)
             a = _argument(args, kwargs, "A", position["A"])
@@ -298,6 +373,9 @@ def _recording(entry: str, original, torch):
             flops = gemm_flops(a, b, layout) if entry != "general_grouped_gemm_for_grouped_tensor" else None
             record["flops"] = flops or UNKNOWN
             label = format_record(GEMM_PREFIX, record)
+            if record["module"] == UNKNOWN:  # no TE module's autograd context will say whose backward it is
+                _await_backward_node({"module": record["owner"], "layer": record["layer"],
+                                      "a": record["a"], "b": record["b"]})
         except Exception as exc:  # never break the program being checked
             label = format_record(GEMM_PREFIX, {"entry": entry, "error": type(exc).__name__})
         torch.cuda.nvtx.range_push(label)
@@ -322,12 +400,241 @@ def _patch_gemm(gemm_module) -> None:
     for entry in _GEMM_ENTRY_POINTS:
         if entry not in missing:
             setattr(gemm_module, entry, _recording(entry, getattr(gemm_module, entry), torch))
-    torch.nn.modules.module.register_module_forward_pre_hook(_name_tree)
+
+
+# --- GEMMs outside TE -------------------------------------------------------------------------
+
+# The torch calls that run one GEMM, patched where Python code looks them up (F.linear,
+# torch.matmul, x.matmul(w), x @ w ...): (where, attribute, the op as records name it, the
+# positions of its two matrix operands).
+# Megatron-Core's own linear layers (its output layer) use torch.matmul and Tensor.matmul,
+# torch.nn.Linear uses F.linear, torchao's float8 training torch._scaled_mm.
+_TORCH_GEMM_CALLS = (
+    ("torch.nn.functional", "linear", "linear", 0, 1),
+    ("torch", "matmul", "matmul", 0, 1), ("torch", "mm", "mm", 0, 1), ("torch", "bmm", "bmm", 0, 1),
+    ("torch", "addmm", "addmm", 1, 2), ("torch", "baddbmm", "baddbmm", 1, 2),
+    ("torch", "_scaled_mm", "_scaled_mm", 0, 1),
+    ("torch.Tensor", "matmul", "matmul", 0, 1), ("torch.Tensor", "__matmul__", "matmul", 0, 1),
+    ("torch.Tensor", "mm", "mm", 0, 1), ("torch.Tensor", "bmm", "bmm", 0, 1),
+    ("torch.Tensor", "addmm", "addmm", 1, 2), ("torch.Tensor", "baddbmm", "baddbmm", 1, 2),
+)
+_TORCH_DTYPES = {
+    "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32", "torch.float64": "fp64",
+    "torch.float8_e4m3fn": "fp8", "torch.float8_e5m2": "fp8", "torch.float8_e4m3fnuz": "fp8",
+    "torch.float8_e5m2fnuz": "fp8", "torch.float4_e2m1fn_x2": "fp4",
+}
+# Autograd nodes a GEMM's output may pass through before the GEMM's own node (F.linear of a 3-D
+# input is an addmm on a view, torch.matmul folds leading dimensions with views).
+_VIEW_NODES = frozenset({"ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0", "TBackward0",
+                         "TransposeBackward0", "ExpandBackward0", "SqueezeBackward1", "UnsqueezeBackward0"})
+_MAX_VIEW_NODES = 3
+
+
+def _rows_cols(shape) -> tuple[int, int]:
+    """A shape as the matrix a GEMM sees: leading dimensions folded into rows (a vector is a row)."""
+    if len(shape) < 2:
+        return 1, int(shape[0]) if len(shape) else 1
+    rows = 1
+    for dim in shape[:-1]:
+        rows *= int(dim)
+    return rows, int(shape[-1])
+
+
+def torch_gemm_shape(op: str, a, b) -> tuple[int, int, int]:
+    """(M, N, K) of a torch GEMM call, batches folded into M: F.linear(x, W) is x·Wᵀ, the others
+    a·b."""
+    m, k = _rows_cols(a.shape)
+    if op == "linear":
+        return m, int(b.shape[0]), k
+    if len(b.shape) > 2:  # batched: every batch is an (m/batch)×k by k×n product
+        return m, int(b.shape[-1]), k
+    return m, int(b.shape[-1]) if len(b.shape) == 2 else 1, k
+
+
+def tensor_type(tensor) -> str:
+    return _TORCH_DTYPES.get(str(tensor.dtype), str(tensor.dtype))
+
+
+def scaled_mm_scaling(a, b, scale_a, scale_b, caller) -> str:
+    """How torch._scaled_mm was asked to scale (gemmscope_protocol.SCALINGS), from its scales:
+    e8m0 scales are MX blocks; one scale each is tensor-wise, unless `caller` (the calling
+    frame) is torchao's addmm_float8_unwrapped turning a row-wise request into a tensor-wise
+    GEMM plus its own rescale; a scale per row of A and per column of B is row-wise; anything
+    else is per block."""
+    if "e8m0" in str(scale_a.dtype):
+        return "mx"
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        if caller is not None and caller.f_code.co_name == "addmm_float8_unwrapped":
+            local = caller.f_locals
+            if local.get("is_rowwise_scaling") and local.get("post_inverse_scale") is not None:
+                return "rowwise-rescaled"
+        return "tensorwise"
+    if tuple(scale_a.shape) == (int(a.shape[0]), 1) and tuple(scale_b.shape) == (1, int(b.shape[1])):
+        return "rowwise"
+    return "blockwise"
+
+
+def _backward_pass(node: dict, m: int, n: int) -> str:
+    """dgrad or wgrad of a GEMM a custom autograd Function's backward runs, by its output's
+    shape: the forward's activation operand (dgrad) or its weight operand, either way round
+    (wgrad); "backward" when the shapes do not tell."""
+    dgrad = (m, n) == node["activation"]
+    wgrad = (m, n) in (node["weight"], node["weight"][::-1])
+    return "dgrad" if dgrad and not wgrad else "wgrad" if wgrad and not dgrad else BACKWARD
+
+
+def _torch_record(torch, op: str, a, b, args: tuple, kwargs: dict) -> tuple[dict, tuple[int, int, int]]:
+    m, n, k = torch_gemm_shape(op, a, b)
+    running = _thread.__dict__.get("node")
+    node = running[-1] if running else None
+    if node is not None:
+        record = {"op": op, "module": node["module"], "layer": node["layer"], "pass": _backward_pass(node, m, n)}
+    else:
+        owner = _owner_record()
+        record = {"op": op, "module": owner["owner"], "layer": owner["layer"], "pass": "fprop"}
+    record.update(a=tensor_type(a), b=tensor_type(b))
+    if op == "_scaled_mm":
+        scale_a = _argument(args, kwargs, "scale_a", 2)
+        scale_b = _argument(args, kwargs, "scale_b", 3)
+        record["scale"] = scaled_mm_scaling(a, b, scale_a, scale_b, sys._getframe(2))
+    record.update(m=m, n=n, k=k, flops=2 * m * n * k)
+    return record, (m, n, k)
+
+
+def _dispatching(tensor, torch) -> bool:
+    """A tensor subclass with its own __torch_dispatch__ (torchao's Float8TrainingTensor, DTensor):
+    the GEMM it runs is recorded where it runs, if through one of the patched calls."""
+    return type(tensor).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__
+
+
+# TorchInductor's generated code calls these functions as its extern kernels (it names each after
+# the function's __name__, hence functools.wraps); what a compiled graph runs is not recorded.
+_INDUCTOR_CODE = "torchinductor"
+
+
+def _torch_recording(torch, op: str, original, position_a: int, position_b: int):
+    @functools.wraps(original)
+    def recorded(*args, **kwargs):
+        if len(args) <= position_b or _compiling() or _INDUCTOR_CODE in sys._getframe(1).f_code.co_filename:
+            return original(*args, **kwargs)
+        a, b = args[position_a], args[position_b]
+        if not getattr(a, "is_cuda", False):  # a CPU product launches no kernel
+            return original(*args, **kwargs)
+        _mark_software_once(torch)
+        try:
+            record, (m, n, k) = _torch_record(torch, op, a, b, args, kwargs)
+            label = format_record(TORCH_GEMM_PREFIX, record)
+        except Exception as exc:  # never break the program being checked
+            record, label = None, format_record(TORCH_GEMM_PREFIX, {"op": op, "error": type(exc).__name__})
+        torch.cuda.nvtx.range_push(label)
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            torch.cuda.nvtx.range_pop()
+        if record is not None and record["pass"] == "fprop" and not _dispatching(a, torch):
+            k_b = (n, k) if op == "linear" else (k, n)
+            node = {"module": record["module"], "layer": record["layer"], "a": record["a"], "b": record["b"],
+                    "activation": (m, k), "weight": k_b}
+            if torch.is_grad_enabled():
+                grad_fn = getattr(result, "grad_fn", None)
+                if grad_fn is not None:
+                    _watch_backward(torch, _gemm_node(grad_fn), node)
+            else:
+                _await_backward_node(node)
+        return result
+
+    return recorded
+
+
+def _await_backward_node(node: dict) -> None:
+    """A GEMM inside a custom autograd.Function's forward (grad mode is off there): its node
+    exists only once the Function's apply returns (_recording_apply)."""
+    pending = _thread.__dict__.get("pending")
+    if pending:
+        pending[-1] = node
+
+
+def _gemm_node(grad_fn):
+    node = grad_fn
+    for _ in range(_MAX_VIEW_NODES):
+        if node.name() not in _VIEW_NODES or not node.next_functions or node.next_functions[0][0] is None:
+            break
+        node = node.next_functions[0][0]
+    return node
+
+
+def _watch_backward(torch, node, record: dict) -> None:
+    """Brackets a backward node with a torch_gemm range: kernels it launches in C++ (MmBackward0
+    runs the dgrad and wgrad GEMMs) fall inside; GEMM calls a Python backward makes find the
+    module and forward shapes of their record here."""
+    label = format_record(TORCH_GEMM_PREFIX, {"op": node.name(), "module": record["module"],
+                                              "layer": record["layer"], "pass": BACKWARD,
+                                              "a": record["a"], "b": record["b"]})
+
+    def before(_grad_outputs):
+        _thread.__dict__.setdefault("node", []).append(record)
+        torch.cuda.nvtx.range_push(label)
+
+    def after(_grad_inputs, _grad_outputs):
+        torch.cuda.nvtx.range_pop()
+        running = _thread.__dict__.get("node")
+        if running:
+            running.pop()
+
+    node.register_prehook(before)
+    node.register_hook(after)
+
+
+def _first_grad_fn(output):
+    for item in output if isinstance(output, (tuple, list)) else (output,):
+        grad_fn = getattr(item, "grad_fn", None)
+        if grad_fn is not None:
+            return grad_fn
+    return None
+
+
+def _recording_apply(torch, original):
+    """autograd.Function.apply, noting whether its forward made a recorded GEMM that no TE
+    module's context covers (_await_backward_node); if so its node gets _watch_backward."""
+    @functools.wraps(original)
+    def apply(cls, *args, **kwargs):
+        if _compiling():
+            return original(cls, *args, **kwargs)
+        pending = _thread.__dict__.setdefault("pending", [])
+        pending.append(None)
+        try:
+            output = original(cls, *args, **kwargs)
+        finally:
+            node = pending.pop()
+        if node is not None:
+            grad_fn = _first_grad_fn(output)
+            if grad_fn is not None:
+                try:
+                    _watch_backward(torch, grad_fn, node)
+                except Exception as exc:  # never break the program being checked
+                    _note(f"backward of {cls.__name__} not recorded: {type(exc).__name__}")
+        return output
+
+    return apply
+
+
+def _patch_torch(torch) -> None:
+    global _is_compiling
+    _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    torch.nn.modules.module.register_module_forward_pre_hook(_enter_module)
+    torch.nn.modules.module.register_module_forward_hook(_leave_module, always_call=True)
+    for owner_name, attribute, op, position_a, position_b in _TORCH_GEMM_CALLS:
+        owner = torch.Tensor if owner_name == "torch.Tensor" else sys.modules[owner_name]
+        original = getattr(owner, attribute, None)
+        if original is not None:
+            setattr(owner, attribute, _torch_recording(torch, op, original, position_a, position_b))
+    function = torch.autograd.Function
+    function.apply = classmethod(_recording_apply(torch, function.apply.__func__))
 
 
 # --- installing the patches on import ---------------------------------------------------------
 
-_PATCHES = {_QUANTIZATION: _patch_quantization, _GEMM: _patch_gemm}
+_PATCHES = {"torch": _patch_torch, _QUANTIZATION: _patch_quantization, _GEMM: _patch_gemm}
 
 
 class _PatchingLoader(importlib.abc.Loader):

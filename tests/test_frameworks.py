@@ -1,0 +1,229 @@
+"""Verdicts on the frameworks people train with, from real captures of Megatron-Core (GPT on TE's
+layer spec: FP8 tensorwise, Megatron's TEDelayedScaling, first/last layers kept BF16, MoE with TE
+GroupedLinear experts and FP8 block scaling) and torchao float8 training (tensorwise, rowwise,
+rowwise with a high-precision weight gradient), each unmodified, on an H100 with gemmscope's hook
+(tests/fixtures/gpu/corpus/README.md, commands.txt).
+
+Ground truth is the model's own module tree, written by the program that built it
+(`*.expected.json`: every TE module by its TE base class, its layer and whether Megatron runs that
+layer in an FP8 autocast; torchao's converted linears), times the passes and steps it ran; never
+the parser.
+"""
+
+import json
+import lzma
+import os
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gemmscope.trace_parser import read_trace
+from gemmscope.verify import check
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "tests" / "fixtures" / "gpu" / "corpus"
+PASSES = ("fprop", "dgrad", "wgrad")
+
+
+def gemmscope(*args):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", *map(str, args)],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+
+
+def verify_json(name: str, *options: str) -> tuple[int, dict]:
+    done = gemmscope("verify", "--trace", CORPUS / f"{name}.sqlite.xz", "--format", "json", "--per-launch", *options)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def expected(name: str) -> dict:
+    return json.loads((CORPUS / f"{name}.expected.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def checked():
+    cache: dict = {}
+
+    def load(name: str, expect: str | None = None):
+        if (name, expect) not in cache:
+            cache[name, expect] = check(read_trace(CORPUS / f"{name}.sqlite.xz"), expect)
+        return cache[name, expect]
+
+    return load
+
+
+def te_gemms(tree: dict, fp8: bool) -> Counter:
+    """(layer path, pass) -> launches the module tree says the TE modules ran, for the modules in
+    an FP8 layer (fp8) or in one Megatron keeps BF16."""
+    return Counter({(m["path"], p): tree["steps"] * m["gemms_per_pass"]
+                    for m in tree["te_modules"] if m["fp8"] == fp8 for p in PASSES})
+
+
+def per_path_pass(gemms) -> Counter:
+    return Counter(zip(gemms["layer"], gemms["te_pass"]))
+
+
+@pytest.mark.parametrize("name", ["megatron_gpt_fp8-tensorwise", "megatron_gpt_fp8-delayed"])
+def test_megatron_gpt_every_te_gemm_ok_with_its_path_and_the_output_layer_as_coverage(checked, name):
+    tree = expected(name)
+    result = checked(name)
+    g = result.gemms
+    assert not result.failed and len(result.mismatches) == 0
+    fp8 = g[g["expected"] == "fp8"]
+    assert per_path_pass(fp8) == te_gemms(tree, fp8=True)
+    assert len(fp8) == 4 * 4 * 3 * 3 == 144  # layers × TE linears × passes × steps
+    assert (fp8["verdict"] == "OK").all() and (fp8["precision"] == "fp8").all()
+    assert Counter(fp8["te_pass"]) == {"fprop": 48, "dgrad": 48, "wgrad": 48}
+    assert fp8["layer"].str.startswith("decoder.layers.").all()
+    assert (fp8["layer_number"] == fp8["layer"].str.split(".").str[2].astype(int)).all()
+    # TELayerNormColumnParallelLinear / TERowParallelLinear are TE's LayerNormLinear / Linear
+    assert set(fp8["module"]) == {"_LayerNormLinear", "_Linear"}
+    output = g[g["layer"] == tree["output_layer"]["path"]]
+    assert len(output) == 3 * tree["steps"] and set(output["te_pass"]) == set(PASSES)
+    assert output["asked_high"].all() and (output["verdict"] == "OK").all()
+    assert set(output["module"]) == {tree["output_layer"]["class"]}
+    assert result.coverage.index.equals(output.index)
+
+
+def test_megatron_delayed_recipe_is_recognised_by_its_te_base_class():
+    code, doc = verify_json("megatron_gpt_fp8-delayed")
+    assert code == 0
+    assert doc["summary"]["expected"] == "fp8-delayed"  # Megatron's TEDelayedScaling is a DelayedScaling
+    code, doc = verify_json("megatron_gpt_fp8-delayed", "--expect", "fp8-delayed", "--allow", "output_layer")
+    assert code == 0 and doc["summary"]["mismatches"] == 0 and doc["summary"]["allowed"] == 9
+
+
+def test_megatron_json_verdict_and_coverage_on_the_first_screen(checked):
+    code, doc = verify_json("megatron_gpt_fp8-tensorwise")
+    summary = doc["summary"]
+    assert code == 0 and summary["mode"] == "per-gemm" and summary["mismatches"] == 0
+    coverage = summary["coverage"]
+    assert coverage["gemm_launches"] == 9
+    g = checked("megatron_gpt_fp8-tensorwise").gemms
+    assert coverage["time_ns"] == g.loc[g["layer"] == "output_layer", "duration_ns"].sum() > 0
+    assert coverage["time_share"] == pytest.approx(coverage["time_ns"] / summary["gemm_time_ns"])
+    assert [g["layer"] for g in coverage["groups"]] == ["output_layer"]
+    text = gemmscope("verify", "--trace", CORPUS / "megatron_gpt_fp8-tensorwise.sqlite.xz").stdout
+    first_screen = "\n".join(text.splitlines()[:8])
+    assert "0 mismatches" in first_screen and "coverage:" in first_screen and "output_layer" in first_screen
+
+
+def test_megatron_expect_is_strict_and_allow_takes_a_module_path():
+    code, doc = verify_json("megatron_gpt_fp8-tensorwise", "--expect", "fp8-current")
+    assert code == 1
+    flagged = [m for m in doc["mismatches"]]
+    assert len(flagged) == 9 and {m["layer"] for m in flagged} == {"output_layer"}
+    assert {m["cause"] for m in flagged} == {"requested-bf16"}
+    code, doc = verify_json("megatron_gpt_fp8-tensorwise", "--expect", "fp8-current", "--allow", "output_layer")
+    assert code == 0 and doc["summary"]["allowed"] == 9
+    code, _ = verify_json("megatron_gpt_fp8-tensorwise", "--expect", "fp8-current", "--allow", "decoder.layers.0.*")
+    assert code == 1
+
+
+@pytest.mark.parametrize("name, expect, recorded", [
+    ("megatron_gpt_fp8-tensorwise", "fp8-delayed", "fp8-current"),
+    ("megatron_gpt_fp8-delayed", "fp8-current", "fp8-delayed"),
+])
+def test_expecting_the_other_fp8_recipe_fails_and_names_both(name, expect, recorded):
+    done = gemmscope("verify", "--trace", CORPUS / f"{name}.sqlite.xz", "--expect", expect)
+    assert done.returncode == 1
+    asked = next(line for line in done.stdout.splitlines() if line.startswith("Asked:"))
+    assert expect in asked and recorded in asked
+    assert f"requested-{recorded}" in done.stdout
+
+
+def test_megatron_first_last_layers_bf16_are_coverage_not_mismatches(checked):
+    name = "megatron_gpt_first-last-bf16"
+    tree = expected(name)
+    result = checked(name)
+    assert not result.failed
+    bf16_layers = {m["layer"] for m in tree["te_modules"] if not m["fp8"]}
+    assert bf16_layers == {0, tree["layers"] - 1}
+    high = result.coverage
+    assert per_path_pass(high[high["layer"] != "output_layer"]) == te_gemms(tree, fp8=False)
+    assert set(high["layer_number"].dropna()) == bf16_layers
+    assert per_path_pass(result.gemms[result.gemms["expected"] == "fp8"]) == te_gemms(tree, fp8=True)
+    text = gemmscope("verify", "--trace", CORPUS / f"{name}.sqlite.xz")
+    assert text.returncode == 0
+    assert "coverage: " in text.stdout and "(layers 0, 3; output_layer)" in " ".join(text.stdout.split())
+
+
+def test_megatron_moe_router_is_coverage_and_experts_have_path_pass_precision(checked):
+    name = "megatron_moe_fp8-block"
+    tree = expected(name)
+    result = checked(name)
+    g = result.gemms
+    assert not result.failed
+    routers = g[g["layer"].isin([r["path"] for r in tree["routers"]])]
+    assert Counter(zip(routers["layer"], routers["te_pass"])) == Counter(
+        {(r["path"], p): tree["steps"] for r in tree["routers"] for p in PASSES})
+    assert routers["asked_high"].all() and routers["origin"].eq("te").all()  # TE is handed it in BF16
+    experts = [m for m in tree["te_modules"] if m["te_class"] == "GroupedLinear"]
+    ran = g[g["layer"].isin([m["path"] for m in experts])]
+    assert set(zip(ran["layer"], ran["te_pass"])) == {(m["path"], p) for m in experts for p in PASSES}
+    assert (ran["module"] == "_GroupedLinear").all() and (ran["precision"] == "fp8-block").all()
+    assert (ran["verdict"] == "OK").all()
+
+
+def test_torchao_tensorwise_fp8_gemms_ok_with_paths_and_the_head_as_coverage(checked):
+    name = "torchao_tensorwise"
+    tree = expected(name)
+    result = checked(name)
+    g = result.gemms
+    assert not result.failed and result.expected is None  # no TE, no autocast: each GEMM's own request
+    float8 = [lin["path"] for lin in tree["linears"] if lin["float8"]]
+    fp8 = g[g["layer"].isin(float8)]
+    assert per_path_pass(fp8) == Counter({(p, s): tree["steps"] for p in float8 for s in PASSES})
+    assert (fp8["expected"] == "fp8").all() and (fp8["verdict"] == "OK").all()
+    assert (fp8["module"] == "Float8Linear").all()
+    head = g[g["layer"] == "head"]
+    assert per_path_pass(head) == Counter({("head", s): tree["steps"] for s in PASSES})
+    assert head["asked_high"].all() and result.coverage.index.equals(head.index)
+    assert gemmscope("verify", "--trace", CORPUS / f"{name}.sqlite.xz").returncode == 0
+
+
+@pytest.mark.parametrize("name", ["torchao_rowwise", "torchao_rowwise_with_gw_hp"])
+def test_torchao_rowwise_every_fp8_gemm_is_rowwise_never_a_mismatch_or_bare_fp8(checked, name):
+    result = checked(name)
+    g = result.gemms
+    assert not result.failed
+    fp8 = g[g["precision"].isin(["fp8", "fp8-rowwise"])]
+    assert (fp8["expected"] == "fp8-rowwise").all()
+    outer_vector = fp8["precision"] == "fp8-rowwise"
+    assert (fp8.loc[outer_vector, "verdict"] == "OK").all()
+    assert fp8.loc[outer_vector, "name"].str.contains("ovscale").all()
+    # torchao runs row-wise backward GEMMs (use_fast_accum off) as tensor-wise ones plus a rescale
+    rescaled = fp8[~outer_vector]
+    assert len(rescaled) and (rescaled["verdict"] == "EXPECTED-SUBSTITUTION").all()
+    assert (rescaled["requested_scale"] == "rowwise-rescaled").all()
+    assert set(rescaled["te_pass"]) <= {"dgrad", "wgrad"}
+
+
+def test_torchao_rowwise_with_gw_hp_weight_gradients_are_coverage(checked):
+    result = checked("torchao_rowwise_with_gw_hp")
+    high = result.coverage
+    float8 = high[high["module"] == "Float8Linear"]
+    assert len(float8) == 3 * 3 and set(float8["te_pass"]) == {"wgrad"} and (float8["precision"] == "bf16").all()
+
+
+def test_a_dispatch_mismatch_fails_fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path):
+    """The real Megatron trace with one FP8 kernel's name changed to the BF16 kernel of the same
+    tile: TE was handed FP8 (the hook's record) and a BF16 kernel ran."""
+    db = sqlite3.connect(tmp_path / "forced.sqlite")
+    db.deserialize(lzma.decompress((CORPUS / "megatron_gpt_fp8-tensorwise.sqlite.xz").read_bytes()))
+    fp8_names = [row for row in db.execute("SELECT id, value FROM StringIds WHERE value LIKE 'nvjet_sm90_qqtst%'")]
+    string_id, fp8_name = fp8_names[0]
+    db.execute("UPDATE StringIds SET value = ? WHERE id = ?", (fp8_name.replace("_qqtst_", "_tst_"), string_id))
+    forced = sqlite3.connect(tmp_path / "forced_out.sqlite")
+    db.backup(forced)
+    forced.close()
+    done = gemmscope("verify", "--trace", tmp_path / "forced_out.sqlite", "--format", "json", "--per-launch")
+    assert done.returncode == 1
+    mismatches = json.loads(done.stdout)["mismatches"]
+    assert mismatches and {m["cause"] for m in mismatches} == {"kernel-differs"}
+    assert {(m["requested"], m["precision"]) for m in mismatches} == {("fp8", "bf16")}
