@@ -4,11 +4,12 @@ Megatron-Core unmodified) under torchrun, `--step-times`, in two configurations,
 round by round:
 
 - bare: as the program runs by itself;
+- te-nvtx: NVTE_NVTX_ENABLED=1 only (TE's own ranges, which verify turns on);
 - hook: NVTE_NVTX_ENABLED=1 and gemmscope's start-up hook on PYTHONPATH, as `gemmscope verify`
   runs it (without nsys, whose own cost is not the hook's).
 
 Each run's first WARMUP steps are dropped; every other step is a sample. Prints each
-configuration's median ms per step [IQR] and the ratio of medians, hook over bare. Needs a GPU,
+configuration's median ms per step [IQR] and its ratio of medians to bare. Needs a GPU,
 TE and megatron-core.
 
     python benchmarks/megatron_hook_overhead.py [--rounds 3] [--steps 30] [-- megatron_gpt.py options]
@@ -32,8 +33,9 @@ WARMUP = 5
 
 def run(config: str, steps: int, extra: list[str]) -> list[float]:
     env = dict(os.environ)
-    if config == "hook":
+    if config != "bare":
         env["NVTE_NVTX_ENABLED"] = "1"
+    if config == "hook":
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOK), env.get("PYTHONPATH")]))
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
                            str(PROGRAM), "--steps", str(steps), "--step-times", *extra],
@@ -53,16 +55,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("extra", nargs="*", help="megatron_gpt.py options (after --)")
     args = parser.parse_args()
-    samples: dict[str, list[float]] = {"bare": [], "hook": []}
+    configs = ("bare", "te-nvtx", "hook")
+    samples: dict[str, list[float]] = {config: [] for config in configs}
     for round_ in range(args.rounds):
-        order = ("bare", "hook") if round_ % 2 == 0 else ("hook", "bare")
-        for config in order:
+        for config in configs[round_ % len(configs):] + configs[:round_ % len(configs)]:
             samples[config] += run(config, args.steps, args.extra)
+    bare = quartiles(samples["bare"])[0]
     for config, values in samples.items():
         median, q1, q3 = quartiles(values)
-        print(f"{config:5s} {median:8.2f} ms/step [IQR {q1:.2f}-{q3:.2f}], {len(values)} steps")
-    ratio = quartiles(samples["hook"])[0] / quartiles(samples["bare"])[0]
-    print(f"hook / bare: {ratio:.3f} (target: at most 1.02)")
+        print(f"{config:8s} {median:8.2f} ms/step [IQR {q1:.2f}-{q3:.2f}], {len(values)} steps, "
+              f"{median / bare:.3f}x bare")
 
 
 if __name__ == "__main__":

@@ -147,10 +147,17 @@ def test_grouped_linear_benchmark(corpus):
 
 @pytest.mark.parametrize("name", ["te_stack_fp8-block_1gpu", "te_stack_fp8-block_2gpu"])
 def test_transformer_layer_stack_flags_exactly_the_layer_outside_autocast_and_the_head(corpus, name):
+    """With --expect (every GEMM should run the recipe): the layer outside autocast and the head
+    are flagged. Without it they asked for BF16 (coverage) and nothing fails."""
     import json
 
     expected = json.loads((CORPUS / f"{name}.expected.json").read_text())
-    result = corpus(name)
+    own = corpus(name)
+    assert not own.failed and own.expected == expected["recipe"]
+    asked_bf16 = own.gemms[own.gemms["requested"] == "bf16"]
+    assert own.coverage.index.equals(asked_bf16.index)
+    assert asked_bf16["layer"].str.startswith(f"layers.{expected['outside_layer']}.").all()
+    result = corpus(name, expect=expected["recipe"])
     assert result.expected == expected["recipe"]
     gemms = result.gemms
     assert sorted(gemms["rank"].unique()) == list(range(expected["ranks"]))

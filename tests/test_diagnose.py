@@ -140,7 +140,7 @@ def test_step_range_pattern_and_no_steps(checked):
 
 
 def test_fallback_finding_names_where(checked):
-    result = check([read_trace(CORPUS / "te_stack_fp8-block_1gpu.sqlite.xz")])
+    result = check([read_trace(CORPUS / "te_stack_fp8-block_1gpu.sqlite.xz")], "fp8-block")
     found = {f["code"]: f for f in diagnose.diagnose(result).findings}
     fallback = found["fallback"]
     t = int(result.mismatches["duration_ns"].sum())

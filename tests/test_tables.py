@@ -16,7 +16,7 @@ from test_cli import assert_one_line_error, gemmscope
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 # Two ranks in one trace, three layers of which one runs BF16 under an FP8 block-scaling autocast
 # (fallbacks), cut into steps by the range each rank pushes three times.
-STACK_2GPU = [CORPUS / "te_stack_fp8-block_2gpu.sqlite.xz", "--step-range",
+STACK_2GPU = [CORPUS / "te_stack_fp8-block_2gpu.sqlite.xz", "--expect", "fp8-block", "--step-range",
               "gemmscope.autocast(recipe=Float8BlockScaling)"]
 # TE's GEMM benchmark range by range: BF16 ran, MXFP8 raised on Hopper (a mapped range with no GEMM).
 BENCH_MAPPED = [CORPUS / "gemm_bench_4096_all.sqlite.xz",
