@@ -150,14 +150,15 @@ def test_rank_marks_belong_to_their_own_process(schema, tmp_path):
 
 
 def test_process_without_a_mark_has_no_rank_from_another_s(schema, tmp_path):
-    trace = HandBuiltExport(tmp_path / "two.sqlite", schema)
+    # nor from the file's name: it names one rank, and the trace holds two processes
+    trace = HandBuiltExport(tmp_path / "two_rank4.sqlite", schema)
     for pid in (MAIN, OTHER):
         trace.thread(pid, pid, "python")
         trace.launch(pid, pid, pid * 10, pid * 10 + 100)
     _rank_mark(trace, OTHER, 1)
     result = check(read_trace(trace.close()), "bf16")
     ranks = result.kernels.set_index("pid")["rank"]
-    assert ranks[OTHER] == 1 and ranks.isna()[MAIN]  # several processes: no file-name fallback either
+    assert ranks[OTHER] == 1 and ranks.isna()[MAIN]
 
 
 def test_rank_from_a_per_rank_file_s_name(schema, tmp_path):
@@ -165,7 +166,7 @@ def test_rank_from_a_per_rank_file_s_name(schema, tmp_path):
     paths = [_one_process(tmp_path / f"job_rank{rank}.sqlite", schema) for rank in (3, 5)]
     assert _ranks(check([read_trace(p) for p in paths], "bf16")) == {"job_rank3.sqlite": [3], "job_rank5.sqlite": [5]}
     alone = check(read_trace(paths[1]), "bf16")
-    assert alone.kernels["rank"].tolist() == [5, 5]
+    assert alone.kernels["rank"].tolist() == [5, 5] and alone.kernels["rank"].dtype == "Int64"
 
 
 def test_rank_mark_wins_over_the_file_s_name(schema, tmp_path):
