@@ -61,14 +61,16 @@ class HandBuiltExport:
                           (self.string(name), global_tid(pid, tid)))
 
     def launch(self, pid: int, tid: int, start: int, end: int, kernel: str = BF16_GEMM,
-               kernel_ns: int = 1000) -> None:
+               kernel_ns: int = 1000, call: bool = True) -> None:
         """A launch call on thread (pid, tid) over [start, end] and the kernel it launched, which
-        runs for `kernel_ns` right after the call."""
+        runs for `kernel_ns` right after the call; `call` False: the kernel alone, as a capture
+        that missed its call has it."""
         self._correlation += 1
-        self.conn.execute(
-            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, "
-            "returnValue) VALUES (?, ?, 0, ?, ?, ?, 0)",
-            (start, end, global_tid(pid, tid), self._correlation, self.string(LAUNCH_CALL)))
+        if call:
+            self.conn.execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, "
+                "returnValue) VALUES (?, ?, 0, ?, ?, ?, 0)",
+                (start, end, global_tid(pid, tid), self._correlation, self.string(LAUNCH_CALL)))
         name = self.string(kernel)
         self.conn.execute(
             "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId, "

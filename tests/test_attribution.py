@@ -21,7 +21,7 @@ from gemmscope.verify import check
 from nsys_export import DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport
 
 MAIN, OTHER = 1000, 2000  # two processes
-T0, T1 = 1000, 1100  # each case's launch call, at its own offset
+T0, T1 = 1000, 1100  # each case's launch call
 
 
 def _push(trace, start, end, name, pid=MAIN, tid=MAIN, domain=0):
@@ -32,82 +32,86 @@ def _start(trace, start, end, name, pid=MAIN, tid=MAIN):
     trace.nvtx(START_END, pid, tid, start, end, name)
 
 
-# Each case: the ranges it adds around a launch of MAIN's main thread at [T0, T1] (times relative
-# to the case's offset), and the names that enclose it, outermost first.
+# Each case: the ranges it adds around a launch of MAIN's main thread at [T0, T1], and the names
+# that enclose it, outermost first.
 CASES = {
-    "push-pop starts at the launch's start": (lambda t, o: _push(t, o + T0, o + T1 + 50, "R"), ["R"]),
-    "push-pop ends at the launch's end": (lambda t, o: _push(t, o + T0 - 50, o + T1, "R"), ["R"]),
-    "push-pop equal to the launch": (lambda t, o: _push(t, o + T0, o + T1, "R"), ["R"]),
-    "push-pop ends during the launch": (lambda t, o: _push(t, o + T0 - 50, o + T1 - 1, "R"), []),
-    "push-pop starts during the launch": (lambda t, o: _push(t, o + T0 + 1, o + T1 + 50, "R"), []),
-    "push-pop ends just before the launch": (lambda t, o: _push(t, o + T0 - 50, o + T0 - 1, "R"), []),
+    "push-pop starts at the launch's start": (lambda t: _push(t, T0, T1 + 50, "R"), ["R"]),
+    "push-pop ends at the launch's end": (lambda t: _push(t, T0 - 50, T1, "R"), ["R"]),
+    "push-pop equal to the launch": (lambda t: _push(t, T0, T1, "R"), ["R"]),
+    "push-pop ends during the launch": (lambda t: _push(t, T0 - 50, T1 - 1, "R"), []),
+    "push-pop starts during the launch": (lambda t: _push(t, T0 + 1, T1 + 50, "R"), []),
+    "push-pop ends just before the launch": (lambda t: _push(t, T0 - 50, T0 - 1, "R"), []),
     "inner push-pop ends during the launch, outer open": (
-        lambda t, o: (_push(t, o + T0 - 100, o + T1 + 100, "outer"), _push(t, o + T0 - 50, o + T1 - 1, "inner")),
+        lambda t: (_push(t, T0 - 100, T1 + 100, "outer"), _push(t, T0 - 50, T1 - 1, "inner")),
         ["outer"]),
     "inner push-pop ends before the launch, outer open": (
-        lambda t, o: (_push(t, o + T0 - 100, o + T1 + 100, "outer"), _push(t, o + T0 - 50, o + T0 - 10, "inner")),
+        lambda t: (_push(t, T0 - 100, T1 + 100, "outer"), _push(t, T0 - 50, T0 - 10, "inner")),
         ["outer"]),
     "three nested push-pop, an earlier sibling closed": (
-        lambda t, o: (_push(t, o + T0 - 300, o + T1 + 300, "a"), _push(t, o + T0 - 280, o + T0 - 250, "sibling"),
-                      _push(t, o + T0 - 200, o + T1 + 200, "b"), _push(t, o + T0 - 100, o + T1 + 100, "c")),
+        lambda t: (_push(t, T0 - 300, T1 + 300, "a"), _push(t, T0 - 280, T0 - 250, "sibling"),
+                      _push(t, T0 - 200, T1 + 200, "b"), _push(t, T0 - 100, T1 + 100, "c")),
         ["a", "b", "c"]),
     "push-pop on another thread of the process": (
-        lambda t, o: _push(t, o + T0 - 50, o + T1 + 50, "R", tid=MAIN + 1), []),
+        lambda t: _push(t, T0 - 50, T1 + 50, "R", tid=MAIN + 1), []),
     "push-pop on a thread of another process": (
-        lambda t, o: _push(t, o + T0 - 50, o + T1 + 50, "R", pid=OTHER, tid=OTHER), []),
+        lambda t: _push(t, T0 - 50, T1 + 50, "R", pid=OTHER, tid=OTHER), []),
     "domains interleave: one closed before the launch, one open": (
         # as one stack, "y" would nest in "x" and "x" would be reported open around the launch
-        lambda t, o: (_push(t, o + T0 - 100, o + T0 - 10, "x", domain=1), _push(t, o + T0 - 50, o + T1 + 100, "y", domain=2)),
+        lambda t: (_push(t, T0 - 100, T0 - 10, "x", domain=1), _push(t, T0 - 50, T1 + 100, "y", domain=2)),
         ["y"]),
     "three domains open": (
-        lambda t, o: (_push(t, o + T0 - 100, o + T1 + 100, "x", domain=1), _push(t, o + T0 - 50, o + T1 + 50, "y", domain=2),
-                      _push(t, o + T0 - 20, o + T1 + 20, "z")),
+        lambda t: (_push(t, T0 - 100, T1 + 100, "x", domain=1), _push(t, T0 - 50, T1 + 50, "y", domain=2),
+                      _push(t, T0 - 20, T1 + 20, "z")),
         ["x", "y", "z"]),
-    "start-end equal to the launch": (lambda t, o: _start(t, o + T0, o + T1, "S"), ["S"]),
-    "start-end ends during the launch": (lambda t, o: _start(t, o + T0 - 50, o + T1 - 1, "S"), []),
-    "start-end starts during the launch": (lambda t, o: _start(t, o + T0 + 1, o + T1 + 50, "S"), []),
-    "start-end ends just before the launch": (lambda t, o: _start(t, o + T0 - 50, o + T0 - 1, "S"), []),
+    "start-end equal to the launch": (lambda t: _start(t, T0, T1, "S"), ["S"]),
+    "start-end ends during the launch": (lambda t: _start(t, T0 - 50, T1 - 1, "S"), []),
+    "start-end starts during the launch": (lambda t: _start(t, T0 + 1, T1 + 50, "S"), []),
+    "start-end ends just before the launch": (lambda t: _start(t, T0 - 50, T0 - 1, "S"), []),
     "start-end started on another thread of the process": (
-        lambda t, o: _start(t, o + T0 - 50, o + T1 + 50, "S", tid=MAIN + 1), ["S"]),
+        lambda t: _start(t, T0 - 50, T1 + 50, "S", tid=MAIN + 1), ["S"]),
     "start-end of another process": (
-        lambda t, o: _start(t, o + T0 - 50, o + T1 + 50, "S", pid=OTHER, tid=OTHER), []),
+        lambda t: _start(t, T0 - 50, T1 + 50, "S", pid=OTHER, tid=OTHER), []),
     "start-end ranges overlap, not nested, around a push-pop": (
-        lambda t, o: (_start(t, o + T0 - 100, o + T1 + 10, "s1"), _push(t, o + T0 - 70, o + T1 + 5, "p"),
-                      _start(t, o + T0 - 50, o + T1 + 200, "s2")),
+        lambda t: (_start(t, T0 - 100, T1 + 10, "s1"), _push(t, T0 - 70, T1 + 5, "p"),
+                      _start(t, T0 - 50, T1 + 200, "s2")),
         ["s1", "p", "s2"]),
-    # last: a range never closed stays open around every later launch of its thread
-    "push-pop never closed": (lambda t, o: _push(t, o + T0 - 50, None, "R"), ["R"]),
+    "push-pop never closed": (lambda t: _push(t, T0 - 50, None, "R"), ["R"]),
 }
-SPACING = 10_000  # between cases: no case's ranges reach another's launch
 
 
 @pytest.fixture(scope="module")
-def edges(gpu_sqlite, tmp_path_factory):
-    trace = HandBuiltExport(tmp_path_factory.mktemp("edges") / "edges.sqlite", gpu_sqlite("te_linear_bf16"))
-    trace.thread(MAIN, MAIN, "python")
-    trace.thread(MAIN, MAIN + 1, "worker")
-    trace.thread(OTHER, OTHER, "python")
-    for pid, domain, name in ((MAIN, 1, "domain x"), (MAIN, 2, "domain y")):
-        trace.nvtx(DOMAIN_CREATE, pid, MAIN, 0, None, name, domain)
-    for at, (add, _) in enumerate(CASES.values()):
-        offset = (at + 1) * SPACING
-        add(trace, offset)
-        trace.launch(MAIN, MAIN, offset + T0, offset + T1)
-    return launches_with_ranges(read_trace(trace.close()))
+def schema(gpu_sqlite):
+    return gpu_sqlite("te_linear_bf16")
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_enclosing_ranges_at_the_edges(edges, case):
-    frame, ranges = edges
-    row = list(CASES).index(case)
-    assert frame.loc[row, "launch_start"] == (row + 1) * SPACING + T0  # the case's own launch
-    assert ranges.lists([row]) == [CASES[case][1]]
+def test_enclosing_ranges_at_the_edges(schema, tmp_path, case):
+    # one trace per case: no case's ranges can reach another's launch
+    add, enclosing = CASES[case]
+    trace = HandBuiltExport(tmp_path / "edge.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    trace.thread(MAIN, MAIN + 1, "worker")
+    trace.thread(OTHER, OTHER, "python")
+    for domain, name in ((1, "domain x"), (2, "domain y")):
+        trace.nvtx(DOMAIN_CREATE, MAIN, MAIN, 0, None, name, domain)
+    add(trace)
+    trace.launch(MAIN, MAIN, T0, T1)
+    frame, ranges = launches_with_ranges(read_trace(trace.close()))
+    assert frame["launch_start"].tolist() == [T0] and frame["role"].tolist() == ["gemm"]
+    assert ranges.lists([0]) == [enclosing]
 
 
-def test_every_case_launch_is_joined_and_a_gemm(edges):
-    frame, _ = edges
-    assert len(frame) == len(CASES)
-    assert frame["launch_start"].notna().all() and (frame["role"] == "gemm").all()
+def test_kernel_without_its_launch_call_is_placed_by_its_own_start(schema, tmp_path):
+    # no call, so no thread: only its process's start/end ranges can enclose it, by the kernel's time
+    trace = HandBuiltExport(tmp_path / "uncalled.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    _start(trace, T1, T1 + 100, "S")  # the kernel runs at [T1 + 10, T1 + 1010]
+    _start(trace, T0, T1 + 5, "before the kernel")
+    _push(trace, T0, T1 + 2000, "P")
+    trace.launch(MAIN, MAIN, T0, T1, call=False)
+    frame, ranges = launches_with_ranges(read_trace(trace.close()))
+    assert frame["launch_start"].isna().all() and frame["start"].tolist() == [T1 + 10]
+    assert ranges.lists([0]) == [["S"]]
 
 
 # --- ranks ------------------------------------------------------------------------------------
@@ -132,11 +136,6 @@ def _one_process(path, schema, rank_mark=None, tail_ns=0):
 
 def _ranks(result) -> dict:
     return {name: sorted(set(part["rank"].tolist())) for name, part in result.kernels.groupby("trace", observed=True)}
-
-
-@pytest.fixture(scope="module")
-def schema(gpu_sqlite):
-    return gpu_sqlite("te_linear_bf16")
 
 
 def test_rank_marks_belong_to_their_own_process(schema, tmp_path):
