@@ -82,3 +82,13 @@ def test_plain_named_values_are_kept(name):
 ])
 def test_home_directories(text, redacted):
     assert Redactor()(text) == (text if redacted is None else redacted)
+
+
+def test_recorded_values_at_their_edges():
+    # the shortest secret value taken wherever it appears; a recorded folder with its trailing
+    # slash still matches the path; an empty recorded name matches nothing
+    assert Redactor(secret_values=["a1b2c3"])("x a1b2c3 y") == f"x {REDACTED} y"
+    assert Redactor(secret_values=["a1b2c"])("x a1b2c y") == "x a1b2c y"
+    assert Redactor(paths=["/data/proj/"])("in /data/proj/x.py") == f"in {REDACTED}/x.py"
+    assert Redactor(paths=["/data/projX"])("in /data/projX/x.py") == f"in {REDACTED}/x.py"
+    assert Redactor(names=["", REDACTED])("a - b") == "a - b"
