@@ -775,7 +775,8 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
         out[column] = _objects(first((hook, source)), out.index)
     # The GEMM call's shape and FLOPs, as the hook read them from TE's operands (a grouped call's
     # FLOPs are its members' sum, shared by the kernels it launched: `call_flops`).
-    hook_name = np.where(hook >= 0, name_codes[np.maximum(hook, 0)], -1)
+    hook_name = np.full(n, -1, dtype="int64")  # (a trace without NVTX has no name to index)
+    hook_name[hook >= 0] = name_codes[hook[hook >= 0]]
     for column, source in (("gemm_m", "m"), ("gemm_n", "n"), ("gemm_k", "k"), ("call_flops", "flops")):
         out[column] = grammar[source].array.take(hook_name, allow_fill=True)  # NA where no record
     out["recorded"] = hook >= 0

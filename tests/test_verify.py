@@ -1,6 +1,7 @@
 """verify: a verdict per GEMM launch of the real H200 traces, against what each workload asked for
 (tests/fixtures/gpu/*.expected.json and workloads.py / train_small_te.py)."""
 
+import sqlite3
 from collections import Counter
 
 import pytest
@@ -258,7 +259,17 @@ def test_trace_without_kernels_is_input_error(cpu_traces):
         check(read_trace(cpu_traces / "empty_capture.sqlite"), "fp8-current")
 
 
-def test_gemm_tail_time_is_not_counted_as_gemms(checked):
+def test_gemm_tail_time_is_its_kernels_time_and_not_gemm_time(checked, gpu_sqlite):
+    # the run's cuBLASLt tails (split-K reductions, bias-gradient epilogues), summed in SQL
+    with sqlite3.connect(gpu_sqlite("train_mixed")) as db:
+        count, tail_ns = db.execute(
+            "SELECT count(*), sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+            "ON s.id = k.demangledName WHERE s.value LIKE '%cublasLt::splitKreduce%' "
+            "OR s.value LIKE '%cublasLt::epilogue::%'").fetchone()
+        kernels = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    assert count == 9 and tail_ns > 0
     result = checked("train_mixed")
-    assert result.tails_ns >= 0
-    assert (result.gemms["role"] == "gemm").all()
+    assert result.tails_ns == tail_ns == summary_document(result)["gemm_tail_time_ns"]
+    tails = result.kernels["role"] == "gemm-tail"
+    assert tails.sum() == count and len(result.kernels) == kernels
+    assert not result.gemms["kernel_row"].isin(result.kernels.index[tails]).any()

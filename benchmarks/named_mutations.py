@@ -1,0 +1,66 @@
+"""The small mistakes issue 22 found the tests blind to, each made in a copy of the source tree:
+every one must fail a test. mutmut (benchmarks/mutation.sh) mutates inside functions only, so
+the pattern tables (kernels.RULES, scrub.SECRET_SHAPES, scrub.SECRET_NAME) are checked here.
+
+    python benchmarks/named_mutations.py        # one line per mutation: KILLED or SURVIVED; exit 1 on a survivor
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (what the mistake is, file, text, replacement, tests that must catch it)
+MUTATIONS = (
+    ("a push/pop range starting at the launch no longer contains it", "gemmscope/trace_parser.py",
+     "(r_start[ids[np.maximum(at, 0)]] <= lo)", "(r_start[ids[np.maximum(at, 0)]] < lo)", "tests/test_attribution.py"),
+    ("'still open' tested against the launch's start", "gemmscope/trace_parser.py",
+     "(r_end[ids[np.maximum(at, 0)]] < hi)", "(r_end[ids[np.maximum(at, 0)]] < lo)", "tests/test_attribution.py"),
+    ("start/end ranges not checked against the launch's end", "gemmscope/trace_parser.py",
+     "inside = inside[t1[inside] <= r_end[row]]", "pass", "tests/test_attribution.py"),
+    ("start/end ranges of one process applied to another's launches", "gemmscope/trace_parser.py",
+     "mine = order[launch_pid[order] == pid]", "mine = order", "tests/test_attribution.py"),
+    ("push/pop stacks of all domains of a thread as one", "gemmscope/trace_parser.py",
+     'push_pop.groupby(["global_tid", push_pop["domain"].fillna("")], sort=False)',
+     'push_pop.groupby(["global_tid", push_pop["global_tid"]], sort=False)', "tests/test_attribution.py"),
+    ("the rank in a per-rank file's name ignored", "gemmscope/verify.py",
+     "fallback = named if named is not None else", "fallback = None if named is not None else",
+     "tests/test_attribution.py"),
+    ("GEMM tail time forced to 0", "gemmscope/verify.py",
+     'tails_ns = int(all_kernels.loc[all_kernels["role"] == "gemm-tail", "duration_ns"].sum())', "tails_ns = 0",
+     "tests/test_verify.py tests/test_attribution.py"),
+    ("temporary AWS key ids (ASIA…) not redacted", "gemmscope/scrub.py", "(?:AKIA|ASIA)", "(?:AKIA)",
+     "tests/test_patterns.py"),
+    ("GitHub ghs_/ghu_/ghr_ tokens not redacted", "gemmscope/scrub.py", "gh[pousr]_", "gh[po]_", "tests/test_patterns.py"),
+    ("PASSWD-style names not secret", "gemmscope/scrub.py", "|PASSWORD|PASSWD)", "|PASSWORD)", "tests/test_patterns.py"),
+    ("Inductor's GEMM template rule narrowed to *bmm", "gemmscope/kernels.py",
+     r'triton_tem_fused_\w*mm"', r'triton_tem_fused_\w*bmm"', "tests/test_kernel_rules.py"),
+)
+
+
+def main() -> int:
+    survivors = 0
+    with tempfile.TemporaryDirectory() as folder:
+        tree = Path(folder) / "tree"
+        for what, path, text, replacement, tests in MUTATIONS:
+            shutil.rmtree(tree, ignore_errors=True)
+            shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(".git", "mutants", "__pycache__"))
+            source = (tree / path).read_text()
+            assert source.count(text) == 1, f"{path} no longer holds {text!r} once: update {Path(__file__).name}"
+            (tree / path).write_text(source.replace(text, replacement))
+            run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests.split()],
+                                 cwd=tree, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree)})
+            survivors += run.returncode == 0
+            print(f"{'SURVIVED' if run.returncode == 0 else 'KILLED  '} {what}: {run.stdout.strip().splitlines()[-1]}",
+                  flush=True)
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Which NVTX ranges enclose a launch, and each launch's rank, at the edges of the rules.
+
+The traces here are hand-built (tests/nsys_export.py: nsys 2025.3's own schema, rows written by
+the test), since a real capture cannot place a range exactly at a launch's start or end, and a
+CPU capture holds no kernel. A launch is its CUDA launch call's interval [t0, t1]: a range
+encloses it when it starts at or before t0 and ends at or after t1 (README, How GEMMs are
+attributed). Push/pop ranges count on the launching thread only, each NVTX domain's stack on its
+own; start/end ranges count on every thread of their process and never in another process.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from gemmscope.autocast_hook.gemmscope_protocol import PROCESS_PREFIX
+from gemmscope.reports import summary_document
+from gemmscope.trace_parser import launches_with_ranges, read_trace
+from gemmscope.verify import check
+from nsys_export import DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport
+
+MAIN, OTHER = 1000, 2000  # two processes
+T0, T1 = 1000, 1100  # each case's launch call
+
+
+def _push(trace, start, end, name, pid=MAIN, tid=MAIN, domain=0):
+    trace.nvtx(PUSH_POP, pid, tid, start, end, name, domain)
+
+
+def _start(trace, start, end, name, pid=MAIN, tid=MAIN):
+    trace.nvtx(START_END, pid, tid, start, end, name)
+
+
+# Each case: the ranges it adds around a launch of MAIN's main thread at [T0, T1], and the names
+# that enclose it, outermost first.
+CASES = {
+    "push-pop starts at the launch's start": (lambda t: _push(t, T0, T1 + 50, "R"), ["R"]),
+    "push-pop ends at the launch's end": (lambda t: _push(t, T0 - 50, T1, "R"), ["R"]),
+    "push-pop equal to the launch": (lambda t: _push(t, T0, T1, "R"), ["R"]),
+    "push-pop ends during the launch": (lambda t: _push(t, T0 - 50, T1 - 1, "R"), []),
+    "push-pop starts during the launch": (lambda t: _push(t, T0 + 1, T1 + 50, "R"), []),
+    "push-pop ends just before the launch": (lambda t: _push(t, T0 - 50, T0 - 1, "R"), []),
+    "inner push-pop ends during the launch, outer open": (
+        lambda t: (_push(t, T0 - 100, T1 + 100, "outer"), _push(t, T0 - 50, T1 - 1, "inner")),
+        ["outer"]),
+    "inner push-pop ends before the launch, outer open": (
+        lambda t: (_push(t, T0 - 100, T1 + 100, "outer"), _push(t, T0 - 50, T0 - 10, "inner")),
+        ["outer"]),
+    "three nested push-pop, an earlier sibling closed": (
+        lambda t: (_push(t, T0 - 300, T1 + 300, "a"), _push(t, T0 - 280, T0 - 250, "sibling"),
+                      _push(t, T0 - 200, T1 + 200, "b"), _push(t, T0 - 100, T1 + 100, "c")),
+        ["a", "b", "c"]),
+    "push-pop on another thread of the process": (
+        lambda t: _push(t, T0 - 50, T1 + 50, "R", tid=MAIN + 1), []),
+    "push-pop on a thread of another process": (
+        lambda t: _push(t, T0 - 50, T1 + 50, "R", pid=OTHER, tid=OTHER), []),
+    "domains interleave: one closed before the launch, one open": (
+        # as one stack, "y" would nest in "x" and "x" would be reported open around the launch
+        lambda t: (_push(t, T0 - 100, T0 - 10, "x", domain=1), _push(t, T0 - 50, T1 + 100, "y", domain=2)),
+        ["y"]),
+    "three domains open": (
+        lambda t: (_push(t, T0 - 100, T1 + 100, "x", domain=1), _push(t, T0 - 50, T1 + 50, "y", domain=2),
+                      _push(t, T0 - 20, T1 + 20, "z")),
+        ["x", "y", "z"]),
+    "start-end equal to the launch": (lambda t: _start(t, T0, T1, "S"), ["S"]),
+    "start-end ends during the launch": (lambda t: _start(t, T0 - 50, T1 - 1, "S"), []),
+    "start-end starts during the launch": (lambda t: _start(t, T0 + 1, T1 + 50, "S"), []),
+    "start-end ends just before the launch": (lambda t: _start(t, T0 - 50, T0 - 1, "S"), []),
+    "start-end started on another thread of the process": (
+        lambda t: _start(t, T0 - 50, T1 + 50, "S", tid=MAIN + 1), ["S"]),
+    "start-end of another process": (
+        lambda t: _start(t, T0 - 50, T1 + 50, "S", pid=OTHER, tid=OTHER), []),
+    "start-end ranges overlap, not nested, around a push-pop": (
+        lambda t: (_start(t, T0 - 100, T1 + 10, "s1"), _push(t, T0 - 70, T1 + 5, "p"),
+                      _start(t, T0 - 50, T1 + 200, "s2")),
+        ["s1", "p", "s2"]),
+    "push-pop never closed": (lambda t: _push(t, T0 - 50, None, "R"), ["R"]),
+}
+
+
+@pytest.fixture(scope="module")
+def schema(gpu_sqlite):
+    return gpu_sqlite("te_linear_bf16")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_enclosing_ranges_at_the_edges(schema, tmp_path, case):
+    # one trace per case: no case's ranges can reach another's launch
+    add, enclosing = CASES[case]
+    trace = HandBuiltExport(tmp_path / "edge.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    trace.thread(MAIN, MAIN + 1, "worker")
+    trace.thread(OTHER, OTHER, "python")
+    for domain, name in ((1, "domain x"), (2, "domain y")):
+        trace.nvtx(DOMAIN_CREATE, MAIN, MAIN, 0, None, name, domain)
+    add(trace)
+    trace.launch(MAIN, MAIN, T0, T1)
+    frame, ranges = launches_with_ranges(read_trace(trace.close()))
+    assert frame["launch_start"].tolist() == [T0] and frame["role"].tolist() == ["gemm"]
+    assert ranges.lists([0]) == [enclosing]
+
+
+def test_kernel_without_its_launch_call_is_placed_by_its_own_start(schema, tmp_path):
+    # no call, so no thread: only its process's start/end ranges can enclose it, by the kernel's time
+    trace = HandBuiltExport(tmp_path / "uncalled.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    _start(trace, T1, T1 + 100, "S")  # the kernel runs at [T1 + 10, T1 + 1010]
+    _start(trace, T0, T1 + 5, "before the kernel")
+    _push(trace, T0, T1 + 2000, "P")
+    trace.launch(MAIN, MAIN, T0, T1, call=False)
+    frame, ranges = launches_with_ranges(read_trace(trace.close()))
+    assert frame["launch_start"].isna().all() and frame["start"].tolist() == [T1 + 10]
+    assert ranges.lists([0]) == [["S"]]
+
+
+# --- ranks ------------------------------------------------------------------------------------
+
+def _rank_mark(trace, pid, rank):
+    trace.nvtx(MARK, pid, pid, 10, None, f"{PROCESS_PREFIX}rank={rank}|local_rank={rank}|world_size=2")
+
+
+def _one_process(path, schema, rank_mark=None, tail_ns=0):
+    """One process launching two BF16 GEMMs (and a split-K reduction of `tail_ns`), marked with
+    its rank by the hook when `rank_mark` is given."""
+    trace = HandBuiltExport(path, schema)
+    trace.thread(MAIN, MAIN, "python")
+    if rank_mark is not None:
+        _rank_mark(trace, MAIN, rank_mark)
+    trace.launch(MAIN, MAIN, 1000, 1100)
+    trace.launch(MAIN, MAIN, 5000, 5100)
+    if tail_ns:
+        trace.launch(MAIN, MAIN, 9000, 9100, SPLIT_K_REDUCE, kernel_ns=tail_ns)
+    return trace.close()
+
+
+def _ranks(result) -> dict:
+    return {name: sorted(set(part["rank"].tolist())) for name, part in result.kernels.groupby("trace", observed=True)}
+
+
+def test_rank_marks_belong_to_their_own_process(schema, tmp_path):
+    trace = HandBuiltExport(tmp_path / "two.sqlite", schema)
+    for pid, rank in ((MAIN, 1), (OTHER, 0)):
+        trace.thread(pid, pid, "python")
+        _rank_mark(trace, pid, rank)
+        trace.launch(pid, pid, pid * 10, pid * 10 + 100)
+    frame, _ = launches_with_ranges(read_trace(trace.close()))
+    assert dict(zip(frame["pid"], frame["rank"])) == {MAIN: 1, OTHER: 0}
+
+
+def test_process_without_a_mark_has_no_rank_from_another_s(schema, tmp_path):
+    # nor from the file's name: it names one rank, and the trace holds two processes
+    trace = HandBuiltExport(tmp_path / "two_rank4.sqlite", schema)
+    for pid in (MAIN, OTHER):
+        trace.thread(pid, pid, "python")
+        trace.launch(pid, pid, pid * 10, pid * 10 + 100)
+    _rank_mark(trace, OTHER, 1)
+    result = check(read_trace(trace.close()), "bf16")
+    ranks = result.kernels.set_index("pid")["rank"]
+    assert ranks[OTHER] == 1 and ranks.isna()[MAIN]
+
+
+def test_rank_from_a_per_rank_file_s_name(schema, tmp_path):
+    # nsys -o 'job_rank%q{RANK}': no hook mark, so the name says the rank
+    paths = [_one_process(tmp_path / f"job_rank{rank}.sqlite", schema) for rank in (3, 5)]
+    assert _ranks(check([read_trace(p) for p in paths], "bf16")) == {"job_rank3.sqlite": [3], "job_rank5.sqlite": [5]}
+    alone = check(read_trace(paths[1]), "bf16")
+    assert alone.kernels["rank"].tolist() == [5, 5] and alone.kernels["rank"].dtype == "Int64"
+
+
+def test_rank_mark_wins_over_the_file_s_name(schema, tmp_path):
+    path = _one_process(tmp_path / "rank7.sqlite", schema, rank_mark=2)
+    assert check(read_trace(path), "bf16").kernels["rank"].tolist() == [2, 2]
+
+
+def test_rank_from_place_when_names_say_none(schema, tmp_path):
+    first = _one_process(tmp_path / "b.sqlite", schema)
+    second = shutil.copy(first, tmp_path / "a.sqlite")
+    assert _ranks(check([read_trace(first), read_trace(second)], "bf16")) == {"b.sqlite": [0], "a.sqlite": [1]}
+    alone = check(read_trace(first), "bf16")
+    assert alone.kernels["rank"].isna().all()  # one file, nothing says its rank
+
+
+# --- GEMM tails -------------------------------------------------------------------------------
+
+def test_gemm_tail_time_is_the_split_k_kernels_time(schema, tmp_path):
+    result = check(read_trace(_one_process(tmp_path / "t.sqlite", schema, tail_ns=777)), "bf16")
+    assert result.tails_ns == 777
+    assert len(result.gemms) == 2 and (result.gemms["duration_ns"] == 1000).all()  # tails are not GEMMs
+    document = summary_document(result)
+    assert document["gemm_tail_time_ns"] == 777 and document["gemm_time_ns"] == 2000
+
+
+def test_trace_without_any_nvtx_event_is_attributed(schema, tmp_path):
+    # a program that pushes no range (or a capture without -t nvtx): no range, no record, no rank
+    frame, ranges = launches_with_ranges(read_trace(_one_process(tmp_path / "plain.sqlite", schema)))
+    assert len(frame) == 2 and ranges.lists([0, 1]) == [[], []]
+    assert not frame["recorded"].any() and frame["gemm_m"].isna().all() and frame["rank"].isna().all()
+    assert (frame["te_pass"] == "fprop").all() and (frame["pass_source"] == "thread").all()

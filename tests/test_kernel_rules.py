@@ -1,0 +1,148 @@
+"""Each row of kernels.RULES: names it must take, and near misses it must leave to another row.
+
+A pattern that grows too wide takes a near miss; one that narrows loses a name it must take
+(e.g. Inductor's GEMM templates over mm, addmm and _scaled_mm, not only over bmm). Every row has
+a case here: a row added to the table without one fails `test_every_rule_has_a_case`. Near misses
+say which row must take them instead.
+"""
+
+import pytest
+
+from gemmscope.kernels import RULES, decode
+
+# rule id -> (names it takes, [(near miss, the rule that takes it), ...])
+CASES = {
+    "flash-attention": (
+        ["void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4, false, false, "
+         "cutlass::bfloat16_t>>(pytorch_flash::Flash_fwd_params)",
+         "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel", "void cutlass::device_kernel<flash::FlashAttnFwdSm90<int>>(int)"],
+        [("xflash_fwd_kernel", "unknown")]),
+    "cudnn-sdpa": (
+        ["cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64_4x1x1_kernel0_0"],
+        [("cudnn_generated_fort_native_conv_sm90_kernel", "unknown")]),
+    "te-attention": (
+        ["void transformer_engine::fused_attn::cu_seqlens_to_offsets<int>(int)",
+         "void transformer_engine::context_parallel::thd_read_half_tensor_kernel(int)"],
+        [("void transformer_engine::fused_attention_helper(int)", "te-other")]),
+    "attention": (
+        ["fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "my_SDPA_kernel"],
+        [("fmh_kernel", "unknown")]),
+    "te-rht": (
+        ["void row_col_rht_gemm_device<int>(int)"],
+        [("void row_col_rht_device<int>(int)", "unknown")]),
+    "torch-float8-copy": (
+        ["void at::native::vectorized_elementwise_kernel<(int)4, at::native::float8_copy_kernel_cuda("
+         "at::TensorIteratorBase &)::[lambda(float) (instance 1)], std::array<char *, (unsigned long)2>>(int, T2, T3)"],
+        [("void at::native::vectorized_elementwise_kernel<(int)8, at::native::bfloat16_copy_kernel_cuda("
+          "at::TensorIteratorBase &)::[lambda(float) (instance 1)], std::array<char *, (unsigned long)2>>(int, T2, T3)",
+          "torch")]),
+    "torch": (
+        ["void at::native::reduce_kernel<(int)512, (int)1>(T3)", "void at::cuda::detail::cub::kernel()",
+         "softmax_warp_backward", "elementwise_kernel", "unrolled_elementwise_kernel"],
+        [("softmax_warp_forwards", "unknown"), ("my_elementwise_kernel", "unknown")]),
+    "triton-attention": (
+        ["triton_tem_fused_flex_attention_0", "triton_tem_fused_flex_attention_backward_1"],
+        [("triton_per_fused_flex_attention_0", "triton")]),
+    "triton-gemm": (
+        ["triton_tem_fused_mm_0", "triton_tem_fused_addmm_relu_3", "triton_tem_fused__scaled_mm_1",
+         "triton_tem_fused_bmm_4", "triton_tem_fused_baddbmm_2"],
+        [("triton_poi_fused_mm_0", "triton"), ("triton_tem_fused_cat_0", "triton")]),
+    "triton": (
+        ["triton_poi_fused_add_0", "triton_red_fused_sum_1", "triton_per_fused_native_layer_norm_2"],
+        [("my_triton_poi_fused_add_0", "unknown")]),
+    "nccl": (
+        ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)",
+         "ncclKernel_AllGather_RING_LL_Sum_int8_t"],
+        [("nclDevKernel_AllReduce", "unknown")]),
+    "te-quantize": (
+        ["void transformer_engine::cast_transpose_optimized_kernel<(int)8, float>(int)",
+         "void transformer_engine::transpose_optimized_kernel<(int)8>(int)",
+         "void transformer_engine::transpose_dbias_kernel_notaligned<int>(int)",
+         "void transformer_engine::quantize_mxfp8_kernel<int>(int)",
+         "void transformer_engine::cast_fp8_1D_kernel<int>(int)",
+         "void transformer_engine::fp8_block_scaling_partial_cast_kernel(int)",
+         "void transformer_engine::amax_kernel<(int)4, float>(int)", "HadamardAmaxTmaKernel",
+         "HadamardTransformKernel", "update_tensor_scale_inv_kernel", "nvfp4_transpose_kernel",
+         "void transformer_engine::swizzle_row_scaling_kernel<int>(int)",
+         "void transformer_engine::delayed_scaling_recipe::<unnamed>::kernel_bulk(float *)", "kernel_bulk",
+         "void transformer_engine::unary_kernel<(int)8, (int)1, transformer_engine::Empty, "
+         "&transformer_engine::identity<float>, float, __nv_fp8_e4m3>(int)"],
+        [("void transformer_engine::rmsnorm_fwd_kernel<int>(int)", "te-other"), ("kernel_bulk_copy", "unknown"),
+         ("void transformer_engine::unary_kernel<(int)8, (int)1, transformer_engine::Empty, "
+          "&transformer_engine::gelu<float>, float, __nv_bfloat16>(int)", "te-other")]),
+    "cublaslt-splitk": (
+        ["void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, float, __nv_bfloat16>(int)"],
+        [("void cublasLt::splitKreduce_kernel2<int>(int)", "unknown")]),
+    "cublaslt-epilogue": (
+        ["void cublasLt::epilogue::impl::globalKernelBgradAB_v1<int>(int)", "globalKernelBgrad"],
+        [("void cublasLt::prologue::impl::kernel(int)", "unknown")]),
+    "cublas-gemv-splitk": (
+        ["void reduce_1Block_kernel<float, 128, 7, cublasGemvTensorStridedBatched<float>>(float *)"],
+        [("void reduce_1Block_kernel<float, 128, 7>(float *)", "unknown")]),
+    "xmma-conv": (
+        ["sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64_warpgroupsize1x1x1"],
+        [("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "xmma")]),
+    "cutlass-conv": (
+        ["cutlass3x_sm100_tensorop_s64x128x16implicit_gemm_fprop_bf16_bf16_f32_bf16_bf16_128x128x64_1x1x1_0_align8"],
+        [("cutlass3x_sm100_tensorop_gemm_bf16_bf16_f32_bf16_bf16_128x256x64_1x1x1_0_tnt_align8", "cutlass3x")]),
+    "cudnn-conv": (
+        ["void cudnn::detail::implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, false, true>(int)",
+         "turing_fp16_s1688cudnn_fp16_128x128_ldg8_relu_f2f_exp_small_nhwc_tn_v1",
+         "void cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_bf16_128x128_32x3_nhwc_align8>(int)"],
+        [("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", "cublas-legacy")]),
+    "nvjet": (
+        ["nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT", "nvjet_tst_64x8_64x16_4x1_v_bz_TNT"],
+        [("nvjetx_sm90_tst_128x128_64x6_2x1_v_bz_NNT", "unknown")]),
+    "xmma": (
+        ["sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel"],
+        [("sm90_xmma_gemv_f32f32_tf32f32_f32_tn_n_kernel", "gemm-unplaced")]),
+    "cutlass-grouped": (
+        ["void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProblemShape<"
+         "cute::tuple<int, int, int>>, int>>(T1::Params)",
+         "void cutlass::Kernel<cutlass::gemm::kernel::GemmGrouped<int>>(T1::Params)"],
+        [("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int>, int>>"
+          "(T1::Params)", "cutlass-template")]),
+    "cutlass-template": (
+        ["void cutlass::Kernel2<cutlass::gemm::kernel::GemmUniversal<int>>(T1::Params)",
+         "void cutlass::Kernel2<vllm::enable_sm80_to_sm89<cutlass::gemm::kernel::GemmUniversal<int>>>(T1::Params)"],
+        [("void cutlass::Kernel<cutlass::reduction::kernel::ReduceSplitK<cutlass::MatrixShape<4, 64>>>(T1::Params)",
+          "unknown")]),
+    "cutlass3x": (
+        ["cutlass3x_sm90_tensorop_gemm_f16_f16_f32_f16_f16_128x128x64_1x1x1_0_tnn_align8_warpspecialized"],
+        [("cutlass3_sm90_tensorop_gemm_f16_f16_f32_f16_f16_128x128x64_1x1x1_0_tnn_align8", "gemm-unplaced")]),
+    "cutlass2x": (
+        ["cutlass_80_tensorop_i16832gemm_s8_256x128_64x3_tn_align16",
+         "cutlass_tensorop_bf16_s16816gemm_bf16_128x128_32x3_tn_align8", "cutlass_simt_sgemm_128x128_8x2_nn_align1"],
+        [("cutlass_80_tensorop_bf16_s16816fprop_optimized_bf16_128x128_32x3_nhwc_align8", "unknown")]),
+    "cublas-legacy": (
+        ["ampere_bf16_s16816gemm_bf16_256x128_ldg8_f2f_stages_32x3_nn", "ampere_sgemm_64x64_tn", "volta_sgemm_128x64_nn",
+         "turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn"],
+        [("hopper_sgemm_64x64_tn", "gemm-unplaced"), ("myampere_sgemm_64x64_tn", "gemm-unplaced")]),
+    "cublas-gemv": (
+        ["void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false>(float)",
+         "void gemmk1_kernel<int, float, 256, 5, false, false, false, false>(int)",
+         "std::enable_if<(bool)1, void>::type internal::gemvx::kernel<int, int, __nv_bfloat16, float>(int)"],
+        [("void gemv3T_kernel_val<int, int, float>(float)", "gemm-unplaced")]),
+    "te-other": (
+        ["void transformer_engine::normalization::ln_fwd_tuned_kernel<int>(int)", "setup_grouped_gemm_kernel",
+         "void kuserbuffers_pushrecv(int)"],
+        [("void te::ln_fwd_kernel(int)", "unknown")]),
+    "gemm-unplaced": (
+        ["my_custom_gemm_kernel", "Batched_GEMV"],
+        [("gem_kernel", "unknown")]),
+    "unknown": (
+        ["void foo::bar_kernel(int)", ""],
+        [("foo_gemm", "gemm-unplaced")]),
+}
+
+
+def test_every_rule_has_a_case():
+    assert list(CASES) == [rule.id for rule in RULES]
+
+
+@pytest.mark.parametrize("rule", CASES)
+def test_rule_takes_its_names_and_leaves_near_misses(rule):
+    names, near_misses = CASES[rule]
+    assert [decode(name).rule for name in names] == [rule] * len(names)
+    assert near_misses, "a near miss per rule"
+    assert {near: decode(near).rule for near, _ in near_misses} == dict(near_misses)
