@@ -120,6 +120,8 @@ def traces_report(result: verify.Verification, diagnosis: Diagnosis) -> Report:
         if len(result.allowed):
             mismatches.append(Table("Allowed mismatches", reports._mismatch_frame(result, True)))
         sections.append(Section("Mismatches", blocks=mismatches))
+        if not result.coverage.empty:
+            sections.append(Section("Coverage", blocks=[Table(reports.COVERAGE_TITLE, reports.coverage_groups(result))]))
     if not result.rank_comparison.empty:
         sections.append(Section("Ranks that ran other kernels than the rest",
                                 blocks=[Table("Ranks that ran other kernels than the rest",

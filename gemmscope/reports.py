@@ -101,6 +101,9 @@ def coverage_groups(result: Verification) -> pd.DataFrame:
     return out.sort_values(["layer_number", "layer"], na_position="last", ignore_index=True)[columns]
 
 
+COVERAGE_TITLE = "Coverage: GEMMs that asked for high precision (not a failure)"
+
+
 def coverage_document(result: Verification) -> dict:
     g = result.gemms
     high = result.coverage
@@ -668,6 +671,8 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
         sections.append(("Mismatches (requested precision did not run)", _mismatch_frame(result, False)))
         if len(result.allowed):
             sections.append(("Allowed mismatches", _mismatch_frame(result, True)))
+        if not result.coverage.empty:
+            sections.append((COVERAGE_TITLE, coverage_groups(result)))
     if not result.rank_comparison.empty:
         sections.append(("Ranks that ran other kernels than the rest", differing_ranks(result)))
     if result.unreadable:

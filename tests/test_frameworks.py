@@ -214,15 +214,14 @@ def test_torchao_rowwise_with_gw_hp_weight_gradients_are_coverage(checked):
 def test_a_dispatch_mismatch_fails_fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path):
     """The real Megatron trace with one FP8 kernel's name changed to the BF16 kernel of the same
     tile: TE was handed FP8 (the hook's record) and a BF16 kernel ran."""
-    db = sqlite3.connect(tmp_path / "forced.sqlite")
-    db.deserialize(lzma.decompress((CORPUS / "megatron_gpt_fp8-tensorwise.sqlite.xz").read_bytes()))
-    fp8_names = [row for row in db.execute("SELECT id, value FROM StringIds WHERE value LIKE 'nvjet_sm90_qqtst%'")]
-    string_id, fp8_name = fp8_names[0]
-    db.execute("UPDATE StringIds SET value = ? WHERE id = ?", (fp8_name.replace("_qqtst_", "_tst_"), string_id))
-    forced = sqlite3.connect(tmp_path / "forced_out.sqlite")
-    db.backup(forced)
-    forced.close()
-    done = gemmscope("verify", "--trace", tmp_path / "forced_out.sqlite", "--format", "json", "--per-launch")
+    forced = tmp_path / "forced.sqlite"
+    forced.write_bytes(lzma.decompress((CORPUS / "megatron_gpt_fp8-tensorwise.sqlite.xz").read_bytes()))
+    with sqlite3.connect(forced) as db:
+        string_id, fp8_name = db.execute(
+            "SELECT id, value FROM StringIds WHERE value LIKE 'nvjet_sm90_qqtst%' ORDER BY id").fetchone()
+        db.execute("UPDATE StringIds SET value = ? WHERE id = ?", (fp8_name.replace("_qqtst_", "_tst_"), string_id))
+    db.close()
+    done = gemmscope("verify", "--trace", forced, "--format", "json", "--per-launch")
     assert done.returncode == 1
     mismatches = json.loads(done.stdout)["mismatches"]
     assert mismatches and {m["cause"] for m in mismatches} == {"kernel-differs"}
