@@ -77,8 +77,11 @@ def load(paths: Sequence[Path], workers: int | None = None, scheduler: str | Non
     if workers <= 1:
         return [load_one(p, threads) for p in paths]
     with ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(scratch.folder(),)) as pool:
+        # submit, not map: on Ctrl-C map cancels what has not finished, and the pool, finding its
+        # workers gone, then fails to set their futures (a traceback from its own thread).
+        futures = [pool.submit(load_one, path, threads) for path in paths]
         try:
-            return list(pool.map(load_one, paths, [threads] * len(paths)))
+            return [future.result() for future in futures]
         except BrokenProcessPool:  # a worker was killed (out of memory, a signal): say so, in one line
             raise InputError("a process reading the traces was stopped before it finished "
                              "(out of memory? try --workers 1)") from None
