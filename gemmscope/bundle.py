@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from gemmscope import __version__, diagnose, html_report, reports, te_ranges, verify
+from gemmscope import __version__, diagnose, html_report, reports, scratch, te_ranges, verify
 from gemmscope.errors import InputError
 from gemmscope.profile import RUN_TRACES, load_run
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
@@ -58,14 +58,16 @@ Tables = dict[str, pd.DataFrame]  # file name (html_report.TABLE_FILES) -> table
 
 class Bundle(NamedTuple):
     path: Path
+    redactor: Redactor  # its counts: what was redacted
     analysis_error: str | None  # why the traces could not be analyzed (report.md says it too)
 
 
 def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = None,
            allow: tuple[str, ...] = (), step_range: str | None = None,
-           expect_map: Sequence[tuple[str, str]] = ()) -> Bundle:
+           expect_map: Sequence[tuple[str, str]] = (), keep: Sequence[str] = ()) -> Bundle:
     """Write the zip `out` from traces, or from one profile run directory. `expect`, `allow`,
-    `step_range` and `expect_map` are analyze's options, for traces."""
+    `step_range` and `expect_map` are analyze's options, for traces; `keep`: shell patterns of
+    what the redaction leaves (Redactor)."""
     if not inputs:
         raise InputError("nothing to bundle: give traces or a gemmscope profile run directory")
     out = Path(out)
@@ -78,10 +80,10 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
         paths = [run_dir / name for name in RUN_TRACES if (run_dir / name).exists()][:1]
     originals = [read_trace(path) for path in paths]
     check_output(out, [*map(Path, inputs), *paths, *(t.sqlite for t in originals)], "bundle")
-    redactor = Redactor.of_exports(t.sqlite for t in originals)
+    redactor = Redactor.of_exports((t.sqlite for t in originals), keep)
     # The unzipped bundle of a run directory is a run directory.
     members = _member_names(originals, redactor) if run_dir is None else ["trace.sqlite.xz"] * len(originals)
-    with tempfile.TemporaryDirectory(prefix="gemmscope-bundle-") as staging:
+    with tempfile.TemporaryDirectory(dir=scratch.folder()) as staging:
         staged = {member: scrub(trace, _staging_path(Path(staging), member), redactor)
                   for member, trace in zip(members, originals)}
         recipes = verify.recorded_recipes(originals) if run_dir is None else []
@@ -108,10 +110,10 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
         if results is not None:
             texts["analysis.json" if run_dir is None else "results.json"] = _json(redactor.document(results))
         texts["environment.json"] = _json(redactor.document(environment))
-        texts |= {f"tables/{name}": html_report.csv_text(_redacted_table(table, redactor))
+        texts |= {f"tables/{name}": html_report.csv_text(redactor.frame(table))
                   for name, table in tables.items()}
         _write_zip(out, texts, staged, redactor)
-    return Bundle(out, error)
+    return Bundle(out, redactor, error)
 
 
 def _run_dir(inputs: Sequence[str | Path]) -> Path | None:
@@ -166,18 +168,6 @@ def _analyze_run(run_dir: Path, scrubbed_run: Path) -> tuple[str, dict, list[str
     recipes = list(dict.fromkeys(run.gemms["precision"]))
     return (reports.profile_markdown(run, wall_s), reports.results_document(run, wall_s), recipes,
             html_report.run_tables(run))
-
-
-def _redacted_table(table: pd.DataFrame, redactor: Redactor) -> pd.DataFrame:
-    """`table` with its column names and text cells redacted, each distinct text once. Redact
-    before writing CSV: its quoting ("" for ") would hide a value from the text pass."""
-    out = table.rename(columns=redactor)
-    for column in out.select_dtypes(include=["object", "string"]).columns:
-        texts = [t for t in out[column].dropna().unique() if isinstance(t, str)]
-        changed = {t: redacted for t in texts if (redacted := redactor(t)) != t}
-        if changed:
-            out[column] = out[column].replace(changed)
-    return out
 
 
 def _wall_s(run_dir: Path) -> float | None:

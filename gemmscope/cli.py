@@ -1,47 +1,71 @@
 """The `gemmscope` command: a thin click layer over the library.
 
 Exit codes: 0 fine, 1 a check found mismatches (or a recipe was asked for and no GEMM ran), 2 bad
-input or usage (one line on stderr), 3 the command `verify` profiled exited non-zero (the verdicts on
-what it ran are still printed), 4 `verify` could not tell which recipe to check against.
+input or usage, or what the system refused (one line on stderr), 3 the command `verify` profiled
+exited non-zero (the verdicts on what it ran are still printed), 4 `verify` could not tell which
+recipe to check against, 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import json
+import dataclasses
 import os
+import sqlite3
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 import click
 import pandas as pd
 
-from gemmscope import diagnose, kernels, loading, reports, shapes, verify
-from gemmscope.errors import InputError
+from gemmscope import diagnose, kernels, loading, reports, scratch, shapes, verify
+from gemmscope.errors import EXIT_INTERRUPTED, InputError
 from gemmscope.trace_parser import read_trace, trace_paths
 
 EXAMPLE_TRACE = Path(__file__).parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
 EXIT_MISMATCH, EXIT_COMMAND_FAILED, EXIT_RECIPE_UNKNOWN = 1, 3, 4
 
 
+class _Interrupted(Exception):
+    """Ctrl-C, carried past click (which would turn it into its own message)."""
+
+
 class _Group(click.Group):
-    """Turns InputError (and click's own usage errors) into one line and exit code 2."""
+    """Every failure as one line on stderr: InputError, click's usage errors, what the system
+    refuses (a folder not writable, a name too long, a full disk) and SQLite's errors exit 2;
+    Ctrl-C exits 130 (what a shell reports for SIGINT). Outputs are written through temporary
+    names, so nothing is left half-written."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted() from None
 
     def main(self, *args, **kwargs):
         kwargs["standalone_mode"] = False
         try:
             return super().main(*args, **kwargs)
-        except InputError as exc:
-            click.echo(f"gemmscope: error: {exc}", err=True)
-            sys.exit(2)
+        except (_Interrupted, KeyboardInterrupt, click.Abort):
+            click.echo("gemmscope: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
-        except click.Abort:
-            click.echo("gemmscope: aborted", err=True)
-            sys.exit(2)
         except click.ClickException as exc:
-            click.echo(f"gemmscope: error: {exc.format_message()}", err=True)
-            sys.exit(2)
+            _fail(exc.format_message())
+        except InputError as exc:
+            _fail(str(exc))
+        except OSError as exc:
+            _fail(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc))
+        except sqlite3.Error as exc:
+            _fail(f"SQLite: {exc}")
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"gemmscope: error: {' '.join(message.split())}", err=True)
+    sys.exit(2)
 
 
 @click.group(cls=_Group)
@@ -61,6 +85,18 @@ def _expect_map_option(func):
         help="GEMMs inside an NVTX range whose name matches PATTERN (shell-style; the innermost "
              "matching range decides) should run at RECIPE, e.g. 'FP8Block_*=fp8-block'; repeatable. "
              "A mapped range that ran no GEMM, or a pattern that names no range, fails the check.")(func)
+
+
+def _keep_option(func):
+    return click.option(
+        "--keep", multiple=True, metavar="PATTERN",
+        help="Leave what matches this shell pattern although a redaction rule matches it (e.g. "
+             "'*.nvidia.com', '10.0.*'; README: Redaction); repeatable.")(func)
+
+
+def _say_redacted(redactor) -> None:
+    """What the redaction took out, per kind (never the values)."""
+    click.echo(f"gemmscope: redacted: {redactor.summary()}", err=True)
 
 
 def _check_options(func):
@@ -176,7 +212,7 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expec
 @click.option("--trace", "trace_args", multiple=True, type=click.Path(path_type=Path),
               help="Check existing traces instead of running a command: files, folders or globs "
                    "(one per rank, or one holding every rank); repeatable.")
-@click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a temporary folder).")
+@click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a private temporary folder, removed on exit).")
 @click.option("--capture-range", metavar="NVTX_RANGE",
               help="Collect only the first instance of this NVTX range of COMMAND (e.g. a range your "
                    "training loop pushes around steps 10-12): a long job costs a small trace. "
@@ -236,7 +272,10 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
 def _capture(command: list[str], out: Path | None, window: dict) -> tuple[Path | None, dict]:
     from gemmscope import nsys_runner
 
-    out = out or Path(tempfile.mkdtemp(prefix="gemmscope-verify-"))
+    # Without --out, the capture (the program's environment and output included) lives in the
+    # private scratch folder, removed when gemmscope exits.
+    kept = out is not None
+    out = out or Path(tempfile.mkdtemp(dir=scratch.folder()))
     out.mkdir(parents=True, exist_ok=True)
     report = out / "trace.nsys-rep"
     hook = str(Path(__file__).parent / "autocast_hook")
@@ -254,7 +293,8 @@ def _capture(command: list[str], out: Path | None, window: dict) -> tuple[Path |
         return None, outcome
     if done.returncode != 0:
         click.echo(f"gemmscope: note: the command exited {done.returncode}; checking what it ran", err=True)
-    click.echo(f"gemmscope: trace {report}", err=True)
+    if kept:
+        click.echo(f"gemmscope: trace {report}", err=True)
     # The command line itself stays out of reports: it may hold secrets.
     if outcome["capture_window"]:
         click.echo(f"gemmscope: capture window {outcome['capture_window']}", err=True)
@@ -289,14 +329,17 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
                    "mismatches.csv, findings.csv, breakdown-per-rank.csv, …; for a run directory "
                    "gemm-entries.csv, … (README: Machine interface). Names whole, times in the unit the "
                    "column names (_ns, _ms), blank where nothing ran; other gemmscope tables in DIR are removed.")
+@_keep_option
 def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None,
                expect_map: tuple[tuple[str, str], ...], allow: tuple[str, ...], step_range: str | None,
-               tables_dir: Path | None) -> None:
+               tables_dir: Path | None, keep: tuple[str, ...]) -> None:
     """One file to attach to an issue: a self-contained HTML page (nothing loaded from anywhere:
     sortable tables, per-GEMM details, findings, plots, environment; verdict first) or the same
     as Markdown. TARGETS: a `gemmscope profile` run directory, or traces as for analyze. Without
-    TARGETS: the H200 run shipped with gemmscope. Exit 0 once written; the verdict is in the file."""
-    from gemmscope import html_report, profile
+    TARGETS: the H200 run shipped with gemmscope. Made from the traces scrubbed, and redacted as
+    scrub and bundle are (stderr says what was taken out). Exit 0 once written; the verdict is in
+    the file."""
+    from gemmscope import html_report
 
     _make_dir(tables_dir, "--tables")
     if not targets:
@@ -308,22 +351,68 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
         if expect or expect_map or allow or step_range:
             raise InputError("--expect, --expect-map, --allow and --step-range apply to traces, not to a profile "
                              "run directory")
-        report = html_report.run_report(profile.load_run(targets[0]), targets[0])
+        report, redactor = _run_report(targets[0], keep)
     else:
-        result = _check(trace_paths(targets), expect, allow, expect_map=expect_map)
+        paths = trace_paths(targets)
+        redactor, traces = _scrubbed(paths, keep)
+        result = verify.check(traces, expect, allow, expect_map)
         report = html_report.traces_report(result, diagnose.diagnose(result, step_range))
+    report = html_report.redacted(report, redactor)
     text = html_report.render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
     if str(out) == "-":
         _emit(text)
     else:
-        try:
-            out.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot write {out}: {exc.strerror}") from None
+        _write_whole(out, text)
         click.echo(f"wrote {out}", err=True)
     if tables_dir is not None:
         written = html_report.write_tables(report.tables, tables_dir)
         click.echo(f"wrote {len(written)} tables (CSV) into {tables_dir}", err=True)
+    _say_redacted(redactor)
+
+
+def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
+    """The traces scrubbed (in the private scratch folder) and read back under their own names,
+    redacted; and the Redactor that scrubbed them."""
+    from gemmscope.scrub import Redactor, scrub
+    from gemmscope.trace_parser import sqlite_export
+
+    exports = [sqlite_export(path) for path in paths]
+    redactor = Redactor.of_exports(exports, keep)
+    staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
+    traces = [dataclasses.replace(read_trace(scrub(export, staging / f"{i}.sqlite", redactor)),
+                                  path=Path(redactor(path.name)))
+              for i, (path, export) in enumerate(zip(paths, exports))]
+    return redactor, traces
+
+
+def _run_report(run_dir: Path, keep: tuple[str, ...]):
+    """A profile run directory's report, from its trace scrubbed; and the Redactor that scrubbed it."""
+    from gemmscope import html_report, profile
+    from gemmscope.scrub import Redactor, scrub
+    from gemmscope.trace_parser import sqlite_export
+
+    trace = next((run_dir / name for name in profile.RUN_TRACES if (run_dir / name).exists()), None)
+    if trace is None:  # a run made with --no-nsys: no trace, its events only
+        redactor = Redactor.of_exports([], keep)
+        return html_report.run_report(profile.load_run(run_dir), run_dir), redactor
+    export = sqlite_export(trace)
+    redactor = Redactor.of_exports([export], keep)
+    staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
+    scrub(export, staging / "trace.sqlite", redactor)
+    return html_report.run_report(profile.load_run(staging), run_dir), redactor
+
+
+def _write_whole(out: Path, text: str) -> None:
+    """`text` as the file `out`, through a temporary name: it appears whole or not at all."""
+    partial = out.with_name(out.name + ".partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(out)
+    except BaseException as exc:
+        partial.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise InputError(f"cannot write {out}: {exc.strerror}") from None
+        raise
 
 
 # --- shapes / kernel / scrub / doctor ------------------------------------------------------------
@@ -394,11 +483,16 @@ def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
 @main.command("scrub")
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path))
-def scrub_cmd(trace: Path, out: Path) -> None:
-    """Copy a trace without the environment, command line, user and host names nsys recorded."""
-    from gemmscope.scrub import scrub
+@_keep_option
+def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
+    """Copy a trace without the environment, command line, user and host names nsys recorded,
+    and with every text in it redacted (README: Redaction; stderr says what was taken out)."""
+    from gemmscope.scrub import Redactor, scrub
+    from gemmscope.trace_parser import sqlite_export
 
-    click.echo(f"wrote {scrub(trace, out)}")
+    redactor = Redactor.of_exports([sqlite_export(trace)], keep)
+    click.echo(f"wrote {scrub(trace, out, redactor)}")
+    _say_redacted(redactor)
 
 
 @main.command("bundle")
@@ -408,19 +502,22 @@ def scrub_cmd(trace: Path, out: Path) -> None:
 @_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="For traces: as analyze's --allow; repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
+@_keep_option
 def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, expect_map: tuple[tuple[str, str], ...],
-               allow: tuple[str, ...], step_range: str | None) -> None:
+               allow: tuple[str, ...], step_range: str | None, keep: tuple[str, ...]) -> None:
     """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the report's
     tables as CSV (tables/, as `report --tables`), the traces scrubbed, and environment.json (GPU,
     driver, CUDA, nsys, recipes, the command line redacted). INPUTS: traces (files, folders or
-    globs), or one `gemmscope profile` run directory."""
+    globs), or one `gemmscope profile` run directory. Every member redacted (README: Redaction;
+    stderr says what was taken out)."""
     from gemmscope.bundle import bundle
 
-    made = bundle(inputs, out, expect, allow, step_range, expect_map)
+    made = bundle(inputs, out, expect, allow, step_range, expect_map, keep)
     if made.analysis_error:
         click.echo(f"gemmscope: note: the traces could not be analyzed ({made.analysis_error}); the bundle "
                    "holds them, the environment and this reason", err=True)
     click.echo(f"wrote {made.path}")
+    _say_redacted(made.redactor)
 
 
 @main.command()
@@ -430,8 +527,11 @@ def doctor(canary: bool) -> None:
     """What this machine can do: nsys, GPU, Transformer Engine and each recipe's availability."""
     from gemmscope import doctor as doctor_checks
 
-    _emit(reports.table_text("gemmscope doctor", doctor_checks.checks(), wrap={"detail"}))
+    checked = doctor_checks.checks()
+    _emit(reports.table_text("gemmscope doctor", checked, wrap={"detail"}))
     if canary:
+        if missing := doctor_checks.canary_missing(checked):
+            raise InputError(f"--canary cannot run here: {missing}")
         flagged = doctor_checks.canary()
         click.echo(flagged.message)
         sys.exit(0 if flagged.ok else 1)
@@ -471,6 +571,11 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
     started = time.perf_counter()
     detail = _detail(quiet, verbose)
     if not profile.gpu_available():
+        asked = [f"--{name.replace('_', '-')}" for name, value in options.items() if value not in (None, False)]
+        if asked or out or no_nsys:
+            raise InputError(f"no CUDA GPU here: nothing can be profiled ({' '.join(asked + ['--out'] * bool(out))}"
+                             f"{' --no-nsys' * no_nsys}); without model options, gemmscope profile shows the run "
+                             f"shipped with gemmscope ({EXAMPLE_RUN.name})")
         click.echo(f"gemmscope: no CUDA GPU here: showing the run shipped with gemmscope, "
                    f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
         _emit(reports.profile_text(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gemmscope import nsys_runner
+from gemmscope import nsys_runner, scratch
 
 # TE's availability checks, one per recipe (each returns (available, reason)).
 _TE_RECIPE_CHECKS = (
@@ -53,6 +53,18 @@ class CanaryResult:
     message: str
 
 
+def canary_missing(checked: pd.DataFrame) -> str | None:
+    """What the canary needs and this machine lacks (nsys, torch with a CUDA GPU, Transformer
+    Engine), by the rows of `checks()`, in one line; None when it can run."""
+    rows = checked.set_index("check")
+    for check in ("nsys", "torch", "gpu", "transformer_engine"):
+        if check in rows.index and rows.at[check, "status"] != "ok":
+            return f"{check}: {rows.at[check, 'detail']}"
+    if "transformer_engine" not in rows.index:  # checks() stopped before it: no GPU or no torch
+        return "Transformer Engine was not checked"
+    return None
+
+
 def canary() -> CanaryResult:
     """Plant a BF16 GEMM (a torch.nn.Linear inside an FP8 te.autocast), capture it with nsys and
     check that gemmscope's own detector flags it: proof the check works on this machine."""
@@ -63,7 +75,7 @@ def canary() -> CanaryResult:
     from gemmscope import verify
     from gemmscope.trace_parser import read_trace
 
-    report = Path(tempfile.mkdtemp(prefix="gemmscope-canary-")) / "canary.nsys-rep"
+    report = Path(tempfile.mkdtemp(dir=scratch.folder())) / "canary.nsys-rep"
     done = nsys_runner.profile([sys.executable, "-m", "gemmscope.workload", "canary"], report,
                                dict(os.environ, NVTE_NVTX_ENABLED="1"))
     if done.returncode != 0 or not report.exists():
@@ -72,5 +84,5 @@ def canary() -> CanaryResult:
     planted = result.mismatches[result.mismatches["origin"] == "outside-te"]
     if len(planted):
         return CanaryResult(True, f"canary: planted BF16 GEMM flagged as FALLBACK ({planted['name'].iat[0]}, "
-                                  f"{len(result.gemms)} GEMM launches checked; trace {report})")
-    return CanaryResult(False, f"canary: the planted BF16 GEMM was NOT flagged (trace {report})")
+                                  f"{len(result.gemms)} GEMM launches checked)")
+    return CanaryResult(False, "canary: the planted BF16 GEMM was NOT flagged")

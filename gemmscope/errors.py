@@ -1,5 +1,8 @@
 """The one error type user-facing code raises for bad input: the CLI prints it as one line, exit 2."""
 
+# The exit status of a run stopped by Ctrl-C (SIGINT), as shells report it: 128 + 2.
+EXIT_INTERRUPTED = 130
+
 
 class InputError(Exception):
     """Bad input or usage: a missing or unreadable file, a trace that is not an nsys export, an

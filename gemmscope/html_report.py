@@ -31,6 +31,7 @@ from gemmscope import devices, kernels, plots, reports, verify
 from gemmscope.diagnose import Diagnosis
 from gemmscope.errors import InputError
 from gemmscope.profile import ProfileRun
+from gemmscope.scrub import Redactor
 
 FORMATS = ("html", "markdown")
 
@@ -95,6 +96,29 @@ STATUS_WORDS = {"pass": "PASS", "fail": "MISMATCHES", "unchecked": "NOT CHECKED"
 
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
+
+
+def redacted(report: Report, redactor: Redactor) -> Report:
+    """`report` with every text in it passed through the redaction policy (scrub.Redactor):
+    titles, verdict, environment, paragraphs, tables, details, and the tables for CSV. Redact
+    before rendering: HTML's escapes (&amp;, &quot;) would hide a value from a pass over the page.
+    A plot's pixels cannot be redacted: plots are drawn from traces already scrubbed."""
+    r = redactor
+
+    def block(item: Table | Figure | Details) -> Table | Figure | Details:
+        if isinstance(item, Table):
+            return Table(r(item.title), r.frame(item.frame))
+        if isinstance(item, Figure):
+            return Figure(r(item.title), item.png, r(item.caption))
+        return Details(r(item.summary), [r(line) for line in item.lines],
+                       None if item.frame is None else r.frame(item.frame))
+
+    return Report(
+        title=r(report.title), status=report.status,
+        verdict=[(r(label), r(text)) for label, text in report.verdict],
+        environment=[(r(label), r(text)) for label, text in report.environment],
+        sections=[Section(r(s.title), [r(p) for p in s.intro], [block(b) for b in s.blocks]) for s in report.sections],
+        tables={name: r.frame(table) for name, table in report.tables.items()})
 
 
 # --- from checked traces ------------------------------------------------------------------------

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from gemmscope.errors import InputError
+from gemmscope import scratch
+from gemmscope.errors import EXIT_INTERRUPTED, InputError
 from gemmscope.trace_parser import EnclosingRanges, Trace, launches_with_ranges, read_trace
 
 
@@ -73,5 +76,19 @@ def load(paths: Sequence[Path], workers: int | None = None, scheduler: str | Non
     workers = min(len(paths), workers or os.cpu_count() or 1)
     if workers <= 1:
         return [load_one(p, threads) for p in paths]
-    with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(load_one, paths, [threads] * len(paths)))
+    with ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(scratch.folder(),)) as pool:
+        # submit, not map: on Ctrl-C map cancels what has not finished, and the pool, finding its
+        # workers gone, then fails to set their futures (a traceback from its own thread).
+        futures = [pool.submit(load_one, path, threads) for path in paths]
+        try:
+            return [future.result() for future in futures]
+        except BrokenProcessPool:  # a worker was killed (out of memory, a signal): say so, in one line
+            raise InputError("a process reading the traces was stopped before it finished "
+                             "(out of memory? try --workers 1)") from None
+
+
+def _start_worker(scratch_folder: Path) -> None:
+    """A worker process: the parent's scratch folder (which the parent removes), and Ctrl-C ends
+    it at once and quietly: the parent, interrupted too, says so once."""
+    scratch.adopt(scratch_folder)
+    signal.signal(signal.SIGINT, lambda _signum, _frame: os._exit(EXIT_INTERRUPTED))

@@ -60,13 +60,14 @@ def nsys_version(nsys: str) -> str:
 
 
 def export_sqlite(report: Path, sqlite: Path | None = None) -> Path:
-    """Export an .nsys-rep to SQLite (`--lazy=false`: every table, a stable set). Reuses an export
-    already beside the report when it is newer; writes through a temporary name, so a failed
-    export leaves nothing half-written."""
+    """Export an .nsys-rep to SQLite (`--lazy=false`: every table, a stable set) as `sqlite`
+    (default: beside the report). Reuses an export already there, or beside the report, when it
+    is newer; writes through a temporary name, so a failed export leaves nothing half-written."""
     report = Path(report)
     sqlite = Path(sqlite) if sqlite else report.with_suffix(".sqlite")
-    if sqlite.exists() and sqlite.stat().st_mtime >= report.stat().st_mtime:
-        return sqlite
+    for existing in dict.fromkeys((sqlite, report.with_suffix(".sqlite"))):
+        if existing.exists() and existing.stat().st_mtime >= report.stat().st_mtime:
+            return existing
     nsys = require_nsys()
     partial = sqlite.with_name(sqlite.name + ".partial")
     partial.unlink(missing_ok=True)

@@ -10,24 +10,34 @@ keeps them in `StringIds`), NVTX text, module paths in OS-runtime call chains. S
 built from them (and from the shapes of well-known credentials) is applied to every text column
 of every table: the values of secret-named environment variables, every path the removed values
 name, home directories, the user's and the machine's names, `NAME=value` and `--name value`
-where the name says secret, and tokens recognisable by their shape (`SECRET_SHAPES`). The same
-`Redactor` cleans what `gemmscope bundle` writes beside the trace. Everything gemmscope reads
-(kernels, API calls, NVTX, GPUs, memory) is left untouched unless it holds one of those.
+where the name says secret, and every rule of the redaction policy (`RULES`: tokens and keys
+recognisable by their shape, e-mail addresses, host names, IP addresses, home directories). The
+same `Redactor` cleans everything `gemmscope bundle` and `gemmscope report` write. Everything
+gemmscope reads (kernels, API calls, NVTX, GPUs, memory) is left untouched unless it holds one
+of those.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import getpass
 import lzma
 import re
 import shutil
+import socket
 import sqlite3
+import tempfile
+from collections import Counter
 from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from gemmscope import scratch
 from gemmscope.errors import InputError
-from gemmscope.trace_parser import Trace, read_trace
+from gemmscope.trace_parser import Trace, sqlite_export
 
 REDACTED = "[redacted]"
 
@@ -61,15 +71,6 @@ _PATH_IN_VALUE = re.compile(rf"(?<!{_PATH_CHAR})/[^\s;:=\"',\x00]*")
 # Names of environment variables and command-line options whose values are secrets
 # (HF_TOKEN, MY_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, --api-key, --token).
 SECRET_NAME = r"(?i:[A-Za-z0-9_-]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD)[A-Za-z0-9_-]*|AWS_[A-Za-z0-9_]+)"
-# Credentials recognisable by their shape alone, from each provider's documented prefix.
-SECRET_SHAPES = (
-    r"hf_[A-Za-z0-9]{30,}",  # Hugging Face access token
-    r"gh[pousr]_[A-Za-z0-9]{30,}",  # GitHub token: personal (ghp_), OAuth, user-to-server, server, refresh
-    r"github_pat_[A-Za-z0-9_]{30,}",  # GitHub fine-grained personal access token
-    r"sk-[A-Za-z0-9_-]{20,}",  # OpenAI-style API key (sk-…, sk-proj-…)
-    r"xox[abposr]-[A-Za-z0-9-]{10,}",  # Slack token (bot xoxb-, user xoxp-, …)
-    r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])",  # AWS access key id (long-term, temporary)
-)
 # A secret-named variable's or option's value shorter than this is a setting, not a credential
 # (TOKENIZERS_PARALLELISM=false, HF_HUB_DISABLE_TOKEN=1): redacting it wherever it appears would
 # take "1" out of every number. Where it is assigned (NAME=value) it is redacted all the same.
@@ -79,12 +80,50 @@ _VALUE = r"(?:\"[^\"]*\"|'[^']*'|[^\s\"',;&|]+)"
 _SECRET_VARIABLE = re.compile(SECRET_NAME)
 _SECRET_OPTION = re.compile(rf"--?{SECRET_NAME}")
 _SECRET_OPTION_ASSIGNED = re.compile(rf"--?{SECRET_NAME}=(?P<value>.*)")
-# NAME=value, --name value and --name=value in any text, where the name says secret: the value
-# goes, the name stays (so a reader still sees that a token was given).
-_ASSIGNMENT = rf"(?P<lead>(?<![A-Za-z0-9_-])(?:--?{SECRET_NAME}(?:=|[ \t]+)|{SECRET_NAME}=)){_VALUE}"
-# Home directories: the user's name and what they keep there. The path's tail stays, so a
-# warning's "/home/alice/.venv/…/torch/x.py:12" still says which file.
-_HOME = rf"/(?:home|Users)/[^/\s\"'`:;,=|]+|/root(?!{_PATH_CHAR})"
+_IPV4_PART = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_HEX4 = r"[0-9A-Fa-f]{1,4}"
+# Top-level domains a host name is recognised by: the generic ones, the private ones clusters
+# use, and a few countries' (not those that are also file suffixes: .py, .sh, .so, .md, .cu).
+_TLDS = ("com|net|org|edu|gov|mil|io|ai|dev|app|cloud|local|localdomain|internal|intranet|lan|corp|cluster"
+         "|uk|de|fr|jp|cn|kr|au|eu|nl|ru|br")
+
+# The redaction policy: every rule, by kind, applied to every text gemmscope writes for sharing
+# (README: Redaction). Where two rules match at one place the first listed wins (an e-mail
+# address before the user name it starts with). `(?P<lead>…)`: a part that stays (the name of
+# a secret option, so that a reader still sees that one was given).
+RULES: tuple[tuple[str, str], ...] = (
+    ("private-key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|[\s\S]*)"),
+    # NAME=value, --name value and --name=value, where the name says secret: the value goes.
+    ("secret-assignment", rf"(?P<lead>(?<![A-Za-z0-9_-])(?:--?{SECRET_NAME}(?:=|[ \t]+)|{SECRET_NAME}=)){_VALUE}"),
+    ("bearer-token", r"(?P<lead>(?<![A-Za-z0-9])(?i:bearer)[ \t]+)[A-Za-z0-9._~+/-]{16,}=*"),
+    ("wandb-key", r"(?P<lead>wandb login[ \t]+(?:--relogin[ \t]+)?)[0-9a-f]{40}(?![0-9a-f])"
+                  r"|(?<![A-Za-z0-9])local-[0-9a-f]{40}(?![0-9a-f])"),
+    ("jwt", r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    ("hugging-face-token", r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}"),
+    # personal (ghp_), OAuth, user-to-server, server, refresh; fine-grained personal access tokens
+    ("github-token", r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+    ("api-key", r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{20,}"),  # OpenAI (sk-…, sk-proj-…), Anthropic (sk-ant-…)
+    ("google-api-key", r"(?<![A-Za-z0-9])AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
+    ("slack-token", r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}"),
+    ("aws-key-id", r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"),  # long-term, temporary
+    ("email", r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
+              r"(?![A-Za-z0-9-])"),
+    ("ip-address", rf"(?<![A-Za-z0-9_.]){_IPV4_PART}(?:\.{_IPV4_PART}){{3}}(?![A-Za-z0-9_]|\.[0-9])"
+                   rf"|(?<![A-Za-z0-9_:])(?:(?:{_HEX4}:){{7}}{_HEX4}"
+                   rf"|(?=(?:[0-9A-Fa-f]*:){{3}})(?:{_HEX4}:){{1,6}}(?::{_HEX4}){{1,6}})(?![A-Za-z0-9_:])"),
+    ("host-name", rf"(?<![A-Za-z0-9_.@-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+(?i:{_TLDS})"
+                  r"(?![A-Za-z0-9_-]|\.[A-Za-z0-9])"),
+    # Home directories: the user's name and what they keep there. The path's tail stays, so a
+    # warning's "/home/alice/.venv/…/torch/x.py:12" still says which file.
+    ("home-path", rf"/(?:home|Users)/[^/\s\"'`:;,=|]+|/root(?!{_PATH_CHAR})"),
+)
+# Public sites gemmscope's own output cites (devices.py's sources, the JSON schemas' $schema):
+# not private, kept although the host-name rule matches them. `--keep` adds to these.
+PUBLIC_HOSTS = ("nvidia.com", "*.nvidia.com", "json-schema.org", "github.com", "pytorch.org", "*.pytorch.org")
+# Rules made from what a trace recorded (Redactor.of_exports): their kinds, for the counts.
+RECORDED_SECRET, RECORDED_PATH, USER_OR_HOST_NAME = "recorded-secret", "recorded-path", "user-or-host-name"
+# What scrub removes from nsys's own records whole (environment, command line, names): its kind.
+NSYS_RECORD = "nsys-record"
 
 
 def _alternation(literals: Iterable[str]) -> str:
@@ -94,31 +133,52 @@ def _alternation(literals: Iterable[str]) -> str:
 
 
 class Redactor:
-    """Takes secrets, private paths and the user's and machine's names out of text.
+    """Takes secrets, private paths and the user's and machine's names out of text: one policy
+    for everything gemmscope writes to be shared (scrub, bundle, report).
 
-    `secret_values` (the values of secret-named environment variables and command-line
-    options) are redacted wherever they appear; `paths` (absolute paths named in what scrub
-    removes) wherever they appear as a whole path; `names` (user and host names) as whole
-    words. Always: `NAME=value` and `--name value` where NAME is a SECRET_NAME, SECRET_SHAPES,
-    and home directories.
+    Always: every rule of RULES. And what a trace recorded: `secret_values` (the values of
+    secret-named environment variables and command-line options) wherever they appear; `paths`
+    (absolute paths named in what scrub removes) wherever they appear as a whole path; `names`
+    (user and host names) as whole words. `keep`: shell patterns (`*.example.org`, `10.0.*`) of
+    what stays although a rule matches it, besides PUBLIC_HOSTS. `counts`: what was redacted so far, per kind.
     """
 
-    def __init__(self, secret_values: Iterable[str] = (), paths: Iterable[str] = (), names: Iterable[str] = ()):
+    def __init__(self, secret_values: Iterable[str] = (), paths: Iterable[str] = (), names: Iterable[str] = (),
+                 keep: Iterable[str] = ()):
         values = {v for v in secret_values if len(v) >= _MIN_SECRET_LENGTH and v != REDACTED}
         paths = {p.rstrip("/") for p in paths} - {""}
         names = {n for n in names if n and n != REDACTED}
-        alternatives = [_ASSIGNMENT]
+        rules = list(RULES)
         if values:
-            alternatives.append(_alternation(values))
+            rules.insert(2, (RECORDED_SECRET, _alternation(values)))
         if paths:
-            alternatives.append(rf"(?<!{_PATH_CHAR})(?<!/)(?:{_alternation(paths)})(?!{_PATH_CHAR})")
-        alternatives += [_HOME, rf"(?<![A-Za-z0-9])(?:{'|'.join(SECRET_SHAPES)})"]
+            rules.append((RECORDED_PATH, rf"(?<!{_PATH_CHAR})(?<!/)(?:{_alternation(paths)})(?!{_PATH_CHAR})"))
         if names:
-            alternatives.append(rf"(?<![A-Za-z0-9_])(?:{_alternation(names)})(?![A-Za-z0-9_])")
-        self._pattern = re.compile("|".join(f"(?:{a})" for a in alternatives))
+            rules.append((USER_OR_HOST_NAME, rf"(?<![A-Za-z0-9_])(?:{_alternation(names)})(?![A-Za-z0-9_])"))
+        # Each rule one named group (rule0, rule1, …), its kept part lead0, lead1, …
+        self._kinds = {f"rule{i}": kind for i, (kind, _) in enumerate(rules)}
+        self._pattern = re.compile("|".join(
+            f"(?P<rule{i}>{pattern.replace('(?P<lead>', f'(?P<lead{i}>')})" for i, (_, pattern) in enumerate(rules)))
+        self._keep = (*PUBLIC_HOSTS, *keep)
+        self.counts: Counter[str] = Counter()
 
     def __call__(self, text: str) -> str:
-        return self._pattern.sub(lambda m: (m.group("lead") or "") + REDACTED, text)
+        return self._pattern.sub(self._replace, text)
+
+    def _replace(self, match: re.Match) -> str:
+        group = match.lastgroup  # the rule's group: it closes after any group inside it
+        lead_group = "lead" + group.removeprefix("rule")
+        lead = (match.group(lead_group) if lead_group in self._pattern.groupindex else None) or ""
+        value = match.group()[len(lead):]
+        if any(fnmatch.fnmatchcase(value, pattern) for pattern in self._keep):
+            return match.group()
+        self.counts[self._kinds[group]] += 1
+        return lead + REDACTED
+
+    def summary(self) -> str:
+        """What was redacted, per kind (never the values): "3 email, 1 hugging-face-token"."""
+        counted = sorted((kc for kc in self.counts.items() if kc[1]), key=lambda kc: (-kc[1], kc[0]))
+        return ", ".join(f"{count} {kind}" for kind, count in counted) or "nothing"
 
     def document(self, value: Any) -> Any:
         """A JSON-able document with every string in it (keys too) redacted. Redact before
@@ -131,11 +191,24 @@ class Redactor:
             return [self.document(v) for v in value]
         return value
 
+    def frame(self, table: pd.DataFrame) -> pd.DataFrame:
+        """`table` with its column names and text cells redacted, each distinct text once.
+        Redact before writing CSV or HTML: their quoting ("" for ", &amp; for &) would hide a
+        value from a text pass."""
+        out = table.rename(columns=lambda c: self(c) if isinstance(c, str) else c)
+        for column in out.select_dtypes(include=["object", "string", "category"]).columns:
+            texts = [t for t in pd.unique(out[column].dropna()) if isinstance(t, str)]
+            changed = {t: redacted for t in texts if (redacted := self(t)) != t}
+            if changed:
+                out[column] = out[column].astype(object).replace(changed)
+        return out
+
     @classmethod
-    def of_exports(cls, exports: Iterable[str | Path]) -> Redactor:
+    def of_exports(cls, exports: Iterable[str | Path], keep: Iterable[str] = ()) -> Redactor:
         """One Redactor for several SQLite exports (the ranks of one run): what any of them
-        recorded is redacted in all of them."""
-        secret_values, paths, names = [], [], []
+        recorded is redacted in all of them; so are this machine's user and host names (those
+        of the machine that writes what is shared)."""
+        secret_values, paths, names = [], [], _local_names()
         for export in exports:
             with closing(sqlite3.connect(f"file:{export}?mode=ro", uri=True)) as conn:
                 removed, recorded_names = _recorded(conn)
@@ -155,7 +228,18 @@ class Redactor:
                     elif _SECRET_OPTION.fullmatch(previous):
                         secret_values.append(argument)
             names += recorded_names
-        return cls(secret_values, paths, names)
+        return cls(secret_values, paths, names, keep)
+
+
+def _local_names() -> list[str]:
+    """This machine's user name and host name (whole and its first label)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container's)
+        user = ""
+    host = socket.gethostname()
+    # Shorter names ("vm") are common words and parts of names, not the user's or the machine's own.
+    return [name for name in (user, host, host.split(".")[0]) if len(name) >= 3]
 
 
 _COMMAND_PART = re.compile(r"PROCESS_(\d+):(?:COMMAND|ARGUMENT_(\d+))")
@@ -239,37 +323,50 @@ def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None 
     """Write a scrubbed copy of `trace` (an nsys SQLite export, .sqlite.xz or .nsys-rep, or one
     already read) to `out`: SQLite, xz-compressed when `out` ends in .xz. `redactor`: one built
     from several traces (`Redactor.of_exports`), so that what one recorded is redacted in all;
-    by default, the one this trace's own records give."""
+    by default, the one this trace's own records give. The work copy is made and redacted in
+    the private scratch folder; `out` appears whole, or not at all."""
     out = Path(out)
-    loaded = trace if isinstance(trace, Trace) else read_trace(trace)  # validates; decompresses or exports
-    source = loaded.sqlite
-    check_output(out, (source, loaded.path), "scrub")
+    given = trace.path if isinstance(trace, Trace) else Path(trace)
+    source = trace.sqlite if isinstance(trace, Trace) else sqlite_export(trace)  # validates; decompresses or exports
+    check_output(out, (source, given), "scrub")
     if redactor is None:
         redactor = Redactor.of_exports([source])
+    work = Path(tempfile.mkdtemp(dir=scratch.folder())) / "scrubbing.sqlite"
     partial = out.with_name(out.name + ".partial")
-    shutil.copyfile(source, partial)
     try:
-        conn = sqlite3.connect(partial)
-        tables = _tables(conn)
-        for table, key, value, patterns in _REDACT:
-            if table in tables:
-                for pattern in patterns:
-                    conn.execute(f"UPDATE {table} SET {value} = ? WHERE {key} LIKE ?", (REDACTED, pattern))
-        for table, key, value, pattern in _DELETE:
-            if table in tables:
-                conn.execute(f"DELETE FROM {table} WHERE {key} LIKE ?", (pattern,))
-        env_strings = [string_id for string_id, value in conn.execute("SELECT id, value FROM StringIds")
-                       if value and _ENV_ASSIGNMENT.match(value)]
-        conn.executemany("UPDATE StringIds SET value = ? WHERE id = ?", [(REDACTED, i) for i in env_strings])
-        for table in sorted(tables):
-            _redact_table(conn, table, redactor)
-        conn.commit()
-        conn.execute("VACUUM")  # freed pages would still hold the old values
-        conn.close()
+        shutil.copyfile(source, work)
+        with closing(sqlite3.connect(work)) as conn:
+            _scrub_export(conn, redactor)
         if out.suffix == ".xz":
-            partial.write_bytes(lzma.compress(partial.read_bytes(), preset=9))
+            partial.write_bytes(lzma.compress(work.read_bytes(), preset=9))
+        else:
+            shutil.copyfile(work, partial)
+        partial.replace(out)
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    partial.replace(out)
+    finally:
+        shutil.rmtree(work.parent, ignore_errors=True)
     return out
+
+
+def _scrub_export(conn: sqlite3.Connection, redactor: Redactor) -> None:
+    """Remove what nsys records about the machine and the user, and redact every text column."""
+    tables = _tables(conn)
+    for table, key, value, patterns in _REDACT:
+        if table in tables:
+            for pattern in patterns:
+                redactor.counts[NSYS_RECORD] += conn.execute(
+                    f"UPDATE {table} SET {value} = ? WHERE {key} LIKE ? AND {value} IS NOT ?",
+                    (REDACTED, pattern, REDACTED)).rowcount
+    for table, key, value, pattern in _DELETE:
+        if table in tables:
+            redactor.counts[NSYS_RECORD] += conn.execute(f"DELETE FROM {table} WHERE {key} LIKE ?", (pattern,)).rowcount
+    env_strings = [string_id for string_id, value in conn.execute("SELECT id, value FROM StringIds")
+                   if value and _ENV_ASSIGNMENT.match(value)]
+    conn.executemany("UPDATE StringIds SET value = ? WHERE id = ?", [(REDACTED, i) for i in env_strings])
+    redactor.counts[NSYS_RECORD] += len(env_strings)
+    for table in sorted(tables):
+        _redact_table(conn, table, redactor)
+    conn.commit()
+    conn.execute("VACUUM")  # freed pages would still hold the old values

@@ -20,16 +20,16 @@ import hashlib
 import lzma
 import os
 import sqlite3
-import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from gemmscope import kernels, te_ranges
+from gemmscope import kernels, scratch, te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import BACKWARD
 from gemmscope.errors import InputError
 
@@ -157,16 +157,17 @@ class _Export:
         return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
 
 
-def _check_file(path: Path) -> None:
+def _check_file(path: Path, given: Path) -> None:
+    """`path` (the export of `given`, which messages name) is an SQLite file."""
     if not path.exists():
-        raise InputError(f"no such file: {path}")
+        raise InputError(f"no such file: {given}")
     if not path.is_file():
-        raise InputError(f"not a file: {path}")
+        raise InputError(f"not a file: {given}")
     with open(path, "rb") as f:
         head = f.read(len(SQLITE_MAGIC))
     if head != SQLITE_MAGIC:
         raise InputError(
-            f"{path} is not an SQLite export of Nsight Systems "
+            f"{given} is not an SQLite export of Nsight Systems "
             "(give a .sqlite from `nsys export --type sqlite`, or an .nsys-rep)"
         )
 
@@ -199,39 +200,55 @@ def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
 
 def read_trace(path: str | Path, threads: int = 2) -> Trace:
     """Read an nsys SQLite export: `.sqlite`, `.sqlite.xz` (as fixtures and examples ship), or
-    an `.nsys-rep` (exported beside it with nsys first). `threads`: 2 reads the tables over two
-    threads (for one long trace); 1 reads all in this thread (where processes already read
-    several traces side by side)."""
+    an `.nsys-rep` (exported with nsys first; see `sqlite_export`). `threads`: 2 reads the tables
+    over two threads (for one long trace); 1 reads all in this thread (where processes already
+    read several traces side by side)."""
+    given = Path(path)
+    path = sqlite_export(given)
+    try:
+        return _read(_Export(path), given, threads)
+    except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:  # pandas wraps sqlite's errors
+        raise InputError(f"{given} is a damaged or truncated SQLite file ({exc})") from None
+
+
+def sqlite_export(path: str | Path) -> Path:
+    """The SQLite export of a trace, checked to be one: a `.sqlite` itself; a `.sqlite.xz`
+    decompressed, an `.nsys-rep` exported with nsys (or its export beside it, when newer), into
+    this process's private scratch folder (gemmscope.scratch: never beside the input, which may
+    be read-only or shared, and removed at exit)."""
     given = path = Path(path)
     if path.suffix == ".xz":
         path = _decompressed(path)
     elif path.suffix == ".nsys-rep":
         from gemmscope import nsys_runner
 
-        if not path.exists():
+        if not path.is_file():
             raise InputError(f"no such file: {path}")
-        path = nsys_runner.export_sqlite(path)
-    _check_file(path)
+        path = nsys_runner.export_sqlite(path, scratch.folder() / _scratch_name(str(path.resolve()), path.stem))
+    _check_file(path, given)
     try:
-        export = _Export(path)
-        if "META_DATA_EXPORT" not in export.tables or "StringIds" not in export.tables:
-            raise InputError(
-                f"{path} is an SQLite file but not an Nsight Systems export (no META_DATA_EXPORT table)"
-            )
-        return _read(export, given, threads)
-    except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:  # pandas wraps sqlite's errors
-        raise InputError(f"{path} is a damaged or truncated SQLite file ({exc})") from None
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"{given} is a damaged or truncated SQLite file ({exc})") from None
+    if "META_DATA_EXPORT" not in tables or "StringIds" not in tables:
+        raise InputError(f"{given} is an SQLite file but not an Nsight Systems export (no META_DATA_EXPORT table)")
+    return path
+
+
+def _scratch_name(key: str, name: str) -> str:
+    """A file name in the scratch folder for `key` (a path, content): its hash, and the start of
+    `name` to say what it is (a name can be as long as the system allows; the hash keeps it unique)."""
+    return f"{hashlib.sha256(key.encode()).hexdigest()[:16]}-{name[:80].removesuffix('.sqlite')}.sqlite"
 
 
 def _decompressed(path: Path) -> Path:
-    """An xz-compressed export, decompressed once into the temporary folder (keyed by content)."""
+    """An xz-compressed export, decompressed once per process into the scratch folder (keyed by content)."""
     if not path.is_file():
         raise InputError(f"no such file: {path}")
     data = path.read_bytes()
-    target = Path(tempfile.gettempdir()) / "gemmscope-xz" / (
-        hashlib.sha256(data).hexdigest()[:16] + "-" + path.name.removesuffix(".xz"))
+    target = scratch.folder() / _scratch_name(hashlib.sha256(data).hexdigest(), path.name.removesuffix(".xz"))
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
         try:
             raw = lzma.decompress(data)
         except lzma.LZMAError as exc:

@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope import reports, verify
-from gemmscope.bundle import _redacted_table, bundle
+from gemmscope.bundle import bundle
 from gemmscope.html_report import csv_text
 from gemmscope.cli import main
 from gemmscope.errors import InputError
@@ -314,7 +314,7 @@ def test_a_table_is_redacted_before_csv_quotes_it():
     redactor = Redactor(secret_values=[secret])
     table = pd.DataFrame({"range": [f"login {secret}", "step 1"], f"by {secret}": [1, 2]})
     assert secret.replace('"', '""') in redactor(csv_text(table))
-    text = redactor(csv_text(_redacted_table(table, redactor)))
+    text = redactor(csv_text(redactor.frame(table)))
     assert random_part not in text
     assert text == "range,by [redacted]\nlogin [redacted],1\nstep 1,2\n"
 

@@ -1,0 +1,32 @@
+"""The `gemmscope` command's entry point (and `python -m gemmscope`).
+
+Importing the CLI's libraries (pandas, matplotlib) takes a moment: Ctrl-C then is handled here,
+as the CLI handles it later (one line, exit 130). SIGTERM and SIGHUP become an ordinary exit, so
+that the private scratch folder (gemmscope.scratch) is removed then too.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from gemmscope.errors import EXIT_INTERRUPTED
+
+
+def _exit_on(signum: int, _frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run() -> None:
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on)
+    try:
+        from gemmscope.cli import main
+    except KeyboardInterrupt:
+        sys.stderr.write("gemmscope: interrupted\n")
+        sys.exit(EXIT_INTERRUPTED)
+    main()
+
+
+if __name__ == "__main__":
+    run()

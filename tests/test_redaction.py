@@ -1,0 +1,79 @@
+"""The redaction policy (scrub.RULES): each rule takes out what it names, anywhere in a text, and
+leaves its near miss; --keep leaves what the user names; the counts say what went, per kind."""
+
+import pytest
+
+from gemmscope.scrub import REDACTED, RULES, Redactor
+
+# kind -> (text holding one match, what is left of it, a near miss that must stay as it is)
+CASES = {
+    "private-key": ("key: -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY----- ok",
+                    f"key: {REDACTED} ok", "-----BEGIN PUBLIC KEY----- MIIBIjAN"),
+    "secret-assignment": ("train.py --password=hunter2 --steps 3", f"train.py --password={REDACTED} --steps 3",
+                          "train.py --steps 3 TOKENIZERS_PARALLELISM"),
+    "bearer-token": ("Authorization: Bearer abcdefABCDEF0123456789", f"Authorization: Bearer {REDACTED}",
+                     "the bearer of bad news"),
+    "wandb-key": ("wandb login " + "0123456789abcdef" * 2 + "01234567", f"wandb login {REDACTED}",
+                  "commit 0123456789abcdef0123456789abcdef01234567"),
+    "jwt": ("token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
+            f"token {REDACTED}", "eyJhbGciOiJIUzI1NiJ9 alone"),
+    "hugging-face-token": ("loaded hf_" + "Ab1" * 12 + ".", f"loaded {REDACTED}.", "hf_short and hf_" + "x" * 29),
+    "github-token": ("ghp_" + "x1" * 18, REDACTED, "ghp_tooshort"),
+    "api-key": ("sk-ant-api03-" + "Q9" * 16, REDACTED, "task-0123456789abcdefghijklmn"),
+    "google-api-key": ("AIza" + "S" * 35, REDACTED, "AIza" + "S" * 20),
+    "slack-token": ("xoxb-123456789012-abcdefABCDEF", REDACTED, "xoxb-short"),
+    "aws-key-id": ("id AKIAIOSFODNN7EXAMPLE;", f"id {REDACTED};", "AKIAIOSFODNN7EXAMPLEX"),
+    "email": ("mail jane.smith@example-corp.com now", f"mail {REDACTED} now", "torch@2.5 and a@b"),
+    "ip-address": ("master 10.12.0.7:29500 and fe80::1ff:fe23:4567:890a", f"master {REDACTED}:29500 and {REDACTED}",
+                   "cuBLASLt 12.9.1, nsys 2023.4.1.97, at 12:34:56, c10::add, 300.1.2.3"),
+    "host-name": ("on gpu-node-17.corp.example.com:", f"on {REDACTED}:",
+                  "torch.nn.Linear train.py libcublasLt.so.12 trace.sqlite.xz model.layers.3.self_attention"),
+    "home-path": ("/home/alice/.venv/lib/x.py:12", f"{REDACTED}/.venv/lib/x.py:12", "/rootfs/usr/lib /opt/myhome/x"),
+}
+
+
+def test_every_rule_has_a_case():
+    assert sorted(CASES) == sorted(kind for kind, _ in RULES)
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_rule_redacts_its_match_and_counts_it(kind):
+    text, left, _ = CASES[kind]
+    redact = Redactor()
+    assert redact(text) == left
+    assert set(redact.counts) == {kind}, redact.counts
+    assert redact.summary() == f"{redact.counts[kind]} {kind}"
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_rule_leaves_its_near_miss(kind):
+    near_miss = CASES[kind][2]
+    redact = Redactor()
+    assert redact(near_miss) == near_miss
+    assert redact.summary() == "nothing"
+
+
+def test_recorded_values_come_after_what_their_shape_says():
+    """A recorded user name at the start of an e-mail address: the whole address goes, not the
+    name alone (which left '[redacted].smith@example-corp.com')."""
+    redact = Redactor(names=["jane"])
+    assert redact("jane.smith@example-corp.com and jane") == f"{REDACTED} and {REDACTED}"
+    assert redact.counts == {"email": 1, "user-or-host-name": 1}
+
+
+def test_keep_leaves_what_the_user_names_and_does_not_count_it():
+    text = "see docs.example.org and 10.0.0.1 from gpu-1.corp.example.com"
+    redact = Redactor(keep=["*.example.org", "10.0.*"])
+    assert redact(text) == f"see docs.example.org and 10.0.0.1 from {REDACTED}"
+    assert redact.summary() == "1 host-name"
+
+
+def test_keep_matches_the_value_not_the_option_name():
+    assert Redactor(keep=["public-*"])("--token=public-demo --token=private") == (
+        f"--token=public-demo --token={REDACTED}")
+
+
+def test_public_sites_gemmscope_cites_stay():
+    text = "https://www.nvidia.com/en-us/data-center/h100/ and https://json-schema.org/draft/2020-12/schema"
+    assert Redactor()(text) == text
+    assert Redactor()("jane@nvidia.com") == REDACTED

@@ -1,0 +1,260 @@
+"""Safe to share: secrets planted in a real trace (in free text and in nsys's named fields) appear
+nowhere in what report (HTML, Markdown, tables), bundle (every member, the trace inside included)
+and scrub write, and the output says how many of each kind went; no unscrubbed copy of a trace
+is left behind, nor one readable by other users; failures are one line with their exit code."""
+
+import json
+import lzma
+import os
+import secrets
+import shutil
+import signal
+import sqlite3
+import string
+import subprocess
+import sys
+import time
+import zipfile
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gemmscope.cli import main
+from sqlite_text import all_text
+
+GPU_DIR = Path(__file__).parent / "fixtures" / "gpu"
+
+
+def _random(length: int, alphabet: str = string.ascii_letters + string.digits) -> str:
+    return "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A copy of a real H200 trace with secrets of every kind in an NVTX range around every GEMM
+    launch (so that they reach the report's per-GEMM ranges), in a string the program printed,
+    and in nsys's named fields (host, user, command line, environment). The secrets, and the
+    kinds the output must say it redacted."""
+    user = "u" + _random(8, string.ascii_lowercase)
+    values = {
+        "hf": "hf_" + _random(34), "aws": "AKIA" + _random(16, string.ascii_uppercase + string.digits),
+        "ghp": "ghp_" + _random(36), "password": _random(14), "wandb": _random(40, "0123456789abcdef"),
+        "email": f"{user}.smith@example-corp.com", "host": f"gpu-node-{_random(4, string.digits)}.corp.example.com",
+        "ip": f"10.{secrets.randbelow(250)}.{secrets.randbelow(250)}.{secrets.randbelow(250) + 1}",
+        "jwt": f"eyJ{_random(20)}.eyJ{_random(20)}.{_random(20)}", "user": user,
+    }
+    text = (f"rank 0 {values['email']} on {values['host']} ({values['ip']}) token {values['hf']} key {values['aws']}"
+            f" {values['ghp']} /home/{user}/ckpt --password={values['password']} WANDB_API_KEY={values['wandb']}"
+            f" jwt {values['jwt']}")
+    path = tmp_path_factory.mktemp("planted") / "train.sqlite"
+    path.write_bytes(lzma.decompress((GPU_DIR / "train_mixed.sqlite.xz").read_bytes()))
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                     "SELECT min(start) - 1000, max(end) + 1000, 59, ?, globalTid, 0 "
+                     "FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid", (text,))
+        conn.execute("INSERT INTO StringIds (id, value) SELECT max(id) + 1, ? FROM StringIds", (f"stdout: {text}",))
+        conn.executemany("INSERT INTO META_DATA_CAPTURE (name, value) VALUES (?, ?)", [
+            ("PROCESS_0:ARGUMENT_7", f"--password={values['password']}"),
+            ("PROCESS_0:ENVIRONMENT_VARIABLE", f'WANDB_API_KEY="{values["wandb"]}"'),
+            ("PROCESS_0:USER_NAME", user)])
+        conn.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'Hostname'", (values["host"],))
+        conn.commit()
+    assert all(v in "\n".join(all_text(path)) for v in values.values())
+    kinds = {"email", "host-name", "ip-address", "hugging-face-token", "aws-key-id", "github-token",
+             "home-path", "secret-assignment", "jwt"}
+    return path, values, kinds
+
+
+def _leaks(data: bytes | str, values: dict[str, str]) -> list[str]:
+    text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+    return [label for label, value in values.items() if value in text]
+
+
+def test_the_planted_secrets_reach_what_is_not_shared(planted):
+    """analyze (not made for sharing) shows them: the report would, without the redaction."""
+    path, values, _ = planted
+    done = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--per-launch"])
+    assert done.exit_code == 1, done.output  # the trace's planted fallbacks
+    assert sorted(_leaks(done.stdout, values)) == sorted(values)
+
+
+@pytest.mark.parametrize("name", ["report.html", "report.md"])
+def test_report_holds_no_planted_secret_and_says_what_it_redacted(planted, tmp_path, name):
+    path, values, kinds = planted
+    done = CliRunner().invoke(main, ["report", str(path), "-o", str(tmp_path / name), "--tables",
+                                     str(tmp_path / "tables")])
+    assert done.exit_code == 0, done.output
+    assert _leaks((tmp_path / name).read_bytes(), values) == []
+    assert "[redacted]" in (tmp_path / name).read_text()
+    for table in (tmp_path / "tables").iterdir():
+        assert _leaks(table.read_bytes(), values) == [], table.name
+    said = done.stderr.splitlines()[-1]
+    assert said.startswith("gemmscope: redacted: ")
+    assert {part.split(" ", 1)[1] for part in said.removeprefix("gemmscope: redacted: ").split(", ")} >= kinds
+    assert not any(v in done.stderr for v in values.values())
+
+
+def test_report_keeps_what_keep_names(planted, tmp_path):
+    path, values, _ = planted
+    out = tmp_path / "report.md"
+    done = CliRunner().invoke(main, ["report", str(path), "-o", str(out), "--keep", "*.corp.example.com"])
+    assert done.exit_code == 0, done.output
+    assert _leaks(out.read_bytes(), values) == ["host"]
+
+
+def test_bundle_and_scrub_hold_no_planted_secret(planted, tmp_path):
+    path, values, kinds = planted
+    done = CliRunner().invoke(main, ["bundle", str(path), "-o", str(tmp_path / "issue.zip")])
+    assert done.exit_code == 0, done.output
+    with zipfile.ZipFile(tmp_path / "issue.zip") as archive:
+        for member in archive.namelist():
+            data = archive.read(member)
+            if member.endswith(".xz"):
+                (tmp_path / "bundled.sqlite").write_bytes(lzma.decompress(data))
+                data = "\n".join(all_text(tmp_path / "bundled.sqlite"))
+            assert _leaks(data, values) == [], member
+    assert "gemmscope: redacted: " in done.stderr
+    done = CliRunner().invoke(main, ["scrub", str(path), "-o", str(tmp_path / "shared.sqlite.xz")])
+    assert done.exit_code == 0, done.output
+    (tmp_path / "scrubbed.sqlite").write_bytes(lzma.decompress((tmp_path / "shared.sqlite.xz").read_bytes()))
+    assert _leaks("\n".join(all_text(tmp_path / "scrubbed.sqlite")), values) == []
+    said = done.stderr.splitlines()[-1]
+    assert all(kind in said for kind in kinds) and "nsys-record" in said
+
+
+# --- no copies left behind ------------------------------------------------------------------------
+
+def gemmscope(*args: str, env: dict | None = None, cwd: Path | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """The installed command's entry point, in its own process (what a user runs)."""
+    return subprocess.run([sys.executable, "-m", "gemmscope", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, cwd=cwd, timeout=300, **kwargs)
+
+
+def _trace_files_readable_by_others(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and p.stat().st_mode & 0o004
+            and p.read_bytes()[:16] in (b"SQLite format 3\x00",)]
+
+
+@pytest.fixture
+def nsys_rep(cpu_traces, tmp_path):
+    """A real .nsys-rep, in a folder nobody may write to (where an export beside it fails)."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    shutil.copyfile(cpu_traces / "nvtx_edge_cases.nsys-rep", folder / "edge.nsys-rep")
+    folder.chmod(0o555)
+    yield folder / "edge.nsys-rep"
+    folder.chmod(0o755)
+
+
+def test_xz_and_nsys_rep_inputs_leave_nothing_behind(nsys_rep, tmp_path, nsys_bin):
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {"TMPDIR": str(temporary), "NSYS": nsys_bin}
+    out = tmp_path / "out"
+    out.mkdir()
+    runs = [gemmscope("scrub", str(GPU_DIR / "te_linear_bf16.sqlite.xz"), "-o", str(out / "a.sqlite"), env=env),
+            gemmscope("analyze", str(GPU_DIR / "te_linear_bf16.sqlite.xz"), env=env),
+            gemmscope("scrub", str(nsys_rep), "-o", str(out / "b.sqlite"), env=env),
+            gemmscope("verify", "--expect", "bf16", "--trace", str(nsys_rep), env=env)]
+    for done in runs:
+        assert "Traceback" not in done.stderr, done.stderr
+    assert [r.returncode for r in runs[:3]] == [0, 0, 0], [r.stderr for r in runs]
+    assert runs[3].returncode == 2 and runs[3].stderr.count("\n") == 1  # a CPU trace: no GPU kernels
+    assert sorted(p.name for p in nsys_rep.parent.iterdir()) == ["edge.nsys-rep"]
+    assert list(temporary.iterdir()) == []
+    assert sorted(p.name for p in out.iterdir()) == ["a.sqlite", "b.sqlite"]
+
+
+def test_scratch_folder_is_private_while_it_lives():
+    from gemmscope import scratch
+
+    assert scratch.folder().stat().st_mode & 0o777 == 0o700
+
+
+# --- one line, the documented exit code -----------------------------------------------------------
+
+def _one_line(done: subprocess.CompletedProcess, code: int, starts: str = "gemmscope: error: ") -> None:
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(starts), done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not os.environ.get("GEMMSCOPE_TEST_AS_ROOT"),
+                    reason="root writes into read-only folders")
+def test_read_only_output_folder_is_one_line(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir(mode=0o555)
+    for command in ("scrub", "bundle"):
+        _one_line(gemmscope(command, str(GPU_DIR / "te_linear_bf16.sqlite.xz"), "-o", str(folder / "x.zip")), 2)
+    assert list(folder.iterdir()) == []
+
+
+def test_unwritable_output_is_one_line(tmp_path):
+    """A file where the output's folder should be: refused by the system even to root."""
+    (tmp_path / "file").write_text("x")
+    for command in ("scrub", "bundle", "report"):
+        _one_line(gemmscope(command, str(GPU_DIR / "te_linear_bf16.sqlite.xz"), "-o",
+                            str(tmp_path / "file" / "out.sqlite")), 2)
+
+
+@pytest.mark.parametrize("command", ["analyze", "scrub", "bundle", "report"])
+def test_names_too_long_are_one_line(command, tmp_path):
+    long_name = str(tmp_path / ("x" * 300 + ".sqlite"))
+    output = [] if command == "analyze" else ["-o", str(tmp_path / "out.zip")]
+    _one_line(gemmscope(command, long_name, *output), 2)
+    if command != "analyze":
+        _one_line(gemmscope(command, str(GPU_DIR / "te_linear_bf16.sqlite.xz"), "-o", long_name), 2)
+
+
+def _interrupted_after(seconds: float, *args: str) -> subprocess.CompletedProcess:
+    process = subprocess.Popen([sys.executable, "-m", "gemmscope", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(seconds)
+    os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C does: to every process of the group
+    stdout, stderr = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("seconds", [0.15, 2.5])
+def test_ctrl_c_is_interrupted_exit_130_also_in_workers(seconds, tmp_path):
+    """Ctrl-C while the CLI starts, and while worker processes read several traces."""
+    traces = [str(p) for p in sorted((GPU_DIR / "corpus").glob("*.sqlite.xz"))]
+    done = _interrupted_after(seconds, "analyze", "--expect", "fp8-current", "--workers", "2", *traces)
+    if done.returncode in (0, 1):
+        pytest.skip("the analysis finished before the interrupt")
+    _one_line(done, 130, "gemmscope: interrupted")
+
+
+def test_bundle_interrupted_leaves_nothing(tmp_path):
+    out = tmp_path / "issue.zip"
+    done = _interrupted_after(2.0, "bundle", str(GPU_DIR / "corpus" / "fsdp_fp8_1gpu.sqlite.xz"), "-o", str(out))
+    if done.returncode == 0:
+        pytest.skip("the bundle was written before the interrupt")
+    _one_line(done, 130, "gemmscope: interrupted")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_doctor_canary_without_torch_is_one_line():
+    try:
+        import torch  # noqa: F401
+        pytest.skip("torch is installed here")
+    except ImportError:
+        pass
+    done = gemmscope("doctor", "--canary")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines() == ["gemmscope: error: --canary cannot run here: torch: pip install "
+                                        "'gemmscope[gpu]' to profile; analysis works without"]
+
+
+def test_profile_of_a_model_without_a_gpu_says_so():
+    from gemmscope.profile import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is here")
+    done = gemmscope("profile", "--model", "llama-3-8b")
+    _one_line(done, 2)
+    assert "no CUDA GPU here" in done.stderr and done.stdout == ""
+    shipped = gemmscope("profile", "--quiet")  # no model options: the shipped run, as before
+    assert shipped.returncode == 0 and "codonfm-5b" in shipped.stdout
