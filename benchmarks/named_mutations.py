@@ -1,6 +1,6 @@
 """The small mistakes issue 22 found the tests blind to, each made in a copy of the source tree:
 every one must fail a test. mutmut (benchmarks/mutation.sh) mutates inside functions only, so
-the pattern tables (kernels.RULES, scrub.SECRET_SHAPES, scrub.SECRET_NAME) are checked here.
+the pattern tables (kernels.RULES, scrub.RULES, scrub.SECRET_NAME) are checked here.
 
     python benchmarks/named_mutations.py        # one line per mutation: KILLED or SURVIVED; exit 1 on a survivor
 """
