@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from gemmscope import scratch
 from gemmscope.trace_parser import launches, launches_with_ranges, read_trace
 
 CPU_EXPECTED = json.loads(
@@ -162,8 +163,9 @@ def test_nsys_rep_is_exported_then_read(cpu_traces, edge, tmp_path):
     shutil.copyfile(cpu_traces / "nvtx_edge_cases.nsys-rep", rep)
     trace = read_trace(rep)
     assert trace.path == rep
-    assert trace.sqlite == tmp_path / "nvtx_edge_cases.sqlite"  # exported beside the report
-    assert trace.sqlite.is_file()
+    # exported into the private scratch folder, never beside the report (its folder may be read-only)
+    assert trace.sqlite.parent == scratch.folder() and trace.sqlite.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [rep.name]
     assert trace.meta["nsys_version"] == edge.meta["nsys_version"]
     columns = ["name", "kind", "domain", "unclosed", "ended_on_other_thread", "duration_ns"]
     pd.testing.assert_frame_equal(trace.nvtx[columns], edge.nvtx[columns])
