@@ -67,7 +67,9 @@ def test_trace_page_says_what_analyze_says(trace_page):
     text = trace_page.read_text()
     verdict = text[text.index('<section id="verdict"'):text.index("</section>")]
     assert "fp8-delayed" in verdict and "240 GEMM launches" in verdict
-    assert "100.0 % of GEMM time at fp8-delayed; 0 mismatches" in verdict
+    # each GEMM against what TE was handed (the run's delayed-scaling autocast): the check's two answers
+    assert "100.0 % of GEMM time at the precision each asked; 0 mismatches" in verdict
+    assert "coverage: every GEMM asked for low precision" in verdict
     assert "gpu-idle: the GPU is idle 99.5 %" in verdict
     assert "NVIDIA H100 80GB HBM3 (sm90)" in verdict
     for code in ("gpu-idle", "gemm-share", "quantize-overhead", "small-gemm", "tails"):
