@@ -272,8 +272,11 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         asked = mapped.where(mapped.notna(), asked)
     if asked.notna().any() or expect is not None or expect_map:
         gemms["expected"] = asked.astype("object")
-        own = gemms["requested"].notna() & (expect is None) & ~(gemms["expect_range"].notna() if expect_map else False)
-        gemms["asked_high"] = own.to_numpy() & gemms["expected"].isin(HIGH_PRECISIONS).to_numpy()
+        # checked against its own request: recorded, no --expect, outside every mapped range
+        own = gemms["requested"].notna().to_numpy() & (expect is None)
+        if expect_map:
+            own &= gemms["expect_range"].isna().to_numpy()
+        gemms["asked_high"] = own & gemms["expected"].isin(HIGH_PRECISIONS).to_numpy()
         _judge(gemms, _sm(traces), allow, ranges)
     result = Verification(expected=expected, strict=expect is not None, gemms=gemms, tails_ns=tails_ns,
                           traces=traces, kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
