@@ -249,6 +249,10 @@ def _read(export: _Export, given: Path, threads: int) -> Trace:
         "nsys_version": meta_rows.get("EXPORT_PRODUCT_VERSION"),
         "schema_version": meta_rows.get("EXPORT_SCHEMA_VERSION"),
         "gpus": gpus.to_dict("records"),
+        # CUDA API calls were captured (an export may hold every table, empty): a trace without
+        # kernels then ran none, it was not blind to them
+        "cuda_api_traced": "CUPTI_ACTIVITY_KIND_RUNTIME" in export.tables and bool(
+            export.conn.execute("SELECT EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME)").fetchone()[0]),
     }
     # The three long reads first: kernels and NVTX ranges start at once, and the launch calls go
     # to whichever thread is free first (a replicated trace has more launch calls than ranges,

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import te_ranges
-from gemmscope.errors import InputError
+from gemmscope.errors import InputError, NoGpuKernels
 from gemmscope.loading import LoadedTrace, attribute
 from gemmscope.trace_parser import EnclosingRanges, Trace, first_matching_pattern, name_matches
 
@@ -210,6 +210,8 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     loaded = [item if isinstance(item, LoadedTrace) else attribute(item) for item in items]
     usable = [item for item in loaded if item.error is None]
     if not usable:
+        if loaded and all(item.no_kernels for item in loaded):
+            raise NoGpuKernels(loaded[0].error, cuda_traced=all(item.cuda_traced for item in loaded))
         raise InputError(loaded[0].error if loaded else "no trace to check")
     unreadable = [{"trace": item.path.name, "rank": _rank_in_name(item.path), "error": item.error}
                   for item in loaded if item.error is not None]

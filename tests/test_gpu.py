@@ -77,6 +77,7 @@ def test_verify_small_training_run(tmp_path, scenario, exit_code):
                      sys.executable, str(FIXTURES / "train_small_te.py"), "--scenario", scenario,
                      "--expected-out", str(tmp_path / "expected.json"))
     assert done.returncode == exit_code, done.stderr[-2000:]
+    assert "[1/1] [" not in done.stderr and "\r" not in done.stderr  # nsys's progress bars held back
     report = json.loads(done.stdout)
     expected = json.loads((tmp_path / "expected.json").read_text())
     bf16 = sum(sum(per_pass.values()) for per_pass in expected["bf16"].values())
