@@ -320,6 +320,25 @@ def _capture(command: list[str], out: Path | None, window: dict, echo_nsys: bool
     return nsys_runner.export_sqlite(report), outcome
 
 
+@main.command("diagnose")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
+@click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
+def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str | None) -> None:
+    """Where the GPU time of traces went and why low precision does or does not pay: the verdict,
+    the time per rank and category (busy, idle, GEMMs, quantization, attention, communication,
+    memory operations) and the findings, most time at stake first. analyze and verify end with the
+    same (--format json: `breakdown` and `findings`); compare BASE NEW sets two runs side by side."""
+    paths = trace_paths(traces)
+    try:
+        result = _check(paths, expect, ())
+    except NoGpuKernels as exc:
+        if not exc.cuda_traced:
+            raise
+        _exit_no_gemm_ran(str(exc), expect)
+    _emit(reports.diagnosis_text(result, diagnose.diagnose(result, step_range)))
+
+
 @main.command("compare")
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))

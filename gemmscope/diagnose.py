@@ -45,7 +45,7 @@ from pandas.api.types import union_categoricals
 
 from gemmscope.devices import lookup, peak_tflops
 from gemmscope.trace_parser import name_matches, process_id
-from gemmscope.verify import Verification
+from gemmscope.verify import Verification, module_labels
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",
               "memcpy", "memset", "other")
@@ -536,18 +536,21 @@ def _comparison_statement(totals: dict) -> str:
     d = {k: v["difference"] for k, v in totals.items()}
     base_window = totals["window_ns"]["base"]
     categories = sorted(((c, d[f"{c}_ns"]) for c in CATEGORIES if d[f"{c}_ns"]), key=lambda cv: -abs(cv[1]))
-    parts = ", ".join(f"{c} {v / 1e6:+.3f}" for c, v in categories[:4])
+    if not any(d.values()):
+        return "NEW's GPU time is BASE's: the same window, busy and idle time, categories and kernel launches"
+    parts = [f"{c} {v / 1e6:+.3f}" for c, v in categories[:4]] + [f"overlap {d['overlap_ns'] / 1e6:+.3f}"]
     relative = f" ({d['window_ns'] / base_window:+.1%})" if base_window else ""
     return (f"NEW's GPU window is {d['window_ns'] / 1e6:+.3f} ms{relative} against BASE: busy "
-            f"{d['busy_ns'] / 1e6:+.3f} ms ({parts}; overlap {d['overlap_ns'] / 1e6:+.3f}), idle "
+            f"{d['busy_ns'] / 1e6:+.3f} ms ({', '.join(parts)}), idle "
             f"{d['idle_ns'] / 1e6:+.3f} ms; {d['kernel_launches']:+d} kernel launches")
 
 
 def categorize_modules(result: Verification) -> pd.DataFrame:
-    """Kernels with their TE module (or "(outside TE)"), pass and category."""
+    """Kernels with their module label (verify.module_labels, as the GEMM tables say it), pass and
+    category."""
     activity = categorize(result)
     k = result.kernels
-    module = k["te_module"].fillna("(outside TE)")
+    module = module_labels(k["te_module"], k["via_te"].to_numpy(dtype=bool) | k["te_module"].notna().to_numpy())
     kernels = activity.iloc[: len(k)].assign(module=module.to_numpy(), **{"pass": k["te_pass"].to_numpy()})
     memops = activity.iloc[len(k):].assign(module="(memory operations)", **{"pass": None})
     return pd.concat([kernels, memops], ignore_index=True)

@@ -627,6 +627,15 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
     return terminal_text(verdict, *_verification_sections(result, diagnosis, detail))
 
 
+def diagnosis_text(result: Verification, diagnosis: Diagnosis) -> str:
+    """`gemmscope diagnose`: the verdict block, where the GPU time went and the findings."""
+    return terminal_text(_verdict_text(*verdict_block(result, diagnosis)), *_diagnosis_sections(diagnosis))
+
+
+def _diagnosis_sections(diagnosis: Diagnosis) -> list[TextSection]:
+    return [*_breakdown_sections(diagnosis), _findings_section("Findings, most time at stake first", diagnosis.findings)]
+
+
 def _verification_sections(result: Verification, diagnosis: Diagnosis | None, detail: str) -> list[TextSection]:
     """analyze's and verify's tables for the terminal, in the order of their Markdown."""
     sections = [_summary_section(result)]
@@ -643,8 +652,7 @@ def _verification_sections(result: Verification, diagnosis: Diagnosis | None, de
         sections.append(_section("Traces that could not be read (the others are checked)",
                                  pd.DataFrame(result.unreadable), wrap={"error"}))
     if diagnosis is not None:
-        sections += _breakdown_sections(diagnosis)
-        sections.append(_findings_section("Findings, most time at stake first", diagnosis.findings))
+        sections += _diagnosis_sections(diagnosis)
     if detail == "verbose":
         sections.append(_launches_section(result))
     return sections
@@ -678,10 +686,15 @@ _CAUSES = {
     "outside-te": "these GEMMs ran outside TE (a plain torch.nn.Linear, say)",
     "no-record": "nothing recorded what TE was handed (a trace made without gemmscope's hook)",
 }
+# A no-record GEMM in a run the hook did record: a call the hook does not wrap.
+_NO_RECORD_WITH_HOOK = ("gemmscope's hook recorded this run but not these GEMM calls (a TE entry point it "
+                        "does not wrap, or an older hook that recorded only the autocast regions)")
 _HIGH_PRECISIONS = ("bf16", "fp16", "fp32")
 
 
-def _cause_text(cause: str, expected: str) -> str:
+def _cause_text(cause: str, expected: str, result: Verification) -> str:
+    if cause == "no-record" and result.hook_recorded:
+        return _NO_RECORD_WITH_HOOK
     handed = cause.removeprefix("requested-")
     if handed == cause:
         return _CAUSES.get(cause, cause)
@@ -716,7 +729,7 @@ def _mismatch_sections(result: Verification, allowed: bool) -> list[TextSection]
         heading = (f"{title}: {cause}, {_count(int(part['launches'].sum()), 'launch', 'launches')}, "
                    f"{part['time_ms'].sum():.3f} ms")
         expected = shared.get("expected", result.expected if not result.expect_map else "the expected")
-        meaning = _cause_text(cause, expected) + (f"; {', '.join(said)}" if said else "") + "."
+        meaning = _cause_text(cause, expected, result) + (f"; {', '.join(said)}" if said else "") + "."
         sections.append(TextSection(heading, terminal_table(rows, {_GEMM_COLUMN: shorten_gemm_cell}), before=[meaning]))
     return sections
 

@@ -31,6 +31,9 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     parse_record,
 )
 
+# Every record gemmscope's hook leaves.
+HOOK_PREFIXES = (AUTOCAST_PREFIX, GEMM_PREFIX, PROCESS_PREFIX, SOFTWARE_PREFIX)
+
 # Kinds of range, from the most to the least specific about a GEMM.
 HOOK_GEMM = "hook-gemm"  # gemmscope's record of one TE GEMM call
 TE_GEMM = "te-gemm"  # TE's range around one GEMM of _Linear / _LayerNormLinear

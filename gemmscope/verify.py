@@ -177,6 +177,13 @@ class Verification:
         return list(dict.fromkeys([r for _, r in self.expect_map] + ([self.expected] if self.expected else [])))
 
     @property
+    def hook_recorded(self) -> bool:
+        """Some trace holds a record of gemmscope's hook (autocast, GEMM call, process or software):
+        the run was made with it, so a GEMM without a record is one the hook did not see."""
+        prefixes = te_ranges.HOOK_PREFIXES
+        return any(name.startswith(prefixes) for t in self.traces for name in pd.unique(t.nvtx["name"].dropna()))
+
+    @property
     def mismatches(self) -> pd.DataFrame:
         if "verdict" not in self.gemms:
             return self.gemms.iloc[0:0]
@@ -239,7 +246,7 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     gemms = all_kernels[all_kernels["role"] == "gemm"].rename_axis("kernel_row").reset_index()
     is_te = gemms["via_te"].to_numpy(dtype=bool) | gemms["te_module"].notna().to_numpy()
     gemms["origin"] = np.where(is_te, "te", "outside-te")
-    gemms["module"] = module_labels(gemms)
+    gemms["module"] = module_labels(gemms["te_module"], is_te)
     if expect_map:
         gemms["expect_range"], position = innermost_match(ranges, gemms["kernel_row"].to_numpy(),
                                                           [p for p, _ in expect_map])
@@ -359,10 +366,11 @@ def allowed(patterns: Sequence[str], gemms: pd.DataFrame, ranges: EnclosingRange
     return hit
 
 
-def module_labels(gemms: pd.DataFrame) -> pd.Series:
-    """The TE module of each GEMM, or "(TE, module unknown)" / "(outside TE)"."""
-    unnamed = np.where(gemms["origin"] == "te", "(TE, module unknown)", "(outside TE)")
-    return gemms["te_module"].where(gemms["te_module"].notna(), pd.Series(unnamed, index=gemms.index))
+def module_labels(te_module: pd.Series, in_te: np.ndarray) -> pd.Series:
+    """The TE module of each launch, or "(TE, module unknown)" where TE launched it (`in_te`) and
+    nothing named the module, else "(outside TE)": one label in every table."""
+    unnamed = np.where(in_te, "(TE, module unknown)", "(outside TE)")
+    return te_module.where(te_module.notna(), pd.Series(unnamed, index=te_module.index))
 
 
 def group(gemms: pd.DataFrame) -> pd.DataFrame:

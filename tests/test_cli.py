@@ -600,3 +600,30 @@ def test_per_launch_lists_what_mapped_ranges_fail_without_a_run_recipe():
     assert doc["summary"]["expected"] is None
     assert len(doc["mismatches"]) == doc["summary"]["mismatches"] > 0
     assert {m["expect_range"] for m in doc["mismatches"]} == {"nvte_cublas_gemm_v2"}
+
+
+def test_verify_trace_takes_more_traces_without_a_double_dash(gpu_xz):
+    """`verify --trace A B` checks two traces; "not both" is said only about a `--` really given."""
+    a, b = gpu_xz("te_linear_fp8-current"), gpu_xz("te_linear_bf16")
+    result = invoke("verify", "--expect", "fp8-current", "--format", "json", "--trace", a, b)
+    assert "not both" not in result.stderr
+    traces = [t["trace"] for t in json.loads(result.stdout)["meta"]["traces"]]
+    assert traces == [str(a), str(b)]
+    assert "not both" in invoke("verify", "--trace", a, "--", "true").stderr
+
+
+def test_no_record_is_blamed_on_a_missing_hook_only_without_one(gpu_xz):
+    """The shipped example holds the hook's autocast records: its BF16 GEMMs inside TE are not
+    blamed on a trace made without the hook; a trace made without it still is."""
+    example = invoke("analyze")
+    assert "no-record" in example.stdout and "made without gemmscope's hook" not in example.stdout
+    assert "gemmscope's hook recorded this run but not these GEMM calls" in example.stdout
+    bare = invoke("verify", "--expect", "bf16", "--trace", gpu_xz("te_linear_fp8-current"))
+    assert "no-record" in bare.stdout and "a trace made without gemmscope's hook" in bare.stdout
+
+
+def test_diagnose_is_a_command(gpu_xz):
+    result = invoke("diagnose", gpu_xz("train_mixed"))
+    assert result.exit_code == 0, result.stderr
+    assert "Where the GPU time went" in result.stdout and "Findings, most time at stake first" in result.stdout
+    assert "Mismatches" not in result.stdout  # the check's tables are analyze's and verify's

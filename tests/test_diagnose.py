@@ -168,3 +168,23 @@ def test_step_ranges_found_in_a_cpu_capture(cpu_traces):
     assert sorted(outer["name"]) == ["worker-a:outer", "worker-b:outer", "worker-c:outer"]
     assert (outer["end"] > outer["start"]).all()
     assert diagnose.find_steps(result).empty  # no range is named like a step there
+
+
+def test_compare_labels_a_gemm_as_every_table_does(gpu_trace):
+    """GEMMs TE launched (its C library's range) whose module nothing names are "(TE, module
+    unknown)" in compare's per-module table, as in the GEMM tables, never "(outside TE)" there."""
+    result = check([gpu_trace("train_mixed_no-te-nvtx")])
+    comparison = diagnose.compare(result, result)
+    gemm_rows = comparison["by_module"][comparison["by_module"]["category"].isin(["gemm", "gemm-fallback"])]
+    assert set(gemm_rows["module"]) == set(result.gemms["module"]) == {"(TE, module unknown)", "(outside TE)"}
+    te_time = result.gemms.loc[result.gemms["module"] == "(TE, module unknown)", "duration_ns"].sum()
+    assert gemm_rows.loc[gemm_rows["module"] == "(TE, module unknown)", "base"].sum() == te_time
+
+
+def test_compare_of_a_trace_with_itself_says_nothing_changed(checked):
+    result = checked("fsdp_small_bf16_1gpu")
+    statement = diagnose.compare(result, result)["statement"]
+    assert statement == ("NEW's GPU time is BASE's: the same window, busy and idle time, categories and kernel "
+                         "launches")
+    moved = diagnose.compare(checked("fsdp_small_bf16_1gpu"), checked("fsdp_small_fp8_1gpu"))["statement"]
+    assert "(;" not in moved and "overlap" in moved
