@@ -72,8 +72,9 @@ def _check_options(func):
                           "allowed; repeatable."),
         click.option("--step-range", metavar="PATTERN",
                      help="NVTX range (shell pattern) that marks one training step: the breakdown covers the "
-                          "steps after the first. Default: ranges named like 'step 3' or 'iteration 3', when "
-                          "they repeat."),
+                          "steps after the first. Default: ranges named a stem and a number that repeat in a "
+                          "process (tp_step_0, iteration 3; names saying step or iteration first); the output "
+                          "says which were taken, or that none were found."),
         click.option("--workers", type=click.IntRange(min=1), metavar="N",
                      help="Read several traces in N local processes (default: one per trace, up to one per CPU)."),
         click.option("--scheduler", metavar="ADDRESS",

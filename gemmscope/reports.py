@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gemmscope import devices, te_ranges
-from gemmscope.diagnose import CATEGORIES, Diagnosis
+from gemmscope.diagnose import CATEGORIES, NO_STEPS, Diagnosis
 from gemmscope.shapes import Gemm
 from gemmscope.trace_parser import Trace
 from gemmscope.verify import Verification, recorded_recipes
@@ -606,8 +606,7 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
     if result.unreadable:
         sections.append(("Traces that could not be read (the others are checked)", pd.DataFrame(result.unreadable)))
     if diagnosis is not None:
-        window = f" (steps matching {diagnosis.step_range}, after the first)" if diagnosis.step_range else ""
-        sections.append((f"Where the GPU time went{window}", breakdown_frame(diagnosis.breakdown)))
+        sections.append((breakdown_title(diagnosis), breakdown_frame(diagnosis.breakdown)))
         sections.append(("Findings, most time at stake first", findings_frame(diagnosis.findings)))
     if detail == "verbose":
         launches = pd.DataFrame(gemm_records(result.gemms, result), columns=_gemm_fields(result))
@@ -751,11 +750,18 @@ def _ranks_section(result: Verification) -> TextSection:
     return TextSection(title, terminal_table(frame, {column: shorten_gemm_cell}, wrap={"ranks that differ"}))
 
 
+def breakdown_title(diagnosis: Diagnosis) -> str:
+    """Which part of the run the breakdown covers: the steps taken (and which ranges they are),
+    or the whole trace, saying that no steps were found."""
+    if diagnosis.step_range:
+        return f"Where the GPU time went (steps: NVTX ranges matching {diagnosis.step_range}, after the first)"
+    return f"Where the GPU time went (the whole trace: {NO_STEPS})"
+
+
 def _breakdown_sections(diagnosis: Diagnosis) -> list[TextSection]:
     """Where the GPU time went, a column per rank and a row per figure; ranks beyond what fits in
     TERMINAL_WIDTH continue in a further table."""
-    window = f" (steps matching {diagnosis.step_range}, after the first)" if diagnosis.step_range else ""
-    title = f"Where the GPU time went{window}"
+    title = breakdown_title(diagnosis)
     frame = breakdown_frame(diagnosis.breakdown)
     if frame.empty:
         return [TextSection(f"{title}: none")]
@@ -779,7 +785,7 @@ def _breakdown_sections(diagnosis: Diagnosis) -> list[TextSection]:
         chunk.append(header)
         used += column_width
     chunks.append(chunk)
-    return [TextSection(title if i == 0 else f"{title}, continued",
+    return [TextSection(title if i == 0 else "Where the GPU time went, continued",
                         terminal_table(pd.concat([names.rename("figure"), figures[chunk]], axis=1)))
             for i, chunk in enumerate(chunks)]
 

@@ -517,7 +517,7 @@ def test_verify_table_ends_with_breakdown_and_findings():
     result = invoke("verify", "--trace", CORPUS / "te_stack_large_fp8-block_1gpu.sqlite.xz", "--step-range", "step *")
     assert result.exit_code == 0, result.stderr
     text = result.stdout
-    assert "Where the GPU time went (steps matching step *, after the first)" in text
+    assert "Where the GPU time went (steps: NVTX ranges matching step *, after the first)" in text
     findings = text.split("Findings, most time at stake first")[1]
     assert findings.index("gemms-healthy") < findings.index("gemm-share")
 
