@@ -192,8 +192,9 @@ def _rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
 
 
 def _rank_key(frame: pd.DataFrame) -> pd.Series:
-    """The rank where known, else the trace and process: one GPU timeline each (labelled once per
-    distinct trace, process and rank, not once per kernel; as codes, not a string per kernel)."""
+    """The rank where known, else the process ("process 4242", its trace named first when there are
+    several): one GPU timeline each (labelled once per distinct trace, process and rank, not once
+    per kernel; as codes, not a string per kernel)."""
     pid = process_id(frame["global_pid"].astype("int64"))
     rank = frame["rank"] if "rank" in frame else pd.Series(pd.NA, index=frame.index, dtype="Int64")
     timelines = pd.DataFrame({"trace": frame["trace"], "pid": pid, "rank": rank})
@@ -202,7 +203,9 @@ def _rank_key(frame: pd.DataFrame) -> pd.Series:
                          "rank": rank.fillna(-1).to_numpy(dtype="int64")})
     codes = keys.groupby(["trace", "pid", "rank"], sort=False).ngroup().to_numpy()
     first = timelines.iloc[np.unique(codes, return_index=True)[1]]
-    labels = [str(r) if pd.notna(r) else f"{t} pid {p}" for t, p, r in zip(first["trace"], first["pid"], first["rank"])]
+    several = pd.Series(frame["trace"]).nunique() > 1
+    labels = [str(r) if pd.notna(r) else f"{f'{t} ' if several else ''}process {p}"
+              for t, p, r in zip(first["trace"], first["pid"], first["rank"])]
     # timelines of one rank in several traces (or processes) share its label
     label_codes, distinct = pd.factorize(pd.Series(labels, dtype=object))
     return pd.Series(pd.Categorical.from_codes(label_codes[codes], categories=pd.Index(distinct, dtype=object)),

@@ -330,14 +330,27 @@ def _rank_in_name(path) -> int | None:
 
 
 def _fill_ranks(trace_launches: pd.DataFrame, trace: Trace, index: int, count: int) -> pd.Series:
-    """The rank the hook's mark named; for a trace of one process without it, the rank in the
-    file's name, or its place among several files."""
+    """The rank the hook's mark named; for a trace of several processes without it, the GPU each
+    used (_rank_by_gpu); for a trace of one process, the rank in the file's name, or its place
+    among several files."""
     rank = trace_launches["rank"].astype("Int64")
-    if rank.notna().all() or trace_launches["global_pid"].nunique() > 1:
+    if rank.notna().all():
         return rank
+    if trace_launches["global_pid"].nunique() > 1:
+        return rank.fillna(_rank_by_gpu(trace_launches))
     named = _rank_in_name(trace.path)
     fallback = named if named is not None else (index if count > 1 else pd.NA)
     return rank.fillna(fallback)
+
+
+def _rank_by_gpu(trace_launches: pd.DataFrame) -> pd.Series:
+    """Per launch of a trace of several processes, the GPU its process used, where each process
+    used one GPU and no two the same: torchrun's workers each take the GPU of their local rank,
+    which on one node is their rank. NA otherwise: the processes stay apart, unnamed."""
+    devices = trace_launches.groupby("global_pid", sort=False)["device_id"].agg(["nunique", "first"])
+    if not ((devices["nunique"] == 1).all() and devices["first"].is_unique):
+        return pd.Series(pd.NA, index=trace_launches.index, dtype="Int64")
+    return trace_launches["global_pid"].map(devices["first"]).astype("Int64")
 
 
 def _causes(gemms: pd.DataFrame) -> np.ndarray:

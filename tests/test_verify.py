@@ -1,7 +1,10 @@
 """verify: a verdict per GEMM launch of the real H200 traces, against what each workload asked for
 (tests/fixtures/gpu/*.expected.json and workloads.py / train_small_te.py)."""
 
+import lzma
+import sqlite3
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +12,8 @@ from gemmscope.errors import InputError
 from gemmscope.reports import summary_document
 from gemmscope.trace_parser import read_trace
 from gemmscope.verify import RECIPES, check, verdict
+
+CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 
 H200_SM = 90
 
@@ -262,3 +267,33 @@ def test_gemm_tail_time_is_not_counted_as_gemms(checked):
     result = checked("train_mixed")
     assert result.tails_ns >= 0
     assert (result.gemms["role"] == "gemm").all()
+
+
+def _without_the_hooks_rank_marks(gpu_path: Path, tmp_path: Path, one_gpu: bool = False) -> Path:
+    """A real capture of two processes (TE's FSDP example under torchrun on 2 GPUs) as a plain
+    `nsys profile torchrun ...` would leave it: the hook's per-process rank marks taken out; with
+    `one_gpu`, as if both processes had shared GPU 0."""
+    copy = tmp_path / "two_processes_without_the_hook.sqlite"
+    copy.write_bytes(lzma.decompress(gpu_path.read_bytes()))
+    with sqlite3.connect(copy) as db:
+        db.execute("DELETE FROM NVTX_EVENTS WHERE rowid IN (SELECT e.rowid FROM NVTX_EVENTS e LEFT JOIN StringIds s "
+                   "ON s.id = e.textId WHERE coalesce(e.text, s.value) LIKE 'gemmscope.process|%')")
+        if one_gpu:
+            db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 0")
+    return copy
+
+
+def test_several_processes_without_the_hook_are_ranked_by_their_gpu(tmp_path):
+    from gemmscope import diagnose
+
+    original = CORPUS / "fsdp_fp8_2gpu.sqlite.xz"
+    hooked = check([read_trace(original)]).gemms
+    plain = check([read_trace(_without_the_hooks_rank_marks(original, tmp_path))]).gemms
+    assert plain["rank"].notna().all() and list(plain["rank"]) == list(hooked["rank"])
+    assert plain["rank"].value_counts().to_dict() == {0: 72, 1: 72}
+    # processes sharing one GPU: no rank can be named, and the two stay two timelines, by process
+    shared = check([read_trace(_without_the_hooks_rank_marks(original, tmp_path, one_gpu=True))])
+    assert shared.gemms["rank"].isna().all()
+    labels = sorted(diagnose.diagnose(shared).breakdown["rank"].astype(str))
+    pids = sorted(str(p) for p in (shared.gemms["global_pid"] // (1 << 24) & 0xFFFFFF).unique())
+    assert labels == [f"process {pid}" for pid in pids] and len(labels) == 2
