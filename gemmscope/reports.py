@@ -92,6 +92,8 @@ def summary_document(result: Verification) -> dict:
         "ranks": sorted(int(r) for r in g["rank"].dropna().unique()) if len(g) else [],
         "rank_comparison": frame_records(result.rank_comparison),
         "unreadable_traces": _plain(result.unreadable),
+        "autotuning_gemm_launches": len(result.autotuning),
+        "autotuning_gemm_time_ns": int(result.autotuning["duration_ns"].sum()) if len(result.autotuning) else 0,
     }
     if result.expect_map:
         doc["expect_map"] = [{"pattern": p, "recipe": r} for p, r in result.expect_map]
@@ -638,6 +640,8 @@ def _diagnosis_sections(diagnosis: Diagnosis) -> list[TextSection]:
 def _verification_sections(result: Verification, diagnosis: Diagnosis | None, detail: str) -> list[TextSection]:
     """analyze's and verify's tables for the terminal, in the order of their Markdown."""
     sections = [_summary_section(result)]
+    if len(result.autotuning):
+        sections.insert(0, TextSection(_autotuning_note(result)))
     if result.expect_map:
         sections.insert(0, _section("Ranges checked (--expect-map)", ranges_frame(result.ranges_checked),
                                     {"range": shorten_middle}))
@@ -655,6 +659,12 @@ def _verification_sections(result: Verification, diagnosis: Diagnosis | None, de
     if detail == "verbose":
         sections.append(_launches_section(result))
     return sections
+
+
+def _autotuning_note(result: Verification) -> str:
+    a = result.autotuning
+    return (f"Left out of the check: {_count(len(a), 'GEMM launch', 'GEMM launches')} "
+            f"({a['duration_ns'].sum() / 1e6:.3f} ms) torch.compile's max-autotune made, benchmarking candidates")
 
 
 def _where(layer: pd.Series, module: pd.Series) -> pd.Series:

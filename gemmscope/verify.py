@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from gemmscope import te_ranges
+from gemmscope import kernels, te_ranges
 from gemmscope.errors import InputError, NoGpuKernels
 from gemmscope.loading import LoadedTrace, attribute
 from gemmscope.trace_parser import EnclosingRanges, Trace, first_matching_pattern, name_matches
@@ -164,6 +164,8 @@ class Verification:
     rank_comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
     expect_map: tuple[tuple[str, str], ...] = ()
     ranges_checked: pd.DataFrame = field(default_factory=pd.DataFrame)  # per mapped range (ranges_checked())
+    # GEMM launches torch.compile's autotuner made (autotuning_launches), left out of `gemms`
+    autotuning: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def checked(self) -> bool:
@@ -243,7 +245,9 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     ranges = EnclosingRanges.concat([item.ranges for item in usable], offsets)
     memops = pd.concat(memop_parts, ignore_index=True)
     tails_ns = int(all_kernels.loc[all_kernels["role"] == "gemm-tail", "duration_ns"].sum())
-    gemms = all_kernels[all_kernels["role"] == "gemm"].rename_axis("kernel_row").reset_index()
+    autotuning = autotuning_launches(all_kernels)
+    gemms = all_kernels[(all_kernels["role"] == "gemm").to_numpy() & ~autotuning].rename_axis("kernel_row").reset_index()
+    autotuned = all_kernels[(all_kernels["role"] == "gemm").to_numpy() & autotuning]
     is_te = gemms["via_te"].to_numpy(dtype=bool) | gemms["te_module"].notna().to_numpy()
     gemms["origin"] = np.where(is_te, "te", "outside-te")
     gemms["module"] = module_labels(gemms["te_module"], is_te)
@@ -258,13 +262,38 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         _judge(gemms, _sm(traces), allow, ranges)
     result = Verification(expected=expected, gemms=gemms, tails_ns=tails_ns, traces=traces,
                           kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
-                          expect_map=expect_map)
+                          expect_map=expect_map, autotuning=autotuned)
     if expect_map:
         result.ranges_checked = ranges_checked(gemms, ranges, traces, expect_map)
     result.summary = summarize(gemms, expected)
     result.groups = group(gemms)
     result.rank_comparison = compare_ranks(gemms)
     return result
+
+
+def autotuning_launches(launches: pd.DataFrame) -> np.ndarray:
+    """Per kernel launch, whether torch.compile's max-autotune made it while benchmarking the
+    candidates of a GEMM: a kernel only the autotuner launches (kernels.is_autotune_candidate),
+    or a GEMM its thread launched between two such candidates with no kernel of the compiled
+    program (another Triton kernel) between them: the cuBLAS candidates, benchmarked in the same
+    loop. These are not the program's GEMMs: they are reported apart from its steps."""
+    candidate = kernels.is_autotune_candidate(launches["name"].to_numpy(dtype=object))
+    if not candidate.any():
+        return candidate
+    program = (launches["family"].to_numpy(dtype=object) == "triton") & ~candidate
+    tid = launches["launch_global_tid"].fillna(-1).to_numpy(dtype="int64")
+    order = np.lexsort((launches["launch_start"].fillna(launches["start"]).to_numpy(dtype="int64"), tid))
+    position = pd.Series(np.where(candidate[order], np.arange(len(order)), np.nan))
+    thread = pd.Series(tid[order])
+    before, after = position.groupby(thread).ffill(), position.groupby(thread).bfill()
+    programs_so_far = np.cumsum(program[order])
+    bounded = before.notna().to_numpy() & after.notna().to_numpy()
+    first, last = before.fillna(0).to_numpy(dtype="int64"), after.fillna(0).to_numpy(dtype="int64")
+    inside = bounded & (programs_so_far[last] == programs_so_far[first])
+    gemm = launches["role"].to_numpy(dtype=object)[order] == "gemm"
+    autotuning = np.zeros(len(launches), dtype=bool)
+    autotuning[order] = candidate[order] | (inside & gemm)
+    return autotuning
 
 
 def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...], ranges: EnclosingRanges) -> None:

@@ -297,3 +297,32 @@ def test_several_processes_without_the_hook_are_ranked_by_their_gpu(tmp_path):
     labels = sorted(diagnose.diagnose(shared).breakdown["rank"].astype(str))
     pids = sorted(str(p) for p in (shared.gemms["global_pid"] // (1 << 24) & 0xFFFFFF).unique())
     assert labels == [f"process {pid}" for pid in pids] and len(labels) == 2
+
+
+def _as_if_compiled_with_max_autotune(gpu_sqlite, tmp_path: Path) -> Path:
+    """A real capture (torch GEMMs of four precisions on one thread, workloads.py) with its
+    kernels renamed as Inductor names them: the FP32 and FP16 GEMMs and the INT8 one as
+    candidates max-autotune benchmarks (triton_mm, triton_bmm, triton_mm_persistent_tma), the
+    second FP8 one as the compiled program's template (triton_tem_fused_mm_0)."""
+    copy = tmp_path / "torch_gemms_autotuned.sqlite"
+    copy.write_bytes(gpu_sqlite("torch_gemms").read_bytes())
+    renames = {"sm80_xmma_gemm_f32f32_f32f32_f32_nn_n%": "triton_mm", "nvjet_sm90_hsh_%": "triton_bmm",
+               "nvjet_sm90_qqtst_128x128_128x6_1x1%": "triton_tem_fused_mm_0",
+               "void cutlass::Kernel2<cutlass_80_tensorop_i16832%": "triton_mm_persistent_tma"}
+    with sqlite3.connect(copy) as db:
+        for pattern, name in renames.items():
+            db.execute("UPDATE StringIds SET value = ? WHERE value LIKE ? AND id IN "
+                       "(SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)", (name, pattern))
+    return copy
+
+
+def test_autotuning_gemms_are_left_out_of_the_check(gpu_sqlite, tmp_path):
+    """The candidates, and the cuBLAS GEMMs launched between two of them, are max-autotune's; the
+    GEMMs after a kernel of the compiled program are the program's own."""
+    result = check([read_trace(_as_if_compiled_with_max_autotune(gpu_sqlite, tmp_path))], "fp8-current")
+    autotuned = Counter(result.autotuning["name"].str[:30])
+    assert autotuned == {"triton_mm": 3, "sm90_xmma_gemm_f32f32_tf32f32_": 3, "nvjet_sm90_tst_192x128_64x5_1x": 3,
+                         "triton_bmm": 3, "triton_mm_persistent_tma": 3}
+    assert Counter(result.gemms["name"].str[:30]) == {"nvjet_sm90_qqtst_128x128_128x6": 3, "triton_tem_fused_mm_0": 3}
+    assert summary_document(result)["autotuning_gemm_launches"] == 15
+    assert set(result.gemms["verdict"]) == {"OK", "UNKNOWN"}  # no autotuning candidate is a FALLBACK
