@@ -1,4 +1,5 @@
-"""The NVTX ranges and marks gemmscope's start-up hook records in a profiled program.
+"""The NVTX ranges and marks gemmscope's start-up hook records in a profiled program (and, while
+torch.profiler records, the same labels as ``record_function`` ranges, a mark as an empty one).
 
 This file is imported both by the hook (``sitecustomize`` beside it, inside the profiled program,
 which must not import gemmscope) and by gemmscope's trace reader, so that the labels are written

@@ -14,6 +14,9 @@ gemmscope_protocol.py beside this file):
   (operand types, float8 scaling), once torch is imported;
 - the process's rank, once.
 
+While torch.profiler records, each of these is also a ``record_function`` range, so that a PyTorch
+profiler (Kineto) trace, which holds no NVTX, carries the same records.
+
 Modules are recognised by what they are, not by their class name: a subclass of a TE module
 (Megatron-Core's TELayerNormColumnParallelLinear ...) is that TE module, and a subclass of a TE
 recipe (Megatron-Core's TEDelayedScaling) is recorded as the TE recipe it derives from.
@@ -65,10 +68,54 @@ def _note(message: str) -> None:
 def te_base_class(cls: type) -> str | None:
     """The name of the first class in `cls`'s MRO that TE defines (None when none is): what a
     framework's subclass of a TE module or recipe is."""
-    for base in cls.__mro__:
-        if base.__module__.startswith(_TE_PACKAGE):
-            return base.__name__
-    return None
+    return _te_class(cls)[0]
+
+
+# Per Python class: (its TE base class or None, whether a GEMM's record may name it straight from
+# the module stack). te_base_class walks an MRO; GEMM calls and module calls are a hot path.
+_TE_CLASSES: dict = {}
+# te.ops: the fuser runs its operations without calling them as modules, so the module stack
+# shows only what holds them; which operation made a GEMM is read from the calling frames.
+_TE_OPS_PACKAGE = _TE_PACKAGE + ".pytorch.ops"
+
+
+def _te_class(cls: type) -> tuple[str | None, bool]:
+    known = _TE_CLASSES.get(cls)
+    if known is None:
+        base = next((b for b in cls.__mro__ if b.__module__.startswith(_TE_PACKAGE)), None)
+        known = _TE_CLASSES[cls] = ((base.__name__, not base.__module__.startswith(_TE_OPS_PACKAGE))
+                                    if base is not None else (None, False))
+    return known
+
+
+# --- writing records --------------------------------------------------------------------------
+
+# Every record goes into the trace as an NVTX range or mark (what nsys collects) and, while
+# torch.profiler records, as a record_function range too: a Kineto trace holds no NVTX.
+_profiler_enabled = None  # torch.autograd's "is a profiler recording", once torch is imported
+
+
+def _push(torch, label: str) -> None:
+    torch.cuda.nvtx.range_push(label)
+    handles = _thread.__dict__.get("profiled")
+    if handles is None:
+        handles = _thread.profiled = []
+    handles.append(torch.ops.profiler._record_function_enter_new(label, None) if _profiler_enabled() else None)
+
+
+def _pop(torch) -> None:
+    handles = _thread.__dict__.get("profiled")
+    handle = handles.pop() if handles else None
+    if handle is not None:
+        torch.ops.profiler._record_function_exit._RecordFunction(handle)
+    torch.cuda.nvtx.range_pop()
+
+
+def _mark(torch, label: str) -> None:
+    torch.cuda.nvtx.mark(label)
+    if _profiler_enabled():
+        torch.ops.profiler._record_function_exit._RecordFunction(
+            torch.ops.profiler._record_function_enter_new(label, None))
 
 
 # --- te.autocast ------------------------------------------------------------------------------
@@ -84,10 +131,10 @@ def _patch_quantization(quantization_module) -> None:
         original_enter(cls, *args, **kwargs)
         recipe = cls.get_fp8_recipe() if cls.is_fp8_enabled() else None
         name = (te_base_class(type(recipe)) or type(recipe).__name__) if recipe is not None else "disabled"
-        torch.cuda.nvtx.range_push(f"{AUTOCAST_PREFIX}{name})")
+        _push(torch, f"{AUTOCAST_PREFIX}{name})")
 
     def autocast_exit(cls, *args, **kwargs):
-        torch.cuda.nvtx.range_pop()
+        _pop(torch)
         original_exit(cls, *args, **kwargs)
 
     manager.autocast_enter = classmethod(autocast_enter)
@@ -100,7 +147,7 @@ def _mark_process(torch) -> None:
     rank = env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", env.get("SLURM_PROCID", UNKNOWN)))
     local_rank = env.get("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("SLURM_LOCALID", UNKNOWN)))
     world_size = env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", env.get("SLURM_NTASKS", UNKNOWN)))
-    torch.cuda.nvtx.mark(format_record(PROCESS_PREFIX, {
+    _mark(torch, format_record(PROCESS_PREFIX, {
         "rank": rank, "local_rank": local_rank, "world_size": world_size, "pid": os.getpid()}))
 
 
@@ -118,13 +165,15 @@ def _mark_software(torch) -> None:
         versions["cublaslt"] = f"{number // 10000}.{number // 100 % 100}.{number % 100}"
     except Exception:  # an older TE without it: the version stays unknown
         pass
-    torch.cuda.nvtx.mark(format_record(SOFTWARE_PREFIX, versions))
+    _mark(torch, format_record(SOFTWARE_PREFIX, versions))
 
 
 # --- which module: layer paths ----------------------------------------------------------------
 
 # Per thread: `modules`, the modules whose forward runs; `node`, the backward nodes running
-# (_watch_backward); `pending`, per autograd.Function.apply running, its GEMM awaiting a node.
+# (_watch_backward); `pending`, per autograd.Function.apply running, [the record of a GEMM awaiting
+# the Function's node (_await_backward_node), the TE module record that node is to keep]; `profiled`,
+# per record range open, its torch.profiler handle (_push).
 _thread = threading.local()
 
 
@@ -225,12 +274,39 @@ def _owner_record() -> dict:
 
 
 def _calling_module(torch, function_ctx_type) -> dict:
+    """The TE module or fusible operation that called this GEMM. In a forward pass it is the
+    innermost module running on this thread when that is a TE module; the autograd.Function it
+    applies is stamped with it (_recording_apply), and in the backward pass that Function's node,
+    the one running, says whose GEMM this is. Otherwise (te.ops, whose fuser calls its operations
+    without the module stack seeing them; a node nothing stamped) the calling frames are read
+    (_calling_frames). A GEMM a framework hands TE from a module of its own (Megatron's MoE
+    router) has none: its owner says where it is."""
+    modules = _thread.__dict__.get("modules")
+    if modules:
+        module = modules[-1]
+        if _te_class(type(module))[1]:
+            record = _module_record(module)
+            pending = _thread.__dict__.get("pending")
+            if pending:
+                pending[-1][1] = record
+            return record
+    else:
+        node = _current_autograd_node()
+        record = getattr(node, "_gemmscope_module", None) if node is not None else None
+        if record is not None:
+            return record
+    return _calling_frames(torch, function_ctx_type)
+
+
+_current_autograd_node = None  # torch._C._current_autograd_node, once torch is imported
+
+
+def _calling_frames(torch, function_ctx_type) -> dict:
     """The innermost TE module or fusible operation among the TE frames calling this GEMM. In a
     forward pass it is the `self` of a frame; an autograd context met on the way is stamped
     with it, and in the backward pass (autograd's thread, where no module frame is on the
-    stack) the same context says which module's GEMM this is. A GEMM a framework hands TE from
-    a module of its own (Megatron's MoE router) has none: its owner says where it is."""
-    frame = sys._getframe(2)
+    stack) the same context says which module's GEMM this is."""
+    frame = sys._getframe(3)
     contexts = []
     for _ in range(_MAX_FRAMES):
         if frame is None:
@@ -378,13 +454,13 @@ def _recording(entry: str, original, torch):
                                       "a": record["a"], "b": record["b"]})
         except Exception as exc:  # never break the program being checked
             label = format_record(GEMM_PREFIX, {"entry": entry, "error": type(exc).__name__})
-        torch.cuda.nvtx.range_push(label)
+        _push(torch, label)
         _in_gemm_call.inside = True
         try:
             return original(*args, **kwargs)
         finally:
             _in_gemm_call.inside = False
-            torch.cuda.nvtx.range_pop()
+            _pop(torch)
 
     recorded.__wrapped__ = original
     return recorded
@@ -526,11 +602,11 @@ def _torch_recording(torch, op: str, original, position_a: int, position_b: int)
             label = format_record(TORCH_GEMM_PREFIX, record)
         except Exception as exc:  # never break the program being checked
             record, label = None, format_record(TORCH_GEMM_PREFIX, {"op": op, "error": type(exc).__name__})
-        torch.cuda.nvtx.range_push(label)
+        _push(torch, label)
         try:
             result = original(*args, **kwargs)
         finally:
-            torch.cuda.nvtx.range_pop()
+            _pop(torch)
         if record is not None and record["pass"] == "fprop" and not _dispatching(a, torch):
             k_b = (n, k) if op == "linear" else (k, n)
             node = {"module": record["module"], "layer": record["layer"], "a": record["a"], "b": record["b"],
@@ -551,7 +627,7 @@ def _await_backward_node(node: dict) -> None:
     exists only once the Function's apply returns (_recording_apply)."""
     pending = _thread.__dict__.get("pending")
     if pending:
-        pending[-1] = node
+        pending[-1][0] = node
 
 
 def _gemm_node(grad_fn):
@@ -573,10 +649,10 @@ def _watch_backward(torch, node, record: dict) -> None:
 
     def before(_grad_outputs):
         _thread.__dict__.setdefault("node", []).append(record)
-        torch.cuda.nvtx.range_push(label)
+        _push(torch, label)
 
     def after(_grad_inputs, _grad_outputs):
-        torch.cuda.nvtx.range_pop()
+        _pop(torch)
         running = _thread.__dict__.get("node")
         if running:
             running.pop()
@@ -594,23 +670,29 @@ def _first_grad_fn(output):
 
 
 def _recording_apply(torch, original):
-    """autograd.Function.apply, noting whether its forward made a recorded GEMM that no TE
-    module's context covers (_await_backward_node); if so its node gets _watch_backward."""
+    """autograd.Function.apply, noting whether its forward made a recorded GEMM: one of a TE
+    module (_calling_module), whose record its node keeps for the backward GEMMs; one no TE
+    module covers (_await_backward_node), whose node gets _watch_backward."""
     @functools.wraps(original)
     def apply(cls, *args, **kwargs):
         if _compiling():
             return original(cls, *args, **kwargs)
         pending = _thread.__dict__.setdefault("pending", [])
-        pending.append(None)
+        pending.append([None, None])
         try:
             output = original(cls, *args, **kwargs)
         finally:
-            node = pending.pop()
-        if node is not None:
+            node, te_record = pending.pop()
+        if node is not None or te_record is not None:
             grad_fn = _first_grad_fn(output)
             if grad_fn is not None:
                 try:
-                    _watch_backward(torch, grad_fn, node)
+                    # TE's own Functions only: an activation checkpoint's Function runs TE's
+                    # forward too, without a Function of TE's in between
+                    if te_record is not None and te_base_class(cls) is not None:
+                        grad_fn._gemmscope_module = te_record
+                    if node is not None:
+                        _watch_backward(torch, grad_fn, node)
                 except Exception as exc:  # never break the program being checked
                     _note(f"backward of {cls.__name__} not recorded: {type(exc).__name__}")
         return output
@@ -619,8 +701,10 @@ def _recording_apply(torch, original):
 
 
 def _patch_torch(torch) -> None:
-    global _is_compiling
+    global _is_compiling, _current_autograd_node, _profiler_enabled
     _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    _current_autograd_node = getattr(torch._C, "_current_autograd_node", lambda: None)
+    _profiler_enabled = torch._C._autograd._profiler_enabled
     torch.nn.modules.module.register_module_forward_pre_hook(_enter_module)
     torch.nn.modules.module.register_module_forward_hook(_leave_module, always_call=True)
     for owner_name, attribute, op, position_a, position_b in _TORCH_GEMM_CALLS:
