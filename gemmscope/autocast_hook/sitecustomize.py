@@ -501,6 +501,12 @@ def _torch_record(torch, op: str, a, b, args: tuple, kwargs: dict) -> tuple[dict
     return record, (m, n, k)
 
 
+def _launches_kernel(tensor) -> bool:
+    """A CPU product launches no kernel, so it is not recorded. Looked up at each call: the hook's
+    tests replace it to run the recording on CPU tensors."""
+    return getattr(tensor, "is_cuda", False)
+
+
 def _dispatching(tensor, torch) -> bool:
     """A tensor subclass with its own __torch_dispatch__ (torchao's Float8TrainingTensor, DTensor):
     the GEMM it runs is recorded where it runs, if through one of the patched calls."""
@@ -518,7 +524,7 @@ def _torch_recording(torch, op: str, original, position_a: int, position_b: int)
         if len(args) <= position_b or _compiling() or _INDUCTOR_CODE in sys._getframe(1).f_code.co_filename:
             return original(*args, **kwargs)
         a, b = args[position_a], args[position_b]
-        if not getattr(a, "is_cuda", False):  # a CPU product launches no kernel
+        if not _launches_kernel(a):
             return original(*args, **kwargs)
         _mark_software_once(torch)
         try:
