@@ -28,6 +28,8 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
+import itertools
+import math
 import os
 import sys
 import threading
@@ -446,8 +448,11 @@ def torch_gemm_shape(op: str, a, b) -> tuple[int, int, int]:
     m, k = _rows_cols(a.shape)
     if op == "linear":
         return m, int(b.shape[0]), k
-    if len(b.shape) > 2:  # batched: every batch is an (m/batch)×k by k×n product
-        return m, int(b.shape[-1]), k
+    if len(b.shape) > 2:  # batched: a's and b's batch dimensions broadcast (a 2-D a is b's every batch)
+        rows = int(a.shape[-2]) if len(a.shape) > 1 else 1
+        batches = math.prod(max(int(x), int(y)) for x, y in
+                            itertools.zip_longest(reversed(a.shape[:-2]), reversed(b.shape[:-2]), fillvalue=1))
+        return rows * batches, int(b.shape[-1]), k
     return m, int(b.shape[-1]) if len(b.shape) == 2 else 1, k
 
 
