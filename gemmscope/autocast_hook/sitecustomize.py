@@ -519,14 +519,17 @@ def _dispatching(tensor, torch) -> bool:
 
 
 # TorchInductor's generated code calls these functions as its extern kernels (it names each after
-# the function's __name__, hence functools.wraps); what a compiled graph runs is not recorded.
-_INDUCTOR_CODE = "torchinductor"
+# the function's __name__, hence functools.wraps); what a compiled graph runs is not recorded, nor
+# what Inductor runs while it compiles. Told by the calling module, which Inductor names
+# torch._inductor.… wherever its cache lies (TORCHINDUCTOR_CACHE_DIR).
+_INDUCTOR_CODE = "torch._inductor."
 
 
 def _torch_recording(torch, op: str, original, position_a: int, position_b: int):
     @functools.wraps(original)
     def recorded(*args, **kwargs):
-        if len(args) <= position_b or _compiling() or _INDUCTOR_CODE in sys._getframe(1).f_code.co_filename:
+        if (len(args) <= position_b or _compiling()
+                or sys._getframe(1).f_globals.get("__name__", "").startswith(_INDUCTOR_CODE)):
             return original(*args, **kwargs)
         a, b = args[position_a], args[position_b]
         if not _launches_kernel(a):
