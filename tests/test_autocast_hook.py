@@ -199,6 +199,23 @@ def test_each_gemm_call_recorded_once_with_op_operands_shape_and_flops(torch, nv
     assert nvtx.balanced()
 
 
+@pytest.mark.parametrize("call, op, shape", [
+    (lambda torch, t: torch.nn.functional.linear(input=t(4, 8), weight=t(16, 8)), "linear", (4, 16, 8)),
+    (lambda torch, t: torch.matmul(t(4, 8), other=t(8, 5)), "matmul", (4, 5, 8)),
+    (lambda torch, t: torch.mm(input=t(4, 8), mat2=t(8, 5)), "mm", (4, 5, 8)),
+    (lambda torch, t: torch.bmm(t(3, 4, 8), mat2=t(3, 8, 5)), "bmm", (12, 5, 8)),
+    (lambda torch, t: torch.addmm(t(4, 5), mat1=t(4, 8), mat2=t(8, 5)), "addmm", (4, 5, 8)),
+    (lambda torch, t: torch.baddbmm(t(3, 4, 5), batch1=t(3, 4, 8), batch2=t(3, 8, 5)), "baddbmm", (12, 5, 8)),
+    (lambda torch, t: t(4, 8).matmul(other=t(8, 5)), "matmul", (4, 5, 8)),
+    (lambda torch, t: t(4, 5).addmm(mat1=t(4, 8), mat2=t(8, 5)), "addmm", (4, 5, 8)),
+], ids=["F.linear", "torch.matmul", "torch.mm", "torch.bmm", "torch.addmm", "torch.baddbmm", "Tensor.matmul",
+        "Tensor.addmm"])
+def test_operands_given_by_name_recorded_too(torch, nvtx, call, op, shape):
+    with torch.no_grad():
+        call(torch, lambda *dims: torch.randn(*dims, dtype=torch.bfloat16))
+    assert [(g["op"], g["operand_a"], (g["m"], g["n"], g["k"])) for g in nvtx.torch_gemms()] == [(op, "bf16", shape)]
+
+
 def test_fp64_operands_named(torch, nvtx):
     torch.mm(torch.randn(4, 8, dtype=torch.float64), torch.randn(8, 2, dtype=torch.float64))
     (fp64,) = nvtx.torch_gemms()
@@ -521,10 +538,11 @@ def test_scaled_mm_scaling_from_its_scales(torch, nvtx, scales, scaling, request
     assert (gemm["m"], gemm["n"], gemm["k"], gemm["flops"]) == (16, 24, 256, 2 * 16 * 24 * 256)
 
 
-def test_scaled_mm_scales_given_by_name(torch, nvtx):
+def test_scaled_mm_operands_and_scales_given_by_name(torch, nvtx):
     a, b = _fp8(torch, 16, 32), _fp8(torch, 32, 24, column_major=True)
     torch._scaled_mm(a, b, scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 24), out_dtype=torch.bfloat16)
-    assert nvtx.torch_gemms()[0]["scale"] == "rowwise"
+    torch._scaled_mm(input=a, mat2=b, scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 24), out_dtype=torch.bfloat16)
+    assert [(g["scale"], g["m"], g["n"], g["k"]) for g in nvtx.torch_gemms()] == [("rowwise", 16, 24, 32)] * 2
 
 
 def addmm_float8_unwrapped(torch, a, b, scale_a, scale_b, is_rowwise_scaling, post_inverse_scale):

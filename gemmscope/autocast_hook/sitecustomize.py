@@ -420,6 +420,11 @@ _TORCH_GEMM_CALLS = (
     ("torch.Tensor", "mm", "mm", 0, 1), ("torch.Tensor", "bmm", "bmm", 0, 1),
     ("torch.Tensor", "addmm", "addmm", 1, 2), ("torch.Tensor", "baddbmm", "baddbmm", 1, 2),
 )
+# The names of each op's two matrix operands, for a call that passes them by keyword
+# (torch.matmul(x, other=w), F.linear(input=x, weight=w)); the Tensor methods name them alike.
+_OPERAND_NAMES = {"linear": ("input", "weight"), "matmul": ("input", "other"), "mm": ("input", "mat2"),
+                  "bmm": ("input", "mat2"), "addmm": ("mat1", "mat2"), "baddbmm": ("batch1", "batch2"),
+                  "_scaled_mm": ("input", "mat2")}
 _TORCH_DTYPES = {
     "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32", "torch.float64": "fp64",
     "torch.float8_e4m3fn": "fp8", "torch.float8_e5m2": "fp8", "torch.float8_e4m3fnuz": "fp8",
@@ -526,12 +531,15 @@ _INDUCTOR_CODE = "torch._inductor."
 
 
 def _torch_recording(torch, op: str, original, position_a: int, position_b: int):
+    name_a, name_b = _OPERAND_NAMES[op]
+
     @functools.wraps(original)
     def recorded(*args, **kwargs):
-        if (len(args) <= position_b or _compiling()
+        a = _argument(args, kwargs, name_a, position_a)
+        b = _argument(args, kwargs, name_b, position_b)
+        if (b is None or _compiling()
                 or sys._getframe(1).f_globals.get("__name__", "").startswith(_INDUCTOR_CODE)):
             return original(*args, **kwargs)
-        a, b = args[position_a], args[position_b]
         if not _launches_kernel(a):
             return original(*args, **kwargs)
         _mark_software_once(torch)
