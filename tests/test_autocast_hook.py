@@ -446,6 +446,40 @@ def test_backward_node_range_holds_the_node_only(torch, nvtx):
     assert [g["layer"] for g in nvtx.torch_gemms()] == ["0", "2", "2", "0"]
 
 
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_a_forward_recomputed_in_backward_is_fprop_of_its_own_modules(hook, torch, nvtx, use_reentrant):
+    """Activation checkpointing runs a block's forward again inside the backward (inside the
+    backward node that needs its activations): those GEMMs are its modules' fprop, not backward
+    GEMMs of that node's module."""
+    from torch.utils.checkpoint import checkpoint
+
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = nn.Linear(8, 16, bias=False)
+            self.down = nn.Linear(16, 8, bias=False)
+
+        def forward(self, x):
+            return self.down(self.up(x).relu())
+
+    class Checkpointed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+
+        def forward(self, x):
+            return checkpoint(self.block, x, use_reentrant=use_reentrant)
+
+    Checkpointed()(torch.randn(4, 8, requires_grad=True)).sum().backward()
+    gemms = nvtx.torch_gemms()
+    assert [(g["layer"], g["pass"], g["m"], g["n"]) for g in gemms if g["op"] == "linear"] == [
+        ("block.up", "fprop", 4, 16), ("block.down", "fprop", 4, 8)] * 2
+    assert {g["layer"] for g in gemms if g["op"] == "MmBackward0"} == {"block.up", "block.down"}
+    assert nvtx.balanced() and hook._thread.node == []
+
+
 def _linear_function(torch):
     """A custom autograd.Function, as Megatron-Core's and torchao's linears are: its forward and
     backward call torch's GEMMs themselves."""

@@ -128,6 +128,9 @@ def _mark_software(torch) -> None:
 # Per thread: `modules`, the modules whose forward runs; `node`, the backward nodes running
 # (_watch_backward); `pending`, per autograd.Function.apply running, its GEMM awaiting a node.
 _thread = threading.local()
+# On `node`, above a backward node: a module's forward runs inside it (activation checkpointing
+# recomputes the forward there), so the GEMMs are that module's forward ones.
+_FORWARD_IN_BACKWARD = None
 
 
 def _running_modules() -> list:
@@ -146,6 +149,9 @@ def _enter_module(module, _args) -> None:
     if "_gemmscope_path" not in module.__dict__:
         _name_tree(module)
     _running_modules().append(module)
+    running = _thread.__dict__.get("node")
+    if running:
+        running.append(_FORWARD_IN_BACKWARD)
 
 
 def _leave_module(module, _args, _output) -> None:
@@ -154,6 +160,9 @@ def _leave_module(module, _args, _output) -> None:
     modules = _running_modules()
     if modules and modules[-1] is module:
         modules.pop()
+    running = _thread.__dict__.get("node")
+    if running and running[-1] is _FORWARD_IN_BACKWARD:
+        running.pop()
 
 
 def _compiling() -> bool:
@@ -215,9 +224,10 @@ def _module_record(module) -> dict:
 def _owner_record() -> dict:
     """The innermost module of any kind around a GEMM call: in a forward pass the innermost
     module whose forward runs on this thread; in a backward pass, the module of the forward call
-    whose backward node runs now (_BackwardNode)."""
+    whose backward node runs now (_BackwardNode), unless a forward runs inside that node
+    (activation checkpointing's recompute)."""
     running = _thread.__dict__.get("node")
-    if running:
+    if running and running[-1] is not _FORWARD_IN_BACKWARD:
         return {"owner": running[-1]["module"], "layer": running[-1]["layer"]}
     modules = _thread.__dict__.get("modules")
     if modules:
