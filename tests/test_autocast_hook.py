@@ -18,6 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import gemmscope
@@ -153,8 +154,6 @@ def test_software_versions_marked_once_at_the_first_gemm(hook, torch, nvtx, monk
     marks = [label for kind, label in nvtx.events if kind == "mark"]
     assert len(marks) == 1 and marks[0].startswith(SOFTWARE_PREFIX)
     assert nvtx.events[0] == ("mark", marks[0])  # before the first GEMM's range
-    import pandas as pd
-
     assert te_ranges.recorded_software(pd.Series(marks)) == {
         "torch": torch.__version__, "cuda": torch.version.cuda, "transformer_engine": None, "cublaslt": None}
 
@@ -345,7 +344,7 @@ def test_basic_operations_of_a_fused_operation_share_its_path(hook, torch):
     assert fused.basic_ops.__dict__["_gemmscope_path"] == "blocks.0.fused"
 
 
-def test_a_shared_module_keeps_its_first_path(torch, nvtx):
+def test_a_module_shared_by_two_parents_has_one_path(torch, nvtx):
     nn = torch.nn
     shared = nn.Linear(8, 8)
     model = nn.Sequential(nn.Sequential(shared), nn.Sequential(shared))
