@@ -529,6 +529,29 @@ def test_custom_function_backward_gemm_whose_shape_fits_both_is_just_backward(to
     assert [g["pass"] for g in nvtx.torch_gemms()] == ["fprop", "backward", "backward", "backward"]
 
 
+def test_custom_function_returning_a_tuple_with_its_weight_gradient_transposed(torch, nvtx):
+    """A Function over x·W (W stored K×N, as torch.matmul takes it) returning (output, a tensor
+    without gradient), whose backward computes the weight gradient N×K and transposes it: still
+    the wgrad."""
+    class MatmulFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight):
+            ctx.save_for_backward(x, weight)
+            return torch.matmul(x, weight), torch.zeros(1)
+
+        @staticmethod
+        def backward(ctx, grad_output, _grad_zeros):
+            x, weight = ctx.saved_tensors
+            return grad_output.matmul(weight.t()), grad_output.t().matmul(x).t()
+
+    weight = torch.randn(8, 16, requires_grad=True)
+    output, _ = MatmulFunction.apply(torch.randn(4, 8, requires_grad=True), weight)
+    output.sum().backward()
+    assert [(g["op"], g["pass"], g["m"], g["n"], g["k"]) for g in nvtx.torch_gemms()] == [
+        ("matmul", "fprop", 4, 16, 8), ("MatmulFunctionBackward", "backward", None, None, None),
+        ("matmul", "dgrad", 4, 8, 16), ("matmul", "wgrad", 16, 8, 4)]
+
+
 def test_a_gemm_in_no_grad_outside_any_function_watches_no_backward(hook, torch, nvtx):
     with torch.no_grad():
         torch.nn.Linear(8, 8)(torch.randn(4, 8))
