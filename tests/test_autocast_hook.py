@@ -737,3 +737,55 @@ def test_hook_installs_itself_on_import(torch, tmp_path):
     assert (read["module"], read["layer"], read["requested"], read["m"], read["n"], read["k"]) == (
         "Linear", "0", "bf16", 2, 4, 8)
     assert lines[-1] == "pop"
+
+
+# --- TE GEMM calls: shapes, FLOPs, TE classes, the process mark (logic that needs no TE) ------
+
+@pytest.mark.parametrize("gemm_pass, a_shape, b_shape, layout, shape", [
+    # TE's calls (module/linear.py): fprop general_gemm(weight, inp, "TN"), dgrad (weight,
+    # grad_output, "NN"), wgrad (inp, grad_output, "NT"); weight N×K, input M×K (2·3 tokens)
+    ("fprop", (16, 8), (2, 3, 8), "TN", (6, 16, 8)),
+    ("dgrad", (16, 8), (2, 3, 16), "NN", (6, 8, 16)),
+    ("wgrad", (2, 3, 8), (2, 3, 16), "NT", (16, 8, 6)),
+])
+def test_te_gemm_shape_and_flops_from_operands_and_layout(hook, torch, gemm_pass, a_shape, b_shape, layout, shape):
+    a, b = torch.zeros(*a_shape), torch.zeros(*b_shape)
+    assert hook.PASS_BY_LAYOUT[layout] == gemm_pass
+    assert hook.gemm_shape(a, b, layout) == shape
+    m, n, k = shape
+    assert hook.gemm_flops(a, b, layout) == 2 * m * n * k
+    # a grouped GEMM (lists of operands): its members' FLOPs summed
+    assert hook.gemm_flops([a, a], [b, b], layout) == 2 * (2 * m * n * k)
+
+
+def test_te_gemm_shape_unknown_without_matrices(hook, torch):
+    assert hook.gemm_shape(torch.zeros(8), torch.zeros(4, 8), "TN") is None
+    assert hook.gemm_shape(None, torch.zeros(4, 8), "TN") is None
+    assert hook.gemm_flops([torch.zeros(4, 8), None], [torch.zeros(4, 8)] * 2, "TN") is None
+
+
+def test_te_base_class_of_a_framework_subclass(hook, torch):
+    te_linear = type("Linear", (torch.nn.Module,), {"__module__": "transformer_engine.pytorch.module.linear"})
+    framework_linear = type("TELayerNormColumnParallelLinear", (te_linear,), {"__module__": "megatron.core.extensions"})
+    assert hook.te_base_class(framework_linear) == hook.te_base_class(te_linear) == "Linear"
+    assert hook.te_base_class(torch.nn.Linear) is None
+
+
+@pytest.mark.parametrize("env, rank", [
+    ({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}, 3),
+    ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "8"}, 5),
+    ({"SLURM_PROCID": "7", "SLURM_LOCALID": "3", "SLURM_NTASKS": "8"}, 7),
+    ({}, None),
+])
+def test_process_mark_names_the_launchers_rank(hook, torch, nvtx, monkeypatch, env, rank):
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                 "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    hook._mark_process(torch)
+    (kind, label), = nvtx.events
+    assert kind == "mark"
+    read = te_ranges.parse(label)
+    assert (read["kind"], read["rank"]) == (te_ranges.PROCESS, rank)
+    assert parse_record(hook.PROCESS_PREFIX, label)["pid"] == str(os.getpid())
