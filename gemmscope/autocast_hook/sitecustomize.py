@@ -535,8 +535,8 @@ def _dispatching(tensor, torch) -> bool:
 
 # TorchInductor's generated code calls these functions as its extern kernels (it names each after
 # the function's __name__, hence functools.wraps); what a compiled graph runs is not recorded, nor
-# what Inductor runs while it compiles. Told by the calling module, which Inductor names
-# torch._inductor.… wherever its cache lies (TORCHINDUCTOR_CACHE_DIR).
+# any call from Inductor's own modules. Told by the calling module's name: Inductor names the
+# modules it generates torch._inductor.… wherever its cache lies (TORCHINDUCTOR_CACHE_DIR).
 _INDUCTOR_CODE = "torch._inductor."
 
 
