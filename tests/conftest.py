@@ -221,3 +221,20 @@ def chromium_bin() -> str:
             pytest.fail(msg + " -- CI is set, so the browser tests must run", pytrace=False)
         pytest.skip(msg)
     return found
+
+
+# ------------------------------------------------------------------------------------------------
+# torch_cpu -> the torch module, for the tests that run gemmscope's autocast hook on CPU tensors
+#              (tests/test_autocast_hook.py). Without torch they are skipped, except when the CI
+#              environment variable is set (to anything but "", 0, false, no): then they fail,
+#              since CI must really run them (.ci/run installs torch's CPU build).
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def torch_cpu():
+    if not _ci_is_set():
+        return pytest.importorskip("torch")
+    try:
+        import torch
+    except ImportError as exc:
+        pytest.fail(f"torch not importable ({exc}) -- CI is set, so the hook's tests must run", pytrace=False)
+    return torch

@@ -236,16 +236,20 @@ def test_bundle_interrupted_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_doctor_canary_without_torch_is_one_line():
+def test_doctor_canary_without_torch_or_a_gpu_is_one_line():
+    """Without torch (a plain `pip install gemmscope`) or with a torch that sees no GPU (CI's CPU
+    build): one line naming what is missing."""
     try:
-        import torch  # noqa: F401
-        pytest.skip("torch is installed here")
+        import torch
     except ImportError:
-        pass
+        missing = "torch: pip install 'gemmscope[gpu]' to profile; analysis works without"
+    else:
+        if torch.cuda.is_available():
+            pytest.skip("a CUDA GPU is here")
+        missing = f"gpu: torch {torch.__version__} sees no CUDA GPU"
     done = gemmscope("doctor", "--canary")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.splitlines() == ["gemmscope: error: --canary cannot run here: torch: pip install "
-                                        "'gemmscope[gpu]' to profile; analysis works without"]
+    assert done.stderr.splitlines() == [f"gemmscope: error: --canary cannot run here: {missing}"]
 
 
 def test_profile_of_a_model_without_a_gpu_says_so():

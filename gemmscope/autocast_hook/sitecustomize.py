@@ -31,6 +31,8 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
+import itertools
+import math
 import os
 import sys
 import threading
@@ -175,6 +177,9 @@ def _mark_software(torch) -> None:
 # the Function's node (_await_backward_node), the TE module record that node is to keep]; `profiled`,
 # per record range open, its torch.profiler handle (_push).
 _thread = threading.local()
+# On `node`, above a backward node: a module's forward runs inside it (activation checkpointing
+# recomputes the forward there), so the GEMMs are that module's forward ones.
+_FORWARD_IN_BACKWARD = None
 
 
 def _running_modules() -> list:
@@ -193,6 +198,9 @@ def _enter_module(module, _args) -> None:
     if "_gemmscope_path" not in module.__dict__:
         _name_tree(module)
     _running_modules().append(module)
+    running = _thread.__dict__.get("node")
+    if running:
+        running.append(_FORWARD_IN_BACKWARD)
 
 
 def _leave_module(module, _args, _output) -> None:
@@ -201,6 +209,9 @@ def _leave_module(module, _args, _output) -> None:
     modules = _running_modules()
     if modules and modules[-1] is module:
         modules.pop()
+    running = _thread.__dict__.get("node")
+    if running and running[-1] is _FORWARD_IN_BACKWARD:
+        running.pop()
 
 
 def _compiling() -> bool:
@@ -262,9 +273,10 @@ def _module_record(module) -> dict:
 def _owner_record() -> dict:
     """The innermost module of any kind around a GEMM call: in a forward pass the innermost
     module whose forward runs on this thread; in a backward pass, the module of the forward call
-    whose backward node runs now (_BackwardNode)."""
+    whose backward node runs now (_BackwardNode), unless a forward runs inside that node
+    (activation checkpointing's recompute)."""
     running = _thread.__dict__.get("node")
-    if running:
+    if running and running[-1] is not _FORWARD_IN_BACKWARD:
         return {"owner": running[-1]["module"], "layer": running[-1]["layer"]}
     modules = _thread.__dict__.get("modules")
     if modules:
@@ -494,6 +506,11 @@ _TORCH_GEMM_CALLS = (
     ("torch.Tensor", "mm", "mm", 0, 1), ("torch.Tensor", "bmm", "bmm", 0, 1),
     ("torch.Tensor", "addmm", "addmm", 1, 2), ("torch.Tensor", "baddbmm", "baddbmm", 1, 2),
 )
+# The names of each op's two matrix operands, for a call that passes them by keyword
+# (torch.matmul(x, other=w), F.linear(input=x, weight=w)); the Tensor methods name them alike.
+_OPERAND_NAMES = {"linear": ("input", "weight"), "matmul": ("input", "other"), "mm": ("input", "mat2"),
+                  "bmm": ("input", "mat2"), "addmm": ("mat1", "mat2"), "baddbmm": ("batch1", "batch2"),
+                  "_scaled_mm": ("input", "mat2")}
 _TORCH_DTYPES = {
     "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32", "torch.float64": "fp64",
     "torch.float8_e4m3fn": "fp8", "torch.float8_e5m2": "fp8", "torch.float8_e4m3fnuz": "fp8",
@@ -522,8 +539,11 @@ def torch_gemm_shape(op: str, a, b) -> tuple[int, int, int]:
     m, k = _rows_cols(a.shape)
     if op == "linear":
         return m, int(b.shape[0]), k
-    if len(b.shape) > 2:  # batched: every batch is an (m/batch)×k by k×n product
-        return m, int(b.shape[-1]), k
+    if len(b.shape) > 2:  # batched: a's and b's batch dimensions broadcast (a 2-D a is b's every batch)
+        rows = int(a.shape[-2]) if len(a.shape) > 1 else 1
+        batches = math.prod(max(int(x), int(y)) for x, y in
+                            itertools.zip_longest(reversed(a.shape[:-2]), reversed(b.shape[:-2]), fillvalue=1))
+        return rows * batches, int(b.shape[-1]), k
     return m, int(b.shape[-1]) if len(b.shape) == 2 else 1, k
 
 
@@ -577,6 +597,12 @@ def _torch_record(torch, op: str, a, b, args: tuple, kwargs: dict) -> tuple[dict
     return record, (m, n, k)
 
 
+def _launches_kernel(tensor) -> bool:
+    """A CPU product launches no kernel, so it is not recorded. Looked up at each call: the hook's
+    tests replace it to run the recording on CPU tensors."""
+    return getattr(tensor, "is_cuda", False)
+
+
 def _dispatching(tensor, torch) -> bool:
     """A tensor subclass with its own __torch_dispatch__ (torchao's Float8TrainingTensor, DTensor):
     the GEMM it runs is recorded where it runs, if through one of the patched calls."""
@@ -584,17 +610,23 @@ def _dispatching(tensor, torch) -> bool:
 
 
 # TorchInductor's generated code calls these functions as its extern kernels (it names each after
-# the function's __name__, hence functools.wraps); what a compiled graph runs is not recorded.
-_INDUCTOR_CODE = "torchinductor"
+# the function's __name__, hence functools.wraps); what a compiled graph runs is not recorded, nor
+# any call from Inductor's own modules. Told by the calling module's name: Inductor names the
+# modules it generates torch._inductor.… wherever its cache lies (TORCHINDUCTOR_CACHE_DIR).
+_INDUCTOR_CODE = "torch._inductor."
 
 
 def _torch_recording(torch, op: str, original, position_a: int, position_b: int):
+    name_a, name_b = _OPERAND_NAMES[op]
+
     @functools.wraps(original)
     def recorded(*args, **kwargs):
-        if len(args) <= position_b or _compiling() or _INDUCTOR_CODE in sys._getframe(1).f_code.co_filename:
+        a = _argument(args, kwargs, name_a, position_a)
+        b = _argument(args, kwargs, name_b, position_b)
+        if (b is None or _compiling()
+                or sys._getframe(1).f_globals.get("__name__", "").startswith(_INDUCTOR_CODE)):
             return original(*args, **kwargs)
-        a, b = args[position_a], args[position_b]
-        if not getattr(a, "is_cuda", False):  # a CPU product launches no kernel
+        if not _launches_kernel(a):
             return original(*args, **kwargs)
         _mark_software_once(torch)
         try:
