@@ -203,7 +203,21 @@ def _write_plots(directory: Path | None, result: verify.Verification, diagnosis:
 
 
 def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=()) -> verify.Verification:
-    return verify.check(loading.load(paths, workers, scheduler), expect, allow, expect_map)
+    loaded = loading.load(paths, workers, scheduler)
+    _say_lacking([item.trace for item in loaded if item.trace is not None])
+    return verify.check(loaded, expect, allow, expect_map)
+
+
+def _say_lacking(traces) -> None:
+    """What traces made by another profiler than nsys do not hold, once per distinct list."""
+    by_lacks: dict[tuple, list[str]] = {}
+    for trace in traces:
+        if trace.meta["lacks"]:
+            by_lacks.setdefault(tuple(trace.meta["lacks"]), []).append(trace.path.name)
+    for lacks, names in by_lacks.items():
+        which = names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]}, …)"
+        click.echo(f"gemmscope: note: {which} ({traces[0].meta['profiler']}) has no {'; no '.join(lacks)}",
+                   err=True)
 
 
 @main.command("verify", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

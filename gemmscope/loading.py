@@ -38,8 +38,9 @@ class LoadedTrace:
 def attribute(trace: Trace) -> LoadedTrace:
     """A trace already read, with its launches attributed (or why it has nothing to attribute)."""
     if trace.kernels.empty:
-        return LoadedTrace(trace.path, error=f"{trace.path} holds no GPU kernels: was it captured with "
-                                             "--trace=cuda, on a GPU?")
+        # a reader that can tell why says so (a CPU-only torch.profiler trace)
+        return LoadedTrace(trace.path, error=trace.meta.get("no_kernels") or f"{trace.path} holds no GPU kernels: "
+                                             "was it captured with --trace=cuda, on a GPU?")
     frame, ranges = launches_with_ranges(trace)
     # `frame` holds every kernel with the call that launched it: the trace's own frames of them
     # are let go (a long trace's are hundreds of MB), their columns kept.
