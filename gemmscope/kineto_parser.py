@@ -32,6 +32,7 @@ from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
+import ijson
 import numpy as np
 import pandas as pd
 
@@ -128,7 +129,7 @@ def read(path: Path, given: Path | None = None):
         read_events.consume(events)
     except InputError:
         raise
-    except (OSError, EOFError, zlib.error, ValueError) as exc:  # ijson's errors are ValueErrors
+    except (OSError, EOFError, zlib.error, ValueError, ijson.JSONError) as exc:
         raise InputError(f"{given} is a truncated or damaged torch.profiler trace ({_one_line(exc)})") from None
     return read_events.trace(Trace, given)
 
@@ -146,8 +147,6 @@ def _open(path: Path):
 def _head_and_events(path: Path) -> tuple[dict, Iterator[dict]]:
     """The top-level keys before `traceEvents` (Kineto writes its metadata there), and an
     iterator over the events, streamed."""
-    import ijson
-
     head: dict = {}
     with _open(path) as f:
         parser = ijson.parse(f, use_float=True)
@@ -168,8 +167,6 @@ def _head_and_events(path: Path) -> tuple[dict, Iterator[dict]]:
 
 def _built(parser, first_event: str):
     """The whole value whose first parse event was `first_event`, from ijson's parse events."""
-    import ijson
-
     builder = ijson.ObjectBuilder()
     builder.event(first_event, None)
     depth = 1
@@ -183,8 +180,6 @@ def _built(parser, first_event: str):
 
 
 def _events(path: Path) -> Iterator[dict]:
-    import ijson
-
     with _open(path) as f:
         yield from ijson.items(f, "traceEvents.item", use_float=True)
 
