@@ -388,9 +388,9 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
     """The traces scrubbed (in the private scratch folder) and read back under their own names,
     redacted; and the Redactor that scrubbed them."""
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import sqlite_export
+    from gemmscope.trace_parser import trace_source
 
-    exports = [sqlite_export(path) for path in paths]
+    exports = [trace_source(path) for path in paths]
     redactor = Redactor.of_exports(exports, keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
     traces = [dataclasses.replace(read_trace(scrub(export, staging / f"{i}.sqlite", redactor)),
@@ -502,9 +502,9 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
     """Copy a trace without the environment, command line, user and host names nsys recorded,
     and with every text in it redacted (README: Redaction; stderr says what was taken out)."""
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import sqlite_export
+    from gemmscope.trace_parser import trace_source
 
-    redactor = Redactor.of_exports([sqlite_export(trace)], keep)
+    redactor = Redactor.of_exports([trace_source(trace)], keep)
     click.echo(f"wrote {scrub(trace, out, redactor)}")
     _say_redacted(redactor)
 

@@ -118,6 +118,13 @@ def _ns(microseconds: float) -> int:
     return round(microseconds * 1000)
 
 
+def _damaged(given: Path, exc: BaseException) -> InputError:
+    return InputError(f"{given} is a truncated or damaged torch.profiler trace ({_one_line(exc)})")
+
+
+_READ_ERRORS = (OSError, EOFError, zlib.error, ValueError, ijson.JSONError)
+
+
 def read(path: Path, given: Path | None = None):
     """A Kineto trace as a trace_parser.Trace (`given`: the path messages name)."""
     from gemmscope.trace_parser import Trace
@@ -129,9 +136,38 @@ def read(path: Path, given: Path | None = None):
         read_events.consume(events)
     except InputError:
         raise
-    except (OSError, EOFError, zlib.error, ValueError, ijson.JSONError) as exc:
-        raise InputError(f"{given} is a truncated or damaged torch.profiler trace ({_one_line(exc)})") from None
+    except _READ_ERRORS as exc:
+        raise _damaged(given, exc) from None
     return read_events.trace(Trace, given)
+
+
+def recorded_names(path: Path) -> list[str]:
+    """The machine's names the trace's head records (Kineto's `host_name`), for redaction."""
+    try:
+        head, _ = _head_and_events(path)
+    except _READ_ERRORS as exc:
+        raise _damaged(path, exc) from None
+    return [str(head["host_name"])] if head.get("host_name") else []
+
+
+def write_redacted(path: Path, out: Path, redact) -> None:
+    """A copy of the trace `path` with `redact` (a JSON-able value -> the same, redacted)
+    applied to its head and to each event as it streams past: gzip-compressed when `out` ends
+    in .gz. `out` is written as given: the caller makes it appear whole."""
+    import json
+
+    try:
+        head, events = _head_and_events(path)
+        opener = gzip.open if out.name.endswith(".gz") else open
+        with opener(out, "wt", encoding="utf-8") as f:
+            f.write(json.dumps(redact(head))[:-1] + (", " if head else "") + '"traceEvents": [\n')
+            for at, event in enumerate(events):
+                f.write((",\n" if at else "") + json.dumps(redact(event)))
+            f.write("\n]}\n")
+    except _READ_ERRORS as exc:
+        if isinstance(exc, OSError) and exc.filename == str(out):
+            raise
+        raise _damaged(path, exc) from None
 
 
 def _one_line(exc: BaseException) -> str:

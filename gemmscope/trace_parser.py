@@ -220,6 +220,15 @@ def read_trace(path: str | Path, threads: int = 2) -> Trace:
         raise InputError(f"{given} is a damaged or truncated SQLite file ({exc})") from None
 
 
+def trace_source(path: str | Path) -> Path:
+    """The file a trace is read from: a torch.profiler trace itself, an nsys trace's SQLite
+    export (sqlite_export)."""
+    path = Path(path)
+    if path.is_file() and kineto_parser.is_kineto(path):
+        return path
+    return sqlite_export(path)
+
+
 def sqlite_export(path: str | Path) -> Path:
     """The SQLite export of a trace, checked to be one: a `.sqlite` itself; a `.sqlite.xz`
     decompressed, an `.nsys-rep` exported with nsys (or its export beside it, when newer), into

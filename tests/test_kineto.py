@@ -167,3 +167,54 @@ def test_nothing_half_written_on_bad_input(tmp_path):
     done = gemmscope("report", cut, "-o", out)
     assert_one_line_error(done)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.json.gz"]
+
+
+# --- report, bundle and scrub ------------------------------------------------------------------
+
+SECRET = "hf_" + "a1B2c3D4e5F6g7H8i9J0kLmNoPqRsTuVwX"
+
+
+@pytest.fixture(scope="module")
+def with_secrets(tmp_path_factory, v100_events):
+    """The V100 trace with a token in a record_function label and the user's e-mail in its host
+    name, as a careless run would leave them."""
+    events = list(v100_events["traceEvents"])
+    label = next(e for e in events if e.get("cat") == "user_annotation")
+    events.append(dict(label, name=f"step with token {SECRET}"))
+    path = tmp_path_factory.mktemp("secrets") / "rank0.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(dict(v100_events, host_name="someone@example.com", traceEvents=events), f)
+    return path
+
+
+def test_scrub_writes_a_kineto_trace_without_the_secrets_that_reads_the_same(tmp_path, with_secrets):
+    out = tmp_path / "scrubbed.json.gz"
+    done = gemmscope("scrub", with_secrets, "-o", out)
+    assert done.returncode == 0, done.stderr
+    assert "1 hugging-face-token" in done.stderr and "email" in done.stderr
+    text = gzip.open(out, "rt").read()
+    assert SECRET not in text and "someone@example.com" not in text
+    scrubbed, original = load_one(out), load_one(with_secrets)
+    assert len(scrubbed.launches) == len(original.launches) == 4350
+    assert scrubbed.launches["te_pass"].equals(original.launches["te_pass"])
+    assert (scrubbed.launches["start"] == original.launches["start"]).all()
+
+
+def test_report_and_bundle_of_a_kineto_trace(tmp_path, with_secrets):
+    import zipfile
+
+    html = tmp_path / "report.html"
+    done = gemmscope("report", with_secrets, "-o", html)
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in html.read_text() and "Tesla V100-SXM2-32GB" in html.read_text()
+    zipped = tmp_path / "issue.zip"
+    done = gemmscope("bundle", with_secrets, "-o", zipped, "--expect", "bf16")
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(zipped) as archive:
+        names = archive.namelist()
+        assert "traces/rank0.json.gz" in names
+        analysis = json.loads(archive.read("analysis.json"))
+        trace = gzip.decompress(archive.read("traces/rank0.json.gz")).decode()
+    assert analysis["summary"]["gemm_launches"] == 420 and analysis["summary"]["mismatches"] == 420
+    assert analysis["meta"]["profiler"] == "torch.profiler"
+    assert SECRET not in trace
