@@ -154,8 +154,8 @@ def _emit(text: str) -> None:
 def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
             allow: tuple[str, ...], step_range: str | None, workers: int | None, scheduler: str | None,
             plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool, per_launch: bool) -> None:
-    """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep; files, folders or
-    globs, e.g. one per rank): precision, rank, thread, NVTX ranges, TE module, layer and pass,
+    """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep) or torch.profiler
+    traces (.json, .json.gz; told by content); files, folders or globs, e.g. one per rank: precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
     trace shipped with gemmscope, a small TE model trained in FP8 in which one block runs with
     autocast disabled and the LM head is a plain torch.nn.Linear."""
