@@ -218,3 +218,34 @@ def test_report_and_bundle_of_a_kineto_trace(tmp_path, with_secrets):
     assert analysis["summary"]["gemm_launches"] == 420 and analysis["summary"]["mismatches"] == 420
     assert analysis["meta"]["profiler"] == "torch.profiler"
     assert SECRET not in trace
+
+
+# --- paired captures: the same program by nsys and by torch.profiler ---------------------------
+
+GPU_KINETO = Path(__file__).resolve().parent / "fixtures" / "gpu" / "kineto"
+PAIRS = sorted(GPU_KINETO.glob("*.json.gz")) if GPU_KINETO.is_dir() else []
+
+
+def _nsys_twin(kineto: Path) -> Path | None:
+    """The nsys capture of the same program beside a Kineto trace: NAME.sqlite.xz for NAME.json.gz."""
+    twin = kineto.with_name(kineto.name.removesuffix(".json.gz") + ".sqlite.xz")
+    return twin if twin.exists() else None
+
+
+@pytest.mark.skipif(not any(map(_nsys_twin, PAIRS)),
+                    reason="no paired GPU captures yet (tests/fixtures/gpu/kineto/NAME.json.gz beside NAME.sqlite.xz)")
+@pytest.mark.parametrize("kineto", [p for p in PAIRS if _nsys_twin(p)], ids=lambda p: p.name)
+def test_paired_captures_give_the_same_gemms_and_verdicts(kineto):
+    """GEMM counts and precisions per pass direction, requests and the verify exit code agree
+    between the nsys and the torch.profiler capture of one program."""
+    from gemmscope import verify
+
+    results = [verify.check([load_one(path)], None, ()) for path in (_nsys_twin(kineto), kineto)]
+
+    def shape(result):
+        gemms = result.gemms
+        backward = gemms["te_pass"].isin(["dgrad", "wgrad", "backward"])
+        return (Counter(zip(gemms["precision"], backward)), Counter(gemms["requested"].dropna()),
+                result.failed)
+
+    assert shape(results[1]) == shape(results[0])
