@@ -21,7 +21,7 @@ import click
 import pandas as pd
 
 from gemmscope import diagnose, kernels, loading, reports, scratch, shapes, verify
-from gemmscope.errors import EXIT_INTERRUPTED, InputError
+from gemmscope.errors import EXIT_INTERRUPTED, InputError, NoGpuKernels
 from gemmscope.trace_parser import read_trace, trace_paths
 
 EXAMPLE_TRACE = Path(__file__).parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
@@ -108,8 +108,9 @@ def _check_options(func):
                           "allowed; repeatable."),
         click.option("--step-range", metavar="PATTERN",
                      help="NVTX range (shell pattern) that marks one training step: the breakdown covers the "
-                          "steps after the first. Default: ranges named like 'step 3' or 'iteration 3', when "
-                          "they repeat."),
+                          "steps after the first. Default: ranges named a stem and a number that repeat in a "
+                          "process (tp_step_0, iteration 3; names saying step or iteration first); the output "
+                          "says which were taken, or that none were found."),
         click.option("--workers", type=click.IntRange(min=1), metavar="N",
                      help="Read several traces in N local processes (default: one per trace, up to one per CPU)."),
         click.option("--scheduler", metavar="ADDRESS",
@@ -163,12 +164,24 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
         traces = (EXAMPLE_TRACE,)
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
     _make_dir(plots_dir)
-    result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map)
+    try:
+        result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map)
+    except NoGpuKernels as exc:
+        if not exc.cuda_traced:
+            raise
+        _exit_no_gemm_ran(str(exc), expect)
     diagnosis = diagnose.diagnose(result, step_range)
     _print_result(result, fmt, lambda: reports.analysis_document(result, None, diagnosis, per_launch), diagnosis,
                   _detail(quiet, verbose))
     _write_plots(plots_dir, result, diagnosis)
     sys.exit(EXIT_MISMATCH if result.failed else 0)
+
+
+def _exit_no_gemm_ran(said: str, expect: str | None) -> None:
+    """A run that launched no GPU kernel (captured with CUDA tracing): nothing ran at any recipe,
+    which fails a check (exit 1), unlike a capture blind to kernels (bad input, exit 2)."""
+    click.echo(f"gemmscope: {said}: no GEMM ran{f' at {expect}' if expect else ''}", err=True)
+    sys.exit(EXIT_MISMATCH)
 
 
 def _print_result(result: verify.Verification, fmt: str, document, diagnosis: diagnose.Diagnosis,
@@ -220,7 +233,20 @@ def _say_lacking(traces) -> None:
                    err=True)
 
 
-@main.command("verify", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+class _VerifyCommand(click.Command):
+    """verify's parser, which remembers whether `--` was given: without it, names after
+    --trace FILE are more traces (`--trace a.sqlite b.sqlite`), not a command."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_DOUBLE_DASH] = "--" in args
+        return super().parse_args(ctx, args)
+
+
+_DOUBLE_DASH = "gemmscope.verify.double_dash"
+
+
+@main.command("verify", cls=_VerifyCommand,
+              context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--expect", type=click.Choice(verify.RECIPES),
               help="Recipe every GEMM should run at; default: the recipe the run's te.autocast asked for.")
 @click.option("--trace", "trace_args", multiple=True, type=click.Path(path_type=Path),
@@ -233,7 +259,7 @@ def _say_lacking(traces) -> None:
                    "'cudaProfilerApi': from COMMAND's first cudaProfilerStart to its cudaProfilerStop.")
 @click.option("--delay", type=click.FloatRange(min=0), metavar="SECONDS", help="Start collecting after this long.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Collect for this long.")
+              help="Collect for this long; COMMAND runs on to its own end.")
 @_check_options
 @_format_option()
 @_detail_options
@@ -242,39 +268,55 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
                scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
     --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
-    Exit 1 on any non-allowed FALLBACK or when no GEMM ran, 3 when COMMAND failed, 4 when the
-    recipe to check against is unknown (no --expect, and the run recorded no te.autocast recipe)."""
+    Exit 1 on any non-allowed FALLBACK or when no GEMM ran (a COMMAND that ran no GPU kernel
+    included), 3 when COMMAND failed, 4 when the recipe to check against is unknown (no --expect,
+    and the run recorded no te.autocast recipe). nsys's own output is shown with --verbose or when
+    nsys fails."""
+    if trace_args and command and not click.get_current_context().meta.get(_DOUBLE_DASH):
+        trace_args, command = trace_args + tuple(Path(c) for c in command), ()
     if trace_args and command:
         raise InputError("give either --trace FILE or a command after --, not both")
     window = {"nvtx_range": capture_range, "delay_s": delay, "duration_s": duration}
     if trace_args and any(v is not None for v in window.values()):
         raise InputError("--capture-range, --delay and --duration choose what a command's capture holds: "
                          "they do not apply to --trace")
+    detail = _detail(quiet, verbose)
     _make_dir(plots_dir)
     outcome = None
     if trace_args:
         paths = trace_paths(trace_args)
     elif command:
-        path, outcome = _capture(list(command), out, window)
+        path, outcome = _capture(list(command), out, window, echo_nsys=verbose)
         paths = [path] if path is not None else []
+        _progress(3, "checking the GEMMs")
     else:
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
     failed_command = outcome is not None and outcome["exit_code"] != 0
+    result = None
     try:
-        result = _check(paths, expect, allow, workers, scheduler, expect_map)
+        if paths:
+            result = _check(paths, expect, allow, workers, scheduler, expect_map)
+    except NoGpuKernels as exc:
+        if failed_command:
+            click.echo("gemmscope: it ran no GPU kernel before it ended", err=True)
+        elif outcome is not None or exc.cuda_traced:
+            said = "the command exited 0 and ran no GPU kernel" if outcome is not None else str(exc)
+            _exit_no_gemm_ran(said, expect)
+        else:
+            raise
     except InputError as exc:
         if not failed_command:
             raise
-        click.echo(f"gemmscope: nothing to check in what the command ran: {exc}", err=True)
-        result = None
+        click.echo(f"gemmscope: nothing to check in what it ran: {exc}", err=True)
     if result is not None:
         diagnosis = diagnose.diagnose(result, step_range)
         _print_result(result, fmt, lambda: reports.verification_document(result, outcome, diagnosis, per_launch),
-                      diagnosis, _detail(quiet, verbose))
+                      diagnosis, detail)
         _write_plots(plots_dir, result, diagnosis)
     if failed_command:
-        click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
-                   "a pass, whatever ran before it", err=True)
+        if result is not None:  # after a long report, the reason for the exit status once more
+            click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
+                       "a pass, whatever ran before it", err=True)
         sys.exit(EXIT_COMMAND_FAILED)
     if not result.checked and not expect_map:
         click.echo("gemmscope: no recipe to check against: the run recorded no enabled te.autocast "
@@ -283,7 +325,18 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
     sys.exit(EXIT_MISMATCH if result.failed else 0)
 
 
-def _capture(command: list[str], out: Path | None, window: dict) -> tuple[Path | None, dict]:
+# How many stages `verify -- COMMAND` goes through, each announced on one line.
+_STAGES = 3
+
+
+def _progress(stage: int, what: str) -> None:
+    click.echo(f"gemmscope: [{stage}/{_STAGES}] {what}", err=True)
+
+
+def _capture(command: list[str], out: Path | None, window: dict, echo_nsys: bool) -> tuple[Path | None, dict]:
+    """Run `command` under nsys; the trace's SQLite export (None when nsys wrote none) and what
+    the JSON reports of the run (`exit_code`, `capture_window`). A command that failed is said
+    first, with its exit status and last stderr lines."""
     from gemmscope import nsys_runner
 
     # Without --out, the capture (the program's environment and output included) lives in the
@@ -297,22 +350,48 @@ def _capture(command: list[str], out: Path | None, window: dict) -> tuple[Path |
                PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
     if window["nvtx_range"] is not None:  # a range pushed with a plain string, not a registered one
         env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
-    done = nsys_runner.profile(command, report, env, nsys_runner.capture_window_flags(**window))
+    seen = nsys_runner.describe_window(**window)
+    _progress(1, f"running the command under nsys{f', collecting {seen}' if seen else ''}"
+                 f"{'' if echo_nsys else ' (nsys output: --verbose)'}")
+    done = nsys_runner.profile(command, report, env, nsys_runner.capture_window_flags(**window), echo_nsys)
     outcome = {"exit_code": done.returncode, "capture_window": {k: v for k, v in window.items() if v is not None} or None}
+    if done.returncode != 0:
+        tail = "".join(f"\n    {line}" for line in done.stderr_tail)
+        click.echo(f"gemmscope: the command failed (exit {done.returncode})"
+                   f"{'; its last lines on stderr:' + tail if tail else ', printing nothing on stderr'}", err=True)
     if not report.exists():
+        if not echo_nsys and done.nsys_text:
+            click.echo("\n".join(done.nsys_text), err=True)
         if done.returncode == 0:
             raise InputError(f"nsys wrote no report for {' '.join(command)}")
         # a command that failed is reported as such even when it left nothing to read
         click.echo("gemmscope: nsys wrote no report for the failed command", err=True)
         return None, outcome
-    if done.returncode != 0:
-        click.echo(f"gemmscope: note: the command exited {done.returncode}; checking what it ran", err=True)
-    if kept:
-        click.echo(f"gemmscope: trace {report}", err=True)
     # The command line itself stays out of reports: it may hold secrets.
-    if outcome["capture_window"]:
-        click.echo(f"gemmscope: capture window {outcome['capture_window']}", err=True)
+    if seen:
+        click.echo(f"gemmscope: the trace holds {seen}; the command ran to its own end", err=True)
+    # a trace in the scratch folder is gone when gemmscope exits: its path is said only when kept
+    _progress(2, f"exporting the trace to SQLite{f' ({report})' if kept else ''}")
     return nsys_runner.export_sqlite(report), outcome
+
+
+@main.command("diagnose")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
+@click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
+def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str | None) -> None:
+    """Where the GPU time of traces went and why low precision does or does not pay: the verdict,
+    the time per rank and category (busy, idle, GEMMs, quantization, attention, communication,
+    memory operations) and the findings, most time at stake first. analyze and verify end with the
+    same (--format json: `breakdown` and `findings`); compare BASE NEW sets two runs side by side."""
+    paths = trace_paths(traces)
+    try:
+        result = _check(paths, expect, ())
+    except NoGpuKernels as exc:
+        if not exc.cuda_traced:
+            raise
+        _exit_no_gemm_ran(str(exc), expect)
+    _emit(reports.diagnosis_text(result, diagnose.diagnose(result, step_range)))
 
 
 @main.command("compare")

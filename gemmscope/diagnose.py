@@ -43,9 +43,10 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from gemmscope import te_ranges
 from gemmscope.devices import lookup, peak_tflops
 from gemmscope.trace_parser import name_matches, process_id
-from gemmscope.verify import Verification
+from gemmscope.verify import Verification, module_labels
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",
               "memcpy", "memset", "other")
@@ -61,8 +62,16 @@ RECIPE_MIN_SM = {"mxfp8": 100, "nvfp4": 100}
 HEALTHY_SHARE_OF_PEAK = 0.5
 SMALL_SHARE_OF_PEAK = 0.25
 ASSUMED_SPEEDUP = 2.0  # the s of the Amdahl bound people ask about: FP8 over BF16 on paper
-# Step ranges found without --step-range: "step 3", "step_3", "iteration-3", "train_step 3".
-_DEFAULT_STEP = re.compile(r"^(?:train[ _-]?)?(?:step|iteration|iter)[ _-]?\d+$", re.IGNORECASE)
+# Without --step-range, steps are the push/pop ranges of one name and a number ("tp_step_0",
+# "moe_step_1", "iteration 2") that repeat, with several numbers, in one process: a loop's body.
+_NUMBERED = re.compile(r"^(?P<stem>.*\D)\d+$")
+# Among those, names that say "step" or "iteration" are taken first ("step 3", "train_step_3").
+_STEP_WORD = re.compile(r"(?:step|iteration|iter)[ _.:#-]*$", re.IGNORECASE)
+# C++ operator ranges PyTorch's emit_nvtx pushes ("aten::mm, seq = 12", "autograd::engine::...
+# op_id = 5") are numbered too, but are operators, not loop bodies.
+_OPERATOR_RANGE = "::"
+# What the output says when no steps were found (no repeating numbered ranges).
+NO_STEPS = "no steps found, name them with --step-range"
 
 
 @dataclass
@@ -77,17 +86,47 @@ class Diagnosis:
     step_times: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS))
 
 
+def default_step_pattern(result: Verification) -> str | None:
+    """The step ranges to use without --step-range, as a shell pattern (`tp_step_[0-9]*`), or
+    None: push/pop ranges named a stem and a number, the stem met with at least two numbers in
+    one process, neither TE's nor gemmscope's own nor a PyTorch operator's; stems that say step or
+    iteration first, then the one whose ranges span the most time (the outermost loop)."""
+    parts = []
+    for trace in result.traces:
+        n = trace.nvtx[trace.nvtx["kind"] == "push-pop"]
+        distinct = pd.Series(pd.unique(n["name"].dropna()), dtype="object")
+        grammar = te_ranges.classify(distinct)
+        stems = distinct.str.extract(_NUMBERED)["stem"]
+        own = stems.notna() & grammar["kind"].isna().to_numpy() & ~distinct.str.contains(_OPERATOR_RANGE, regex=False)
+        stem_of = pd.Series(stems[own].to_numpy(), index=distinct[own].to_numpy())
+        numbered = n[n["name"].isin(stem_of.index)]
+        parts.append(pd.DataFrame({
+            "stem": stem_of.reindex(numbered["name"]).to_numpy(), "name": numbered["name"].to_numpy(),
+            "pid": numbered["pid"].to_numpy(), "trace": trace.path.name,
+            "span": (numbered["end"] - numbered["start"]).fillna(0).to_numpy()}))
+    found = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if found.empty:
+        return None
+    numbers = found.groupby(["stem", "trace", "pid"])["name"].nunique().groupby("stem").max()
+    span = found.groupby("stem")["span"].sum()
+    stems = pd.DataFrame({"numbers": numbers, "span": span})
+    stems = stems[stems["numbers"] >= 2]
+    if stems.empty:
+        return None
+    stems["says_step"] = stems.index.str.contains(_STEP_WORD)
+    best = stems.sort_values(["says_step", "span"], ascending=False).index[0]
+    return re.sub(r"([*?\[])", r"[\1]", best) + "[0-9]*"
+
+
 def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame:
     """Instances of the step range per trace and process (push/pop ranges whose name matches the
-    shell `pattern`, or the default step names), in time order."""
+    shell `pattern`, default_step_pattern's without one), in time order."""
+    pattern = pattern or default_step_pattern(result)
     parts = []
     for trace in result.traces:
         n = trace.nvtx
         distinct = n["name"].dropna().unique()  # match each name once, not each range
-        if pattern:
-            wanted = distinct[name_matches(distinct, [pattern])]
-        else:
-            wanted = [name for name in distinct if _DEFAULT_STEP.match(name)]
+        wanted = distinct[name_matches(distinct, [pattern])] if pattern else []
         parts.append(n[n["name"].isin(wanted) & (n["kind"] == "push-pop")].assign(trace=trace.path.name))
     steps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if steps.empty:
@@ -153,8 +192,9 @@ def _rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
 
 
 def _rank_key(frame: pd.DataFrame) -> pd.Series:
-    """The rank where known, else the trace and process: one GPU timeline each (labelled once per
-    distinct trace, process and rank, not once per kernel; as codes, not a string per kernel)."""
+    """The rank where known, else the process ("process 4242", its trace named first when there are
+    several): one GPU timeline each (labelled once per distinct trace, process and rank, not once
+    per kernel; as codes, not a string per kernel)."""
     pid = process_id(frame["global_pid"].astype("int64"))
     rank = frame["rank"] if "rank" in frame else pd.Series(pd.NA, index=frame.index, dtype="Int64")
     timelines = pd.DataFrame({"trace": frame["trace"], "pid": pid, "rank": rank})
@@ -163,7 +203,9 @@ def _rank_key(frame: pd.DataFrame) -> pd.Series:
                          "rank": rank.fillna(-1).to_numpy(dtype="int64")})
     codes = keys.groupby(["trace", "pid", "rank"], sort=False).ngroup().to_numpy()
     first = timelines.iloc[np.unique(codes, return_index=True)[1]]
-    labels = [str(r) if pd.notna(r) else f"{t} pid {p}" for t, p, r in zip(first["trace"], first["pid"], first["rank"])]
+    several = pd.Series(frame["trace"]).nunique() > 1
+    labels = [str(r) if pd.notna(r) else f"{f'{t} ' if several else ''}process {p}"
+              for t, p, r in zip(first["trace"], first["pid"], first["rank"])]
     # timelines of one rank in several traces (or processes) share its label
     label_codes, distinct = pd.factorize(pd.Series(labels, dtype=object))
     return pd.Series(pd.Categorical.from_codes(label_codes[codes], categories=pd.Index(distinct, dtype=object)),
@@ -492,11 +534,12 @@ def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.
 def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
     """Breakdown and findings of a checked run, over its steps after the first when steps are
     found (`step_range`, or the default step names), else over the whole trace."""
+    step_range = step_range or default_step_pattern(result)
     steps = find_steps(result, step_range)
     window, per_step = within_steps(result, steps) if len(steps) > 1 else (result, steps)
     activity = categorize(window)
     times = breakdown(window, activity)
-    cut = step_range or ("(default step names)" if len(steps) > 1 else None)
+    cut = step_range if len(steps) > 1 else None
     if window is result:
         return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=None)
     return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=cut,
@@ -536,18 +579,21 @@ def _comparison_statement(totals: dict) -> str:
     d = {k: v["difference"] for k, v in totals.items()}
     base_window = totals["window_ns"]["base"]
     categories = sorted(((c, d[f"{c}_ns"]) for c in CATEGORIES if d[f"{c}_ns"]), key=lambda cv: -abs(cv[1]))
-    parts = ", ".join(f"{c} {v / 1e6:+.3f}" for c, v in categories[:4])
+    if not any(d.values()):
+        return "NEW's GPU time is BASE's: the same window, busy and idle time, categories and kernel launches"
+    parts = [f"{c} {v / 1e6:+.3f}" for c, v in categories[:4]] + [f"overlap {d['overlap_ns'] / 1e6:+.3f}"]
     relative = f" ({d['window_ns'] / base_window:+.1%})" if base_window else ""
     return (f"NEW's GPU window is {d['window_ns'] / 1e6:+.3f} ms{relative} against BASE: busy "
-            f"{d['busy_ns'] / 1e6:+.3f} ms ({parts}; overlap {d['overlap_ns'] / 1e6:+.3f}), idle "
+            f"{d['busy_ns'] / 1e6:+.3f} ms ({', '.join(parts)}), idle "
             f"{d['idle_ns'] / 1e6:+.3f} ms; {d['kernel_launches']:+d} kernel launches")
 
 
 def categorize_modules(result: Verification) -> pd.DataFrame:
-    """Kernels with their TE module (or "(outside TE)"), pass and category."""
+    """Kernels with their module label (verify.module_labels, as the GEMM tables say it), pass and
+    category."""
     activity = categorize(result)
     k = result.kernels
-    module = k["te_module"].fillna("(outside TE)")
+    module = module_labels(k["te_module"], k["via_te"].to_numpy(dtype=bool) | k["te_module"].notna().to_numpy())
     kernels = activity.iloc[: len(k)].assign(module=module.to_numpy(), **{"pass": k["te_pass"].to_numpy()})
     memops = activity.iloc[len(k):].assign(module="(memory operations)", **{"pass": None})
     return pd.concat([kernels, memops], ignore_index=True)

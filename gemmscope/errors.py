@@ -7,3 +7,12 @@ EXIT_INTERRUPTED = 130
 class InputError(Exception):
     """Bad input or usage: a missing or unreadable file, a trace that is not an nsys export, an
     unknown preset. The message is one line that says what is wrong and, where it helps, what to do."""
+
+
+class NoGpuKernels(InputError):
+    """A trace that holds no GPU kernel. `cuda_traced`: its CUDA API calls were captured (the
+    program ran and launched nothing), not a capture made without --trace=cuda or off a GPU."""
+
+    def __init__(self, message: str, cuda_traced: bool):
+        super().__init__(message)
+        self.cuda_traced = cuda_traced

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from gemmscope import devices, kernels, plots, reports, verify
-from gemmscope.diagnose import Diagnosis
+from gemmscope.diagnose import NO_STEPS, Diagnosis
 from gemmscope.errors import InputError
 from gemmscope.profile import ProfileRun
 from gemmscope.scrub import Redactor
@@ -215,8 +215,8 @@ def _breakdown_section(diagnosis: Diagnosis) -> Section:
     frame = reports.breakdown_frame(diagnosis.breakdown)
     ms_columns = [c for c in frame.columns if c.endswith("_ms")]
     frame[ms_columns] = frame[ms_columns].map(lambda v: f"{v:.3f}")
-    window = (f"Steps matching {diagnosis.step_range}, after the first." if diagnosis.step_range
-              else "The whole trace (no repeating step ranges found).")
+    window = (f"Steps: NVTX ranges matching {diagnosis.step_range}, after the first." if diagnosis.step_range
+              else f"The whole trace: {NO_STEPS}.")
     intro = [window + " Window = busy + idle; category times are kernel durations, which add up to more "
                       "than the busy time where streams overlap."]
     blocks: list[Table | Figure | Details] = [Table("Where the GPU time went, per rank", frame)]

@@ -395,6 +395,18 @@ RULES: tuple[Rule, ...] = (
     # (triton_tem_fused_flex_attention_0 in pytorch/pytorch#180278). Other kernels are not GEMMs.
     Rule("triton-attention", re.compile(r"\btriton_tem_\w*flex_attention"), "triton", "attention"),
     Rule("triton-gemm", re.compile(r"\btriton_tem_fused_\w*mm"), "triton", "gemm"),
+    # While it autotunes (max-autotune), Inductor launches each candidate of a GEMM template on its
+    # own, named triton_<template name> (TritonTemplate.generate in torch/_inductor/select_algorithm.py:
+    # kernel_name = f"triton_{self.name}"). The GEMM templates: "mm", "mm_persistent_tma",
+    # "mm_persistent", "scaled_mm_device_tma_epilogue_scaling", "scaled_mm_device_tma_main_loop_scaling",
+    # "blackwell_ws_persistent_device_tma" (torch/_inductor/kernel/mm.py; "scaled_mm",
+    # "scaled_mm_device_tma" in older mm_scaled.py), "bmm" (kernel/bmm.py), "mm_plus_mm"
+    # (kernel/mm_plus_mm.py), "grouped_mm" and "scaled_grouped_mm" (kernel/mm_grouped.py). The dtype
+    # is a template argument: precision unknown. The compiled program runs the chosen one as
+    # triton_tem_fused_* (above): these names are the autotuner's alone (is_autotune_candidate).
+    Rule("triton-autotune-gemm", re.compile(
+        r"\btriton_(?:b?mm|mm_plus_mm|mm_persistent(?:_tma)?|(?:scaled_)?grouped_mm|scaled_mm\w*"
+        r"|blackwell_ws_persistent_device_tma\w*)(?![A-Za-z])"), "triton", "gemm"),
     Rule("triton", re.compile(r"\btriton_"), "triton", "other"),  # inductor's fused kernels (seen on H200)
     Rule("nccl", re.compile(r"nccl", re.IGNORECASE), "nccl", "other"),
     Rule("te-quantize", re.compile("|".join(_TE_QUANTIZE_STEMS)), "te", "quantize"),
@@ -497,6 +509,18 @@ def decode(name: str) -> KernelInfo:
         layout=operands.layout,
         rule=rule.id,
     )
+
+
+# Rules whose kernels only an autotuner launches, each candidate on its own, never the program it tunes.
+_AUTOTUNE_CANDIDATE_RULES = frozenset({"triton-autotune-gemm"})
+
+
+def is_autotune_candidate(names: np.ndarray) -> np.ndarray:
+    """Per kernel name, whether only an autotuner launches it (torch.compile's max-autotune
+    benchmarking a GEMM template's candidates); each distinct name decoded once."""
+    codes, distinct = pd.factorize(pd.Series(names, dtype=object), use_na_sentinel=False)
+    flags = np.array([isinstance(n, str) and decode(n).rule in _AUTOTUNE_CANDIDATE_RULES for n in distinct], dtype=bool)
+    return flags[codes]
 
 
 _COLUMNS = [f.name for f in fields(KernelInfo)]

@@ -310,7 +310,7 @@ class _Events:
         gpus = self._gpus()
         meta = {"nsys_version": None, "schema_version": _text(self.head.get("schemaVersion")),
                 "gpus": gpus.to_dict("records"), "profiler": "torch.profiler", "lacks": self._lacks(nvtx),
-                "no_kernels": None if len(kernels) else self._no_kernels(given, api)}
+                "no_kernels": None if len(kernels) else self._no_kernels(given, api), "cuda_api_traced": not api.empty}
         return trace_type(path=given, sqlite=None, meta=meta, kernels=kernels, memops=memops, api_calls=api,
                           nvtx=nvtx, threads=self._threads(pids, tids), gpus=gpus, memory=_no_memory_events())
 

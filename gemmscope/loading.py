@@ -33,14 +33,18 @@ class LoadedTrace:
     launches: pd.DataFrame | None = None
     ranges: EnclosingRanges | None = None  # the NVTX ranges around each of `launches`
     error: str | None = None
+    no_kernels: bool = False  # read, but it holds no GPU kernel
+    cuda_traced: bool = False  # its CUDA API calls were captured: with no_kernels, the program launched none
 
 
 def attribute(trace: Trace) -> LoadedTrace:
     """A trace already read, with its launches attributed (or why it has nothing to attribute)."""
     if trace.kernels.empty:
-        # a reader that can tell why says so (a CPU-only torch.profiler trace)
-        return LoadedTrace(trace.path, error=trace.meta.get("no_kernels") or f"{trace.path} holds no GPU kernels: "
-                                             "was it captured with --trace=cuda, on a GPU?")
+        cuda_traced = bool(trace.meta.get("cuda_api_traced"))
+        error = (trace.meta.get("no_kernels")  # a reader that can tell why says so (a CPU-only torch.profiler trace)
+                 or (f"{trace.path} ran no GPU kernel: its CUDA calls were captured, and none launched one"
+                     if cuda_traced else f"{trace.path} holds no GPU kernels: was it captured with --trace=cuda, on a GPU?"))
+        return LoadedTrace(trace.path, error=error, no_kernels=True, cuda_traced=cuda_traced)
     frame, ranges = launches_with_ranges(trace)
     # `frame` holds every kernel with the call that launched it: the trace's own frames of them
     # are let go (a long trace's are hundreds of MB), their columns kept.

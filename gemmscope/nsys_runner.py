@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gemmscope.errors import InputError
@@ -93,7 +98,9 @@ def capture_window_flags(nvtx_range: str | None = None, delay_s: float | None = 
     """nsys flags that collect only part of a long run: from the start to the end of the first
     instance of an NVTX range, or between the program's first cudaProfilerStart and Stop
     (`nvtx_range` "cudaProfilerApi", as TE's GEMM benchmark expects), the program then running on
-    uncollected; or from `delay_s` for `duration_s` seconds."""
+    uncollected; or from `delay_s` for `duration_s` seconds. The window bounds what is collected,
+    never the run: at the end of `--duration` nsys would send the program SIGTERM (its default
+    `--kill`), so it is told to send nothing."""
     flags = []
     if nvtx_range == PROFILER_API_RANGE:
         flags += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
@@ -102,21 +109,128 @@ def capture_window_flags(nvtx_range: str | None = None, delay_s: float | None = 
     if delay_s is not None:
         flags.append(f"--delay={delay_s:g}")
     if duration_s is not None:
-        flags.append(f"--duration={duration_s:g}")
+        flags += [f"--duration={duration_s:g}", "--kill=none"]
     return flags
 
 
+def describe_window(nvtx_range: str | None = None, delay_s: float | None = None,
+                    duration_s: float | None = None) -> str | None:
+    """The capture window in words ("from 40 s after the start to 48 s"), None for the whole run."""
+    if nvtx_range == PROFILER_API_RANGE:
+        parts = ["from the program's first cudaProfilerStart to its cudaProfilerStop"]
+    elif nvtx_range is not None:
+        parts = [f"the first instance of NVTX range '{nvtx_range}'"]
+    else:
+        parts = []
+    if delay_s is not None and duration_s is not None:
+        parts.append(f"from {delay_s:g} s after the start to {delay_s + duration_s:g} s")
+    elif delay_s is not None:
+        parts.append(f"from {delay_s:g} s after the start to the end")
+    elif duration_s is not None:
+        parts.append(f"the first {duration_s:g} s")
+    return ", ".join(parts) or None
+
+
+# What nsys itself prints around a capture (the program's own output shares its streams): held
+# back unless asked for, so that the user's stream holds the program's output and gemmscope's.
+_NSYS_OWN_TEXT = re.compile("|".join((
+    r"Collecting data\.\.\.",
+    r"Generating '.*'",
+    r"Generated:",
+    r"\s+\S+\.(?:nsys-rep|qdrep|qdstrm|sqlite)",
+    r"\[\d+/\d+\] \[[= ]*\d+%[= ]*\] .*",  # a progress bar's frame, redrawn after a carriage return
+    r"Capture range (?:started|ended).*",
+    r"Processing events\.\.\.",
+)))
+# Runs the command and writes its own exit status to a file: with --kill=none nsys may return at
+# the end of a window while the program runs on, and its status is then not the program's.
+_RECORD_EXIT_STATUS = 'status_file=$1; shift; "$@"; status=$?; printf %s "$status" > "$status_file"; exit $status'
+# How many of the program's last stderr lines a failed run is reported with.
+STDERR_TAIL_LINES = 8
+
+
+@dataclass
+class Capture:
+    """How a command run under nsys ended: its own exit status, its last stderr lines, and what
+    nsys printed (held back unless echoed)."""
+
+    returncode: int
+    stderr_tail: list[str] = field(default_factory=list)
+    nsys_text: list[str] = field(default_factory=list)
+
+
+class _Relay:
+    """Copies one of nsys's output streams to gemmscope's stderr as it comes, a piece (up to a
+    newline or carriage return, so the program's own progress bars still redraw) at a time,
+    holding back nsys's own text (`echo_nsys`: copied too) and keeping the program's last lines."""
+
+    def __init__(self, stream, echo_nsys: bool, keep_tail: bool, nsys_text: list[str]):
+        self.stream, self.echo_nsys, self.keep_tail, self.nsys_text = stream, echo_nsys, keep_tail, nsys_text
+        self.tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self.line, self.redrawn = "", False  # the program's line being written, for the tail
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        pending, after_nsys = b"", False
+        while chunk := os.read(self.stream.fileno(), 65536):
+            pieces = re.split(rb"(?<=[\r\n])", pending + chunk)
+            pending = pieces.pop()  # not ended yet
+            for piece in pieces:
+                after_nsys = self._piece(piece.decode(errors="replace"), after_nsys)
+        if pending:
+            self._piece(pending.decode(errors="replace"), after_nsys)
+        if self.line.strip():
+            self.tail.append(self.line.rstrip())
+
+    def _piece(self, piece: str, after_nsys: bool) -> bool:
+        text = piece.rstrip("\r\n")
+        own = _NSYS_OWN_TEXT.fullmatch(text) is not None or (after_nsys and not text.strip())
+        if own and text.strip():
+            self.nsys_text.append(text)
+        if not own or self.echo_nsys:
+            sys.stderr.write(piece)
+            sys.stderr.flush()
+        if not own and self.keep_tail:
+            # after a carriage return the line is redrawn: the tail keeps its last drawing
+            self.line = text if self.redrawn else self.line + text
+            self.redrawn = piece.endswith("\r")
+            if piece.endswith("\n"):
+                if self.line.strip():
+                    self.tail.append(self.line.rstrip())
+                self.line = ""
+        return own
+
+
 def profile(command: list[str], report: Path, env: dict[str, str] | None = None,
-            window: list[str] = ()) -> subprocess.CompletedProcess:
+            window: list[str] = (), echo_nsys: bool = False) -> Capture:
     """Run `command` under nsys profile, writing `report` (.nsys-rep), with the capture
-    `window` flags (capture_window_flags). Its output and nsys's go to stderr, so that stdout
-    holds only gemmscope's report (e.g. clean JSON); the exit status is returned for the caller
-    to judge."""
+    `window` flags (capture_window_flags), until the program itself ends (a window may end
+    first). Its output goes to stderr, so that stdout holds only gemmscope's report (e.g. clean
+    JSON); nsys's own text too with `echo_nsys`, else it is held in the result. The program's
+    own exit status is returned for the caller to judge."""
     nsys = require_nsys()
     report = Path(report)
     report.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(
-        [nsys, "profile", *PROFILE_FLAGS, *window, "--force-overwrite=true", "-o", str(report.with_suffix("")),
-         *command],
-        env=env, check=False, stdout=sys.stderr,
-    )
+    status_file = report.with_name(f".{report.stem}.exit-status")
+    status_file.unlink(missing_ok=True)
+    try:
+        running = subprocess.Popen(
+            [nsys, "profile", *PROFILE_FLAGS, *window, "--force-overwrite=true", "-o", str(report.with_suffix("")),
+             "sh", "-c", _RECORD_EXIT_STATUS, "sh", str(status_file), *command],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        nsys_text: list[str] = []
+        relays = [_Relay(running.stdout, echo_nsys, False, nsys_text),
+                  _Relay(running.stderr, echo_nsys, True, nsys_text)]
+        nsys_status = running.wait()
+        # The program holds the streams until it ends, also when nsys returned at a window's end;
+        # one that hands them to a daemon of its own has ended once its status is written.
+        while any(r.thread.is_alive() for r in relays) and not status_file.exists():
+            time.sleep(0.1)
+        for relay in relays:
+            relay.thread.join(timeout=2)
+        own = status_file.read_text().strip() if status_file.exists() else ""
+        return Capture(int(own) if own.isdigit() else nsys_status, list(relays[1].tail), nsys_text)
+    finally:
+        status_file.unlink(missing_ok=True)

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gemmscope import devices, te_ranges
-from gemmscope.diagnose import CATEGORIES, Diagnosis
+from gemmscope.diagnose import CATEGORIES, NO_STEPS, Diagnosis
 from gemmscope.shapes import Gemm
 from gemmscope.trace_parser import Trace
 from gemmscope.verify import Verification, recorded_recipes
@@ -137,6 +137,8 @@ def summary_document(result: Verification) -> dict:
         "ranks": sorted(int(r) for r in g["rank"].dropna().unique()) if len(g) else [],
         "rank_comparison": frame_records(result.rank_comparison),
         "unreadable_traces": _plain(result.unreadable),
+        "autotuning_gemm_launches": len(result.autotuning),
+        "autotuning_gemm_time_ns": int(result.autotuning["duration_ns"].sum()) if len(result.autotuning) else 0,
     }
     if result.expect_map:
         doc["expect_map"] = [{"pattern": p, "recipe": r} for p, r in result.expect_map]
@@ -682,8 +684,7 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
     if result.unreadable:
         sections.append(("Traces that could not be read (the others are checked)", pd.DataFrame(result.unreadable)))
     if diagnosis is not None:
-        window = f" (steps matching {diagnosis.step_range}, after the first)" if diagnosis.step_range else ""
-        sections.append((f"Where the GPU time went{window}", breakdown_frame(diagnosis.breakdown)))
+        sections.append((breakdown_title(diagnosis), breakdown_frame(diagnosis.breakdown)))
         sections.append(("Findings, most time at stake first", findings_frame(diagnosis.findings)))
     if detail == "verbose":
         launches = pd.DataFrame(gemm_records(result.gemms, result), columns=_gemm_fields(result))
@@ -703,9 +704,20 @@ def render_verification(result: Verification, fmt: str, document: dict, diagnosi
     return terminal_text(verdict, *_verification_sections(result, diagnosis, detail))
 
 
+def diagnosis_text(result: Verification, diagnosis: Diagnosis) -> str:
+    """`gemmscope diagnose`: the verdict block, where the GPU time went and the findings."""
+    return terminal_text(_verdict_text(*verdict_block(result, diagnosis)), *_diagnosis_sections(diagnosis))
+
+
+def _diagnosis_sections(diagnosis: Diagnosis) -> list[TextSection]:
+    return [*_breakdown_sections(diagnosis), _findings_section("Findings, most time at stake first", diagnosis.findings)]
+
+
 def _verification_sections(result: Verification, diagnosis: Diagnosis | None, detail: str) -> list[TextSection]:
     """analyze's and verify's tables for the terminal, in the order of their Markdown."""
     sections = [_summary_section(result)]
+    if len(result.autotuning):
+        sections.insert(0, TextSection(_autotuning_note(result)))
     if result.expect_map:
         sections.insert(0, _section("Ranges checked (--expect-map)", ranges_frame(result.ranges_checked),
                                     {"range": shorten_middle}))
@@ -721,8 +733,7 @@ def _verification_sections(result: Verification, diagnosis: Diagnosis | None, de
         sections.append(_section("Traces that could not be read (the others are checked)",
                                  pd.DataFrame(result.unreadable), wrap={"error"}))
     if diagnosis is not None:
-        sections += _breakdown_sections(diagnosis)
-        sections.append(_findings_section("Findings, most time at stake first", diagnosis.findings))
+        sections += _diagnosis_sections(diagnosis)
     if detail == "verbose":
         sections.append(_launches_section(result))
     return sections
@@ -739,6 +750,12 @@ def _coverage_section(result: Verification) -> TextSection:
               "cover" + (f"; all asked {shared['asked']}" if "asked" in shared else "") + "."]
     return TextSection(f"Coverage: {_count(len(result.coverage), 'GEMM launch', 'GEMM launches')} asked for high "
                        "precision", terminal_table(rows, {"layer · module": shorten_layer}), before=before)
+
+
+def _autotuning_note(result: Verification) -> str:
+    a = result.autotuning
+    return (f"Left out of the check: {_count(len(a), 'GEMM launch', 'GEMM launches')} "
+            f"({a['duration_ns'].sum() / 1e6:.3f} ms) torch.compile's max-autotune made, benchmarking candidates")
 
 
 def _where(layer: pd.Series, module: pd.Series) -> pd.Series:
@@ -769,10 +786,15 @@ _CAUSES = {
     "outside-te": "these GEMMs ran outside TE (a plain torch.nn.Linear, say)",
     "no-record": "nothing recorded what TE was handed (a trace made without gemmscope's hook)",
 }
+# A no-record GEMM in a run the hook did record: a call the hook does not wrap.
+_NO_RECORD_WITH_HOOK = ("gemmscope's hook recorded this run but not these GEMM calls (a TE entry point it "
+                        "does not wrap, or an older hook that recorded only the autocast regions)")
 _HIGH_PRECISIONS = ("bf16", "fp16", "fp32")
 
 
-def _cause_text(cause: str, expected: str) -> str:
+def _cause_text(cause: str, expected: str, result: Verification) -> str:
+    if cause == "no-record" and result.hook_recorded:
+        return _NO_RECORD_WITH_HOOK
     handed = cause.removeprefix("requested-")
     if handed == cause:
         return _CAUSES.get(cause, cause)
@@ -807,7 +829,7 @@ def _mismatch_sections(result: Verification, allowed: bool) -> list[TextSection]
         heading = (f"{title}: {cause}, {_count(int(part['launches'].sum()), 'launch', 'launches')}, "
                    f"{part['time_ms'].sum():.3f} ms")
         expected = shared.get("expected", result.expected if not result.expect_map else "the expected")
-        meaning = _cause_text(cause, expected) + (f"; {', '.join(said)}" if said else "") + "."
+        meaning = _cause_text(cause, expected, result) + (f"; {', '.join(said)}" if said else "") + "."
         sections.append(TextSection(heading, terminal_table(rows, {_GEMM_COLUMN: shorten_gemm_cell}), before=[meaning]))
     return sections
 
@@ -829,11 +851,18 @@ def _ranks_section(result: Verification) -> TextSection:
     return TextSection(title, terminal_table(frame, {column: shorten_gemm_cell}, wrap={"ranks that differ"}))
 
 
+def breakdown_title(diagnosis: Diagnosis) -> str:
+    """Which part of the run the breakdown covers: the steps taken (and which ranges they are),
+    or the whole trace, saying that no steps were found."""
+    if diagnosis.step_range:
+        return f"Where the GPU time went (steps: NVTX ranges matching {diagnosis.step_range}, after the first)"
+    return f"Where the GPU time went (the whole trace: {NO_STEPS})"
+
+
 def _breakdown_sections(diagnosis: Diagnosis) -> list[TextSection]:
     """Where the GPU time went, a column per rank and a row per figure; ranks beyond what fits in
     TERMINAL_WIDTH continue in a further table."""
-    window = f" (steps matching {diagnosis.step_range}, after the first)" if diagnosis.step_range else ""
-    title = f"Where the GPU time went{window}"
+    title = breakdown_title(diagnosis)
     frame = breakdown_frame(diagnosis.breakdown)
     if frame.empty:
         return [TextSection(f"{title}: none")]
@@ -857,7 +886,7 @@ def _breakdown_sections(diagnosis: Diagnosis) -> list[TextSection]:
         chunk.append(header)
         used += column_width
     chunks.append(chunk)
-    return [TextSection(title if i == 0 else f"{title}, continued",
+    return [TextSection(title if i == 0 else "Where the GPU time went, continued",
                         terminal_table(pd.concat([names.rename("figure"), figures[chunk]], axis=1)))
             for i, chunk in enumerate(chunks)]
 

@@ -33,6 +33,9 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     parse_record,
 )
 
+# Every record gemmscope's hook leaves.
+HOOK_PREFIXES = (AUTOCAST_PREFIX, GEMM_PREFIX, PROCESS_PREFIX, SOFTWARE_PREFIX)
+
 # Kinds of range, from the most to the least specific about a GEMM.
 HOOK_GEMM = "hook-gemm"  # gemmscope's record of one TE GEMM call
 TORCH_GEMM = "torch-gemm"  # gemmscope's record of a GEMM outside TE (or of a backward node around some)

@@ -287,6 +287,10 @@ def _read(export: _Export, given: Path, threads: int) -> Trace:
         "gpus": gpus.to_dict("records"),
         "profiler": f"nsys {meta_rows.get('EXPORT_PRODUCT_VERSION')}",
         "lacks": [],
+        # CUDA API calls were captured (an export may hold every table, empty): a trace without
+        # kernels then ran none, it was not blind to them
+        "cuda_api_traced": "CUPTI_ACTIVITY_KIND_RUNTIME" in export.tables and bool(
+            export.conn.execute("SELECT EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME)").fetchone()[0]),
     }
     # The three long reads first: kernels and NVTX ranges start at once, and the launch calls go
     # to whichever thread is free first (a replicated trace has more launch calls than ranges,
@@ -539,6 +543,8 @@ _LAYOUT_TELLS_PASS = {"bf16", "fp16", "fp32", "tf32"}
 # straight from another named thread is in no backward pass. The layout letters cannot say that:
 # a bare torch.matmul(A, B) is NN, as a dgrad is.
 _AUTOGRAD_THREAD_PREFIX = "pt_autograd_"
+# The pass of a GEMM the autograd thread launched when nothing tells dgrad from wgrad.
+BACKWARD = "backward"
 # A CUDA graph's kernels are launched by the graph's launch, from whichever thread replays it.
 _GRAPH_LAUNCH = "GraphLaunch"
 _FAR_FUTURE = np.int64(1 << 62)  # an unclosed range is open until the end of the capture
@@ -831,8 +837,9 @@ def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_
     GEMMs outside TE): inside a module-level TE range, forward GEMMs are fprop and those of a
     deferred-wgrad range wgrad; a GEMM launched from a thread that runs no backward pass is
     fprop; on the autograd thread, 16-bit GEMMs' layout letters say their pass; the GEMMs of one
-    LayerNormMLP backward range follow TE's launch order. Only the GEMMs are looked at, a few of
-    a trace's launches."""
+    LayerNormMLP backward range follow TE's launch order; a GEMM the autograd thread launched that
+    none of these tells is at least BACKWARD (dgrad or wgrad). Only the GEMMs are looked at, a few
+    of a trace's launches."""
     te_pass = out["te_pass"].to_numpy(dtype=object).copy()
     source = out["pass_source"].to_numpy(dtype=object).copy()
     gemm = np.flatnonzero(launch["role"].to_numpy(dtype=object) == "gemm")
@@ -868,6 +875,11 @@ def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_
             missing = pd.isna(te_pass[at])
             te_pass[at[missing]] = np.array(expected, dtype=object)[missing]
             source[at[missing]] = "te-order"
+    # what nothing above told, launched by the autograd thread itself, is at least backward
+    autograd = gemm[pd.isna(te_pass[gemm])]
+    autograd = autograd[pd.Series(launch["thread"].to_numpy(dtype=object)[autograd], dtype="string")
+                        .str.startswith(_AUTOGRAD_THREAD_PREFIX).fillna(False).to_numpy(dtype=bool)]
+    te_pass[autograd], source[autograd] = BACKWARD, "thread"
     out["te_pass"] = _objects(te_pass, out.index)
     out["pass_source"] = _objects(source, out.index)
 

@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from gemmscope import te_ranges
-from gemmscope.errors import InputError
+from gemmscope import kernels, te_ranges
+from gemmscope.errors import InputError, NoGpuKernels
 from gemmscope.loading import LoadedTrace, attribute
 from gemmscope.trace_parser import EnclosingRanges, Trace, first_matching_pattern, name_matches
 
@@ -178,6 +178,8 @@ class Verification:
     expect_map: tuple[tuple[str, str], ...] = ()
     ranges_checked: pd.DataFrame = field(default_factory=pd.DataFrame)  # per mapped range (ranges_checked())
     strict: bool = False  # --expect: every GEMM against `expected`; else each against its own request
+    # GEMM launches torch.compile's autotuner made (autotuning_launches), left out of `gemms`
+    autotuning: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def checked(self) -> bool:
@@ -197,6 +199,13 @@ class Verification:
         if "asked_high" not in self.gemms:
             return self.gemms.iloc[0:0]
         return self.gemms[self.gemms["asked_high"]]
+
+    @property
+    def hook_recorded(self) -> bool:
+        """Some trace holds a record of gemmscope's hook (autocast, GEMM call, process or software):
+        the run was made with it, so a GEMM without a record is one the hook did not see."""
+        prefixes = te_ranges.HOOK_PREFIXES
+        return any(name.startswith(prefixes) for t in self.traces for name in pd.unique(t.nvtx["name"].dropna()))
 
     @property
     def mismatches(self) -> pd.DataFrame:
@@ -233,6 +242,8 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     loaded = [item if isinstance(item, LoadedTrace) else attribute(item) for item in items]
     usable = [item for item in loaded if item.error is None]
     if not usable:
+        if loaded and all(item.no_kernels for item in loaded):
+            raise NoGpuKernels(loaded[0].error, cuda_traced=all(item.cuda_traced for item in loaded))
         raise InputError(loaded[0].error if loaded else "no trace to check")
     unreadable = [{"trace": item.path.name, "rank": _rank_in_name(item.path), "error": item.error}
                   for item in loaded if item.error is not None]
@@ -257,10 +268,12 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     ranges = EnclosingRanges.concat([item.ranges for item in usable], offsets)
     memops = pd.concat(memop_parts, ignore_index=True)
     tails_ns = int(all_kernels.loc[all_kernels["role"] == "gemm-tail", "duration_ns"].sum())
-    gemms = all_kernels[all_kernels["role"] == "gemm"].rename_axis("kernel_row").reset_index()
+    autotuning = autotuning_launches(all_kernels)
+    gemms = all_kernels[(all_kernels["role"] == "gemm").to_numpy() & ~autotuning].rename_axis("kernel_row").reset_index()
+    autotuned = all_kernels[(all_kernels["role"] == "gemm").to_numpy() & autotuning]
     is_te = gemms["via_te"].to_numpy(dtype=bool) | gemms["te_module"].notna().to_numpy()
     gemms["origin"] = np.where(is_te, "te", "outside-te")
-    gemms["module"] = module_labels(gemms)
+    gemms["module"] = module_labels(gemms["te_module"], is_te)
     gemms["layer_number"] = layer_numbers(gemms["layer"])
     # each GEMM's own request where the hook recorded one, else the run's recipe
     asked = gemms["requested"].astype("object") if expect is None else pd.Series(expect, index=gemms.index, dtype="object")
@@ -280,13 +293,38 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         _judge(gemms, _sm(traces), allow, ranges)
     result = Verification(expected=expected, strict=expect is not None, gemms=gemms, tails_ns=tails_ns,
                           traces=traces, kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
-                          expect_map=expect_map)
+                          expect_map=expect_map, autotuning=autotuned)
     if expect_map:
         result.ranges_checked = ranges_checked(gemms, ranges, traces, expect_map)
     result.summary = summarize(gemms, expected)
     result.groups = group(gemms)
     result.rank_comparison = compare_ranks(gemms)
     return result
+
+
+def autotuning_launches(launches: pd.DataFrame) -> np.ndarray:
+    """Per kernel launch, whether torch.compile's max-autotune made it while benchmarking the
+    candidates of a GEMM: a kernel only the autotuner launches (kernels.is_autotune_candidate),
+    or a GEMM its thread launched between two such candidates with no kernel of the compiled
+    program (another Triton kernel) between them: the cuBLAS candidates, benchmarked in the same
+    loop. These are not the program's GEMMs: they are reported apart from its steps."""
+    candidate = kernels.is_autotune_candidate(launches["name"].to_numpy(dtype=object))
+    if not candidate.any():
+        return candidate
+    program = (launches["family"].to_numpy(dtype=object) == "triton") & ~candidate
+    tid = launches["launch_global_tid"].fillna(-1).to_numpy(dtype="int64")
+    order = np.lexsort((launches["launch_start"].fillna(launches["start"]).to_numpy(dtype="int64"), tid))
+    position = pd.Series(np.where(candidate[order], np.arange(len(order)), np.nan))
+    thread = pd.Series(tid[order])
+    before, after = position.groupby(thread).ffill(), position.groupby(thread).bfill()
+    programs_so_far = np.cumsum(program[order])
+    bounded = before.notna().to_numpy() & after.notna().to_numpy()
+    first, last = before.fillna(0).to_numpy(dtype="int64"), after.fillna(0).to_numpy(dtype="int64")
+    inside = bounded & (programs_so_far[last] == programs_so_far[first])
+    gemm = launches["role"].to_numpy(dtype=object)[order] == "gemm"
+    autotuning = np.zeros(len(launches), dtype=bool)
+    autotuning[order] = candidate[order] | (inside & gemm)
+    return autotuning
 
 
 def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...], ranges: EnclosingRanges) -> None:
@@ -362,14 +400,27 @@ def _rank_in_name(path) -> int | None:
 
 
 def _fill_ranks(trace_launches: pd.DataFrame, trace: Trace, index: int, count: int) -> pd.Series:
-    """The rank the hook's mark named; for a trace of one process without it, the rank in the
-    file's name, or its place among several files."""
+    """The rank the hook's mark named; for a trace of several processes without it, the GPU each
+    used (_rank_by_gpu); for a trace of one process, the rank in the file's name, or its place
+    among several files."""
     rank = trace_launches["rank"].astype("Int64")
-    if rank.notna().all() or trace_launches["global_pid"].nunique() > 1:
+    if rank.notna().all():
         return rank
+    if trace_launches["global_pid"].nunique() > 1:
+        return rank.fillna(_rank_by_gpu(trace_launches))
     named = _rank_in_name(trace.path)
     fallback = named if named is not None else (index if count > 1 else pd.NA)
     return rank.fillna(fallback)
+
+
+def _rank_by_gpu(trace_launches: pd.DataFrame) -> pd.Series:
+    """Per launch of a trace of several processes, the GPU its process used, where each process
+    used one GPU and no two the same: torchrun's workers each take the GPU of their local rank,
+    which on one node is their rank. NA otherwise: the processes stay apart, unnamed."""
+    devices = trace_launches.groupby("global_pid", sort=False)["device_id"].agg(["nunique", "first"])
+    if not ((devices["nunique"] == 1).all() and devices["first"].is_unique):
+        return pd.Series(pd.NA, index=trace_launches.index, dtype="Int64")
+    return trace_launches["global_pid"].map(devices["first"]).astype("Int64")
 
 
 def _causes(gemms: pd.DataFrame) -> np.ndarray:
@@ -414,10 +465,11 @@ def layer_numbers(paths: pd.Series) -> pd.Series:
     return pd.to_numeric(paths.astype("string").str.extract(_LAYER_NUMBER, expand=False)).astype("Int64")
 
 
-def module_labels(gemms: pd.DataFrame) -> pd.Series:
-    """The TE module of each GEMM, or "(TE, module unknown)" / "(outside TE)"."""
-    unnamed = np.where(gemms["origin"] == "te", "(TE, module unknown)", "(outside TE)")
-    return gemms["te_module"].where(gemms["te_module"].notna(), pd.Series(unnamed, index=gemms.index))
+def module_labels(te_module: pd.Series, in_te: np.ndarray) -> pd.Series:
+    """The TE module of each launch, or "(TE, module unknown)" where TE launched it (`in_te`) and
+    nothing named the module, else "(outside TE)": one label in every table."""
+    unnamed = np.where(in_te, "(TE, module unknown)", "(outside TE)")
+    return te_module.where(te_module.notna(), pd.Series(unnamed, index=te_module.index))
 
 
 def group(gemms: pd.DataFrame) -> pd.DataFrame:

@@ -341,6 +341,88 @@ def test_verify_of_a_failed_command_exits_3(nsys_bin, tmp_path):
     assert done.stdout == ""
 
 
+# A program that checks what it needs, finds it missing and skips, as TE's GroupedLinear
+# benchmark does for MXFP8 on Hopper: it exits 0 having launched nothing.
+_SKIPS = "print('MXFP8 is not available on this device: skipping')"
+# A program that stops on start, as a script missing a required argument does.
+_STOPS_ON_START = (
+    "import argparse\n"
+    "parser = argparse.ArgumentParser(prog='train.py')\n"
+    "parser.add_argument('--model', required=True)\n"
+    "parser.parse_args([])\n"
+)
+
+
+def test_verify_of_a_command_that_ran_no_kernel_says_so_and_exits_1(nsys_bin, tmp_path):
+    """A real capture (--trace=cuda) of a program that ran no GPU kernel: nothing ran at the asked
+    recipe (exit 1), said as such, not as a capture made without CUDA tracing (exit 2)."""
+    done = gemmscope("verify", "--expect", "mxfp8", "--out", tmp_path, "--", sys.executable, "-c", _SKIPS,
+                     timeout=300)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "gemmscope: the command exited 0 and ran no GPU kernel: no GEMM ran at mxfp8" in done.stderr
+    assert "captured with --trace=cuda" not in done.stderr and "holds no GPU kernels" not in done.stderr
+    assert "skipping" in done.stderr  # the program's own output still reaches the user
+    assert done.stdout == ""
+
+
+def test_a_trace_with_cuda_calls_and_no_kernel_ran_nothing(gpu_sqlite, tmp_path):
+    """A real GPU capture whose program made CUDA calls and launched no kernel (its kernel table
+    taken out): exit 1, nothing ran; the CPU capture without CUDA tables stays bad input (exit 2)."""
+    trace = tmp_path / "no_kernel.sqlite"
+    trace.write_bytes(gpu_sqlite("te_linear_bf16").read_bytes())
+    with sqlite3.connect(trace) as db:
+        db.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    for command in (("analyze",), ("verify", "--expect", "bf16", "--trace")):
+        done = gemmscope(*command, trace)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.strip().splitlines() == [
+            f"gemmscope: {trace} ran no GPU kernel: its CUDA calls were captured, and none launched one: no GEMM ran"
+            + (" at bf16" if "verify" in command else "")]
+
+
+def test_verify_of_a_failed_command_leads_with_its_exit_status_and_stderr(nsys_bin, tmp_path):
+    """A script that stops on start: gemmscope's first words after the capture are the command's
+    exit status and its last stderr lines, then what it ran (nothing); exit 3."""
+    done = gemmscope("verify", "--expect", "fp8-current", "--out", tmp_path, "--", sys.executable, "-c",
+                     _STOPS_ON_START, timeout=300)
+    assert done.returncode == 3, done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith("gemmscope: ") and "[" not in line[:14]]
+    assert said[0] == "gemmscope: the command failed (exit 2); its last lines on stderr:", done.stderr
+    tail = done.stderr.split(said[0] + "\n", 1)[1].splitlines()
+    assert tail[1] == "    train.py: error: the following arguments are required: --model"
+    assert said[1] == "gemmscope: it ran no GPU kernel before it ended"
+    assert "no GPU kernels" not in done.stderr and done.stdout == ""
+
+
+def test_verify_prints_no_nsys_progress_bar(nsys_bin, tmp_path):
+    """nsys's own text (its progress bars redrawn with carriage returns, 'Generating', 'Generated:')
+    stays out of the user's stream: one gemmscope line per stage instead; --verbose shows it."""
+    done = gemmscope("verify", "--expect", "bf16", "--out", tmp_path, "--", sys.executable, "-c", _SKIPS,
+                     timeout=300)
+    assert "\r" not in done.stderr and "[1/1] [" not in done.stderr and "Generat" not in done.stderr
+    stages = [line for line in done.stderr.splitlines() if line.startswith("gemmscope: [")]
+    assert [line[:len("gemmscope: [1/3]")] for line in stages] == [
+        "gemmscope: [1/3]", "gemmscope: [2/3]", "gemmscope: [3/3]"]
+    verbose = gemmscope("verify", "--verbose", "--expect", "bf16", "--out", tmp_path, "--", sys.executable, "-c",
+                        _SKIPS, timeout=300)
+    assert "[1/1] [" in verbose.stderr and "Generated:" in verbose.stderr
+
+
+# Runs past a 1 s window, then ends on its own with a status of its own.
+_OUTLIVES_THE_WINDOW = "import time, sys; time.sleep(4); print('ran to its own end', file=sys.stderr); sys.exit(6)"
+
+
+def test_a_capture_window_bounds_the_trace_not_the_run(nsys_bin, tmp_path):
+    """--duration ends collection, never the program (nsys's default would SIGTERM it): the
+    program runs to its own end and its exit status is its own; the window is said in words."""
+    done = gemmscope("verify", "--expect", "bf16", "--delay", "0.5", "--duration", "1", "--out", tmp_path,
+                     "--format", "json", "--", sys.executable, "-c", _OUTLIVES_THE_WINDOW, timeout=300)
+    assert "ran to its own end" in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 3 and "the command failed (exit 6)" in done.stderr
+    assert "the trace holds from 0.5 s after the start to 1.5 s; the command ran to its own end" in done.stderr
+    assert "{" not in done.stderr  # no Python dict for the window
+
+
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 
 
@@ -435,7 +517,7 @@ def test_verify_table_ends_with_breakdown_and_findings():
     result = invoke("verify", "--trace", CORPUS / "te_stack_large_fp8-block_1gpu.sqlite.xz", "--step-range", "step *")
     assert result.exit_code == 0, result.stderr
     text = result.stdout
-    assert "Where the GPU time went (steps matching step *, after the first)" in text
+    assert "Where the GPU time went (steps: NVTX ranges matching step *, after the first)" in text
     findings = text.split("Findings, most time at stake first")[1]
     assert findings.index("gemms-healthy") < findings.index("gemm-share")
 
@@ -454,11 +536,11 @@ def test_compare_cli():
 
 def test_verify_capture_range_holds_only_the_window(cpu_traces, tmp_path):
     """A real capture on this CPU machine of the NVTX fixture program: only the first instance of
-    the named range is collected (no GPU here, so there is nothing to check and verify says so)."""
+    the named range is collected (no GPU here, so no GEMM ran and verify says so)."""
     done = gemmscope("verify", "--expect", "bf16", "--capture-range", "outer", "--out", tmp_path, "--",
                      cpu_traces / "build" / "nvtx_edge_cases", timeout=300)
-    assert "capture window {'nvtx_range': 'outer'}" in done.stderr
-    assert done.returncode == 2 and "holds no GPU kernels" in done.stderr
+    assert "the trace holds the first instance of NVTX range 'outer'" in done.stderr
+    assert done.returncode == 1 and "the command exited 0 and ran no GPU kernel" in done.stderr
     names = set(read_trace(tmp_path / "trace.sqlite").nvtx["name"])
     assert {"outer", "inner", "innermost", "inner-sibling"} <= names  # the window and what it holds
     assert not names & {"registered:hello", "interleave:default", "worker-a:outer"}  # pushed after it
@@ -522,3 +604,30 @@ def test_per_launch_lists_what_mapped_ranges_fail_without_a_run_recipe():
     assert doc["summary"]["expected"] is None
     assert len(doc["mismatches"]) == doc["summary"]["mismatches"] > 0
     assert {m["expect_range"] for m in doc["mismatches"]} == {"nvte_cublas_gemm_v2"}
+
+
+def test_verify_trace_takes_more_traces_without_a_double_dash(gpu_xz):
+    """`verify --trace A B` checks two traces; "not both" is said only about a `--` really given."""
+    a, b = gpu_xz("te_linear_fp8-current"), gpu_xz("te_linear_bf16")
+    result = invoke("verify", "--expect", "fp8-current", "--format", "json", "--trace", a, b)
+    assert "not both" not in result.stderr
+    traces = [t["trace"] for t in json.loads(result.stdout)["meta"]["traces"]]
+    assert traces == [str(a), str(b)]
+    assert "not both" in invoke("verify", "--trace", a, "--", "true").stderr
+
+
+def test_no_record_is_blamed_on_a_missing_hook_only_without_one(gpu_xz):
+    """The shipped example holds the hook's autocast records: its BF16 GEMMs inside TE are not
+    blamed on a trace made without the hook; a trace made without it still is."""
+    example = invoke("analyze")
+    assert "no-record" in example.stdout and "made without gemmscope's hook" not in example.stdout
+    assert "gemmscope's hook recorded this run but not these GEMM calls" in example.stdout
+    bare = invoke("verify", "--expect", "bf16", "--trace", gpu_xz("te_linear_fp8-current"))
+    assert "no-record" in bare.stdout and "a trace made without gemmscope's hook" in bare.stdout
+
+
+def test_diagnose_is_a_command(gpu_xz):
+    result = invoke("diagnose", gpu_xz("train_mixed"))
+    assert result.exit_code == 0, result.stderr
+    assert "Where the GPU time went" in result.stdout and "Findings, most time at stake first" in result.stdout
+    assert "Mismatches" not in result.stdout  # the check's tables are analyze's and verify's

@@ -168,3 +168,56 @@ def test_step_ranges_found_in_a_cpu_capture(cpu_traces):
     assert sorted(outer["name"]) == ["worker-a:outer", "worker-b:outer", "worker-c:outer"]
     assert (outer["end"] > outer["start"]).all()
     assert diagnose.find_steps(result).empty  # no range is named like a step there
+
+
+def test_compare_labels_a_gemm_as_every_table_does(gpu_trace):
+    """GEMMs TE launched (its C library's range) whose module nothing names are "(TE, module
+    unknown)" in compare's per-module table, as in the GEMM tables, never "(outside TE)" there."""
+    result = check([gpu_trace("train_mixed_no-te-nvtx")])
+    comparison = diagnose.compare(result, result)
+    gemm_rows = comparison["by_module"][comparison["by_module"]["category"].isin(["gemm", "gemm-fallback"])]
+    assert set(gemm_rows["module"]) == set(result.gemms["module"]) == {"(TE, module unknown)", "(outside TE)"}
+    te_time = result.gemms.loc[result.gemms["module"] == "(TE, module unknown)", "duration_ns"].sum()
+    assert gemm_rows.loc[gemm_rows["module"] == "(TE, module unknown)", "base"].sum() == te_time
+
+
+def test_compare_of_a_trace_with_itself_says_nothing_changed(checked):
+    result = checked("fsdp_small_bf16_1gpu")
+    statement = diagnose.compare(result, result)["statement"]
+    assert statement == ("NEW's GPU time is BASE's: the same window, busy and idle time, categories and kernel "
+                         "launches")
+    moved = diagnose.compare(checked("fsdp_small_bf16_1gpu"), checked("fsdp_small_fp8_1gpu"))["statement"]
+    assert "(;" not in moved and "overlap" in moved
+
+
+def _renamed_steps(gpu_sqlite, tmp_path, name: str, new_stem: str) -> Path:
+    """A real capture whose `step N` ranges (tests/fixtures/gpu/workloads.py) are named as another
+    program names its loop's body (`tp_step_N`): the same ranges, another name."""
+    copy = tmp_path / f"{name}-{new_stem}.sqlite"
+    copy.write_bytes(gpu_sqlite(name).read_bytes())
+    with sqlite3.connect(copy) as db:
+        db.execute("UPDATE StringIds SET value = ? || substr(value, 6) WHERE value GLOB 'step [0-9]*'", (new_stem,))
+        db.execute("UPDATE NVTX_EVENTS SET text = ? || substr(text, 6) WHERE text GLOB 'step [0-9]*'", (new_stem,))
+    return copy
+
+
+@pytest.mark.parametrize("stem", ["tp_step_", "ops_step_", "compiled_step_", "moe_step_", "iteration-"])
+def test_steps_of_any_name_are_found_and_named(gpu_sqlite, tmp_path, stem):
+    result = check([read_trace(_renamed_steps(gpu_sqlite, tmp_path, "te_linear_fp8-current", stem))])
+    found = diagnose.diagnose(result)
+    assert found.step_range == f"{stem}[0-9]*"
+    assert sorted(found.steps["name"]) == [f"{stem}0", f"{stem}1", f"{stem}2"]
+    assert len(found.step_times) == 2  # the steps after the first
+
+
+def test_numbered_ranges_that_are_not_loop_bodies_are_not_steps(checked):
+    """TE's C library's ranges (nvte_cublas_gemm_v2: one number) and a trace without a loop's
+    ranges: no steps, and the breakdown says so and how to name them."""
+    from gemmscope import reports
+
+    result = checked("fsdp_small_bf16_1gpu")
+    assert diagnose.default_step_pattern(result) is None
+    found = diagnose.diagnose(result)
+    assert found.step_range is None
+    assert reports.breakdown_title(found) == ("Where the GPU time went (the whole trace: no steps found, name them "
+                                              "with --step-range)")

@@ -79,6 +79,7 @@ def test_verify_small_training_run(tmp_path, scenario):
                      sys.executable, str(FIXTURES / "train_small_te.py"), "--scenario", scenario,
                      "--expected-out", str(tmp_path / "expected.json"))
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "[1/1] [" not in done.stderr and "\r" not in done.stderr  # nsys's progress bars held back
     report = json.loads(done.stdout)
     expected = json.loads((tmp_path / "expected.json").read_text())
     bf16 = sum(sum(per_pass.values()) for per_pass in expected["bf16"].values())
@@ -186,3 +187,15 @@ def test_verify_capture_window_holds_one_training_step(tmp_path):
         by_pass[row["pass"]] = by_pass.get(row["pass"], 0) + row["gemms"]
     assert by_pass["fprop"] == per_step["fprop"]  # the step's forward, whole
     assert all(by_pass.get(p, 0) <= per_step[p] for p in per_step)  # and nothing of another step
+
+
+def test_a_capture_window_does_not_end_the_run(tmp_path):
+    """--duration bounds what nsys collects: the training run goes on to its own end (it writes
+    its expected counts only there) and its exit status is its own, 0."""
+    done = gemmscope("verify", "--expect", "fp8-block", "--delay", "2", "--duration", "1", "--out", str(tmp_path),
+                     "--", "torchrun", "--standalone", "--nproc-per-node", "1", str(CORPUS / "te_stack.py"),
+                     "--steps", "200", "--expected-out", str(tmp_path / "expected.json"))
+    assert done.returncode in (0, 1), done.stderr[-2000:]  # 1: what the window held ran outside autocast
+    assert (tmp_path / "expected.json").is_file()  # the run reached its end
+    assert "the trace holds from 2 s after the start to 3 s; the command ran to its own end" in done.stderr
+    assert "the command failed" not in done.stderr

@@ -47,6 +47,11 @@ CASES = {
         ["triton_tem_fused_mm_0", "triton_tem_fused_addmm_relu_3", "triton_tem_fused__scaled_mm_1",
          "triton_tem_fused_bmm_4", "triton_tem_fused_baddbmm_2"],
         [("triton_poi_fused_mm_0", "triton"), ("triton_tem_fused_cat_0", "triton")]),
+    "triton-autotune-gemm": (
+        ["triton_mm", "triton_bmm", "triton_mm_persistent_tma", "triton_mm_plus_mm", "triton_grouped_mm",
+         "triton_scaled_grouped_mm", "triton_scaled_mm_device_tma_epilogue_scaling",
+         "triton_blackwell_ws_persistent_device_tma"],
+        [("triton_mmx_fused_add_0", "triton"), ("triton_poi_fused_mm_0", "triton"), ("triton_bmmx", "triton")]),
     "triton": (
         ["triton_poi_fused_add_0", "triton_red_fused_sum_1", "triton_per_fused_native_layer_norm_2"],
         [("my_triton_poi_fused_add_0", "unknown")]),

@@ -304,6 +304,27 @@ def test_inductor_template_gemm_has_unknown_precision():
     assert (info.family, info.role, info.precision) == ("triton", "gemm", "unknown")
 
 
+@pytest.mark.parametrize("name", [
+    # the candidates Inductor's max-autotune launches one by one: triton_<template name>
+    # (torch/_inductor/select_algorithm.py; template names in torch/_inductor/kernel/mm.py, bmm.py,
+    # mm_plus_mm.py, mm_grouped.py)
+    "triton_mm", "triton_bmm", "triton_mm_plus_mm", "triton_mm_persistent_tma", "triton_mm_persistent",
+    "triton_scaled_mm_device_tma_epilogue_scaling", "triton_scaled_mm_device_tma_main_loop_scaling",
+    "triton_scaled_mm", "triton_grouped_mm", "triton_scaled_grouped_mm", "triton_blackwell_ws_persistent_device_tma",
+    # and the templates the compiled program runs
+    "triton_tem_fused_mm_0", "triton_tem_fused_addmm_1", "triton_tem_fused__scaled_mm_2", "triton_tem_fused_bmm_3",
+])
+def test_every_inductor_triton_gemm_is_a_gemm_of_unknown_precision(name):
+    info = decode(name)
+    assert (info.family, info.role, info.precision) == ("triton", "gemm", "unknown")
+
+
+@pytest.mark.parametrize("name", ["triton_poi_fused_mm_0", "triton_red_fused_addmm_sum_1", "triton_mma_helper",
+                                  "triton_tem_fused_flex_attention_0", "triton_per_fused_bmm_2"])
+def test_inductor_kernels_that_only_name_a_gemm_are_not_gemms(name):
+    assert decode(name).role != "gemm"
+
+
 
 # --- names beyond Hopper's nvjet, verbatim from the public sources in docs/kernel-names.md -------------
 

@@ -234,7 +234,7 @@ def test_html_report_embeds_the_trace_plots(tmp_path, checked):
     assert [alt for alt, _ in images] == ["Where the GPU time went, per rank", "GPU time per training step",
                                           "GEMM TFLOP/s against the GPU&#x27;s dense peak"]
     assert all(base64.b64decode(data).startswith(PNG) for _, data in images)
-    assert "Steps matching (default step names), after the first." in text
+    assert "Steps: NVTX ranges matching step [0-9]*, after the first." in text
 
 
 def test_html_caption_says_what_was_not_drawn(tmp_path):

@@ -1,8 +1,10 @@
 """verify: a verdict per GEMM launch of the real H200 traces, against what each workload asked for
 (tests/fixtures/gpu/*.expected.json and workloads.py / train_small_te.py)."""
 
+import lzma
 import sqlite3
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,8 @@ from gemmscope.errors import InputError
 from gemmscope.reports import summary_document
 from gemmscope.trace_parser import read_trace
 from gemmscope.verify import RECIPES, check, verdict
+
+CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 
 H200_SM = 90
 
@@ -273,3 +277,62 @@ def test_gemm_tail_time_is_its_kernels_time_and_not_gemm_time(checked, gpu_sqlit
     tails = result.kernels["role"] == "gemm-tail"
     assert tails.sum() == count and len(result.kernels) == kernels
     assert not result.gemms["kernel_row"].isin(result.kernels.index[tails]).any()
+
+
+def _without_the_hooks_rank_marks(gpu_path: Path, tmp_path: Path, one_gpu: bool = False) -> Path:
+    """A real capture of two processes (TE's FSDP example under torchrun on 2 GPUs) as a plain
+    `nsys profile torchrun ...` would leave it: the hook's per-process rank marks taken out; with
+    `one_gpu`, as if both processes had shared GPU 0."""
+    copy = tmp_path / "two_processes_without_the_hook.sqlite"
+    copy.write_bytes(lzma.decompress(gpu_path.read_bytes()))
+    with sqlite3.connect(copy) as db:
+        db.execute("DELETE FROM NVTX_EVENTS WHERE rowid IN (SELECT e.rowid FROM NVTX_EVENTS e LEFT JOIN StringIds s "
+                   "ON s.id = e.textId WHERE coalesce(e.text, s.value) LIKE 'gemmscope.process|%')")
+        if one_gpu:
+            db.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 0")
+    return copy
+
+
+def test_several_processes_without_the_hook_are_ranked_by_their_gpu(tmp_path):
+    from gemmscope import diagnose
+
+    original = CORPUS / "fsdp_fp8_2gpu.sqlite.xz"
+    hooked = check([read_trace(original)]).gemms
+    plain = check([read_trace(_without_the_hooks_rank_marks(original, tmp_path))]).gemms
+    assert plain["rank"].notna().all() and list(plain["rank"]) == list(hooked["rank"])
+    assert plain["rank"].value_counts().to_dict() == {0: 72, 1: 72}
+    # processes sharing one GPU: no rank can be named, and the two stay two timelines, by process
+    shared = check([read_trace(_without_the_hooks_rank_marks(original, tmp_path, one_gpu=True))])
+    assert shared.gemms["rank"].isna().all()
+    labels = sorted(diagnose.diagnose(shared).breakdown["rank"].astype(str))
+    pids = sorted(str(p) for p in (shared.gemms["global_pid"] // (1 << 24) & 0xFFFFFF).unique())
+    assert labels == [f"process {pid}" for pid in pids] and len(labels) == 2
+
+
+def _as_if_compiled_with_max_autotune(gpu_sqlite, tmp_path: Path) -> Path:
+    """A real capture (torch GEMMs of four precisions on one thread, workloads.py) with its
+    kernels renamed as Inductor names them: the FP32 and FP16 GEMMs and the INT8 one as
+    candidates max-autotune benchmarks (triton_mm, triton_bmm, triton_mm_persistent_tma), the
+    second FP8 one as the compiled program's template (triton_tem_fused_mm_0)."""
+    copy = tmp_path / "torch_gemms_autotuned.sqlite"
+    copy.write_bytes(gpu_sqlite("torch_gemms").read_bytes())
+    renames = {"sm80_xmma_gemm_f32f32_f32f32_f32_nn_n%": "triton_mm", "nvjet_sm90_hsh_%": "triton_bmm",
+               "nvjet_sm90_qqtst_128x128_128x6_1x1%": "triton_tem_fused_mm_0",
+               "void cutlass::Kernel2<cutlass_80_tensorop_i16832%": "triton_mm_persistent_tma"}
+    with sqlite3.connect(copy) as db:
+        for pattern, name in renames.items():
+            db.execute("UPDATE StringIds SET value = ? WHERE value LIKE ? AND id IN "
+                       "(SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)", (name, pattern))
+    return copy
+
+
+def test_autotuning_gemms_are_left_out_of_the_check(gpu_sqlite, tmp_path):
+    """The candidates, and the cuBLAS GEMMs launched between two of them, are max-autotune's; the
+    GEMMs after a kernel of the compiled program are the program's own."""
+    result = check([read_trace(_as_if_compiled_with_max_autotune(gpu_sqlite, tmp_path))], "fp8-current")
+    autotuned = Counter(result.autotuning["name"].str[:30])
+    assert autotuned == {"triton_mm": 3, "sm90_xmma_gemm_f32f32_tf32f32_": 3, "nvjet_sm90_tst_192x128_64x5_1x": 3,
+                         "triton_bmm": 3, "triton_mm_persistent_tma": 3}
+    assert Counter(result.gemms["name"].str[:30]) == {"nvjet_sm90_qqtst_128x128_128x6": 3, "triton_tem_fused_mm_0": 3}
+    assert summary_document(result)["autotuning_gemm_launches"] == 15
+    assert set(result.gemms["verdict"]) == {"OK", "UNKNOWN"}  # no autotuning candidate is a FALLBACK
