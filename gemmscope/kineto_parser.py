@@ -310,7 +310,9 @@ class _Events:
         gpus = self._gpus()
         meta = {"nsys_version": None, "schema_version": _text(self.head.get("schemaVersion")),
                 "gpus": gpus.to_dict("records"), "profiler": "torch.profiler", "lacks": self._lacks(nvtx),
-                "no_kernels": None if len(kernels) else self._no_kernels(given, api), "cuda_api_traced": not api.empty}
+                "no_kernels": None if len(kernels) else self._no_kernels(given, api),
+                # CUDA calls recorded and none of them a launch: the run launched no kernel
+                "cuda_api_traced": not api.empty and not api["name"].str.contains("Launch").any()}
         return trace_type(path=given, sqlite=None, meta=meta, kernels=kernels, memops=memops, api_calls=api,
                           nvtx=nvtx, threads=self._threads(pids, tids), gpus=gpus, memory=_no_memory_events())
 
@@ -412,15 +414,19 @@ class _Events:
                        for a, b in zip(frame["cc_major"], frame["cc_minor"])]
         return frame
 
-    def _no_kernels(self, given: Path, api: pd.DataFrame) -> str:
-        """Why a trace without GPU kernels has none, as far as it tells."""
+    def _no_kernels(self, given: Path, api: pd.DataFrame) -> str | None:
+        """Why a trace without GPU kernels has none, as far as it tells: None where it recorded
+        CUDA calls and none launched a kernel (the run launched none)."""
+        launches = int(api["name"].str.contains("Launch").sum())
+        if not api.empty and not launches:
+            return None
         if api.empty and not self.cpu_ops:
             return f"{given} is a torch.profiler trace without any activity: nothing to check"
         if api.empty:
             return (f"{given} is a CPU-only torch.profiler trace (no CUDA activity): profile with "
                     "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU")
-        return (f"{given} is a torch.profiler trace without GPU kernels (it holds CUDA API calls but no "
-                "kernel ran, or CUPTI recorded none)")
+        return (f"{given} is a torch.profiler trace without GPU activity: it holds {launches} kernel launch "
+                "calls and no kernel (CUPTI recorded none)")
 
     def _lacks(self, nvtx: pd.DataFrame) -> list[str]:
         """What this trace does not hold that an nsys capture would, in words."""

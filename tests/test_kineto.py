@@ -149,7 +149,8 @@ def test_trace_without_gpu_kernels(tmp_path, v100_events):
     path.write_text(json.dumps(doc))
     done = gemmscope("analyze", path)
     assert_one_line_error(done)
-    assert "without GPU kernels" in done.stderr
+    launch_calls = sum(e.get("cat") == "cuda_runtime" and "Launch" in e["name"] for e in v100_events["traceEvents"])
+    assert f"without GPU activity: it holds {launch_calls} kernel launch calls" in done.stderr
 
 
 def test_unknown_format_version(tmp_path, v100_events):
