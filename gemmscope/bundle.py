@@ -50,7 +50,7 @@ from gemmscope import __version__, diagnose, html_report, reports, scratch, te_r
 from gemmscope.errors import InputError
 from gemmscope.profile import RUN_TRACES, load_run
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
-from gemmscope.trace_parser import TRACE_SUFFIXES, Trace, read_trace, trace_paths
+from gemmscope.trace_parser import KINETO_SUFFIXES, TRACE_SUFFIXES, Trace, read_trace, trace_paths
 
 
 Tables = dict[str, pd.DataFrame]  # file name (html_report.TABLE_FILES) -> table
@@ -79,8 +79,9 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
     else:
         paths = [run_dir / name for name in RUN_TRACES if (run_dir / name).exists()][:1]
     originals = [read_trace(path) for path in paths]
-    check_output(out, [*map(Path, inputs), *paths, *(t.sqlite for t in originals)], "bundle")
-    redactor = Redactor.of_exports((t.sqlite for t in originals), keep)
+    sources = [t.sqlite or t.path for t in originals]  # a torch.profiler trace is read as it is
+    check_output(out, [*map(Path, inputs), *paths, *sources], "bundle")
+    redactor = Redactor.of_exports(sources, keep)
     # The unzipped bundle of a run directory is a run directory.
     members = _member_names(originals, redactor) if run_dir is None else ["trace.sqlite.xz"] * len(originals)
     with tempfile.TemporaryDirectory(dir=scratch.folder()) as staging:
@@ -125,17 +126,19 @@ def _run_dir(inputs: Sequence[str | Path]) -> Path | None:
 
 
 def _member_names(traces: list[Trace], redactor: Redactor) -> list[str]:
-    """Each trace's name in the zip: traces/ + its file name (redacted, as .sqlite.xz), numbered
-    where two traces share a name (rank0/trace.sqlite and rank1/trace.sqlite)."""
+    """Each trace's name in the zip: traces/ + its file name (redacted, as .sqlite.xz; a
+    torch.profiler trace as .json.gz), numbered where two traces share a name (rank0/trace.sqlite
+    and rank1/trace.sqlite)."""
     names: list[str] = []
     for trace in traces:
         name = trace.path.name
-        stem = next((name.removesuffix(s) for s in TRACE_SUFFIXES if name.endswith(s)), name)
+        stem = next((name.removesuffix(s) for s in (*TRACE_SUFFIXES, *KINETO_SUFFIXES[::-1]) if name.endswith(s)), name)
         stem = redactor(stem)
-        member, copies = f"traces/{stem}.sqlite.xz", 1
+        suffix = ".sqlite.xz" if trace.sqlite else ".json.gz"
+        member, copies = f"traces/{stem}{suffix}", 1
         while member in names:
             copies += 1
-            member = f"traces/{stem}-{copies}.sqlite.xz"
+            member = f"traces/{stem}-{copies}{suffix}"
         names.append(member)
     return names
 
@@ -182,12 +185,15 @@ def _wall_s(run_dir: Path) -> float | None:
 
 
 def _environment(trace: Trace, member: str) -> dict[str, Any]:
-    """What `trace` records about the machine and the software it ran (null where nothing does)."""
-    with closing(sqlite3.connect(f"file:{trace.sqlite}?mode=ro", uri=True)) as conn:
-        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        system = dict(conn.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV")) \
-            if "TARGET_INFO_SYSTEM_ENV" in tables else {}
-        commands = command_lines(conn)
+    """What `trace` records about the machine and the software it ran (null where nothing does;
+    a torch.profiler trace records none of the system's settings nor the command line)."""
+    system, commands = {}, []
+    if trace.sqlite is not None:
+        with closing(sqlite3.connect(f"file:{trace.sqlite}?mode=ro", uri=True)) as conn:
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            system = dict(conn.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV")) \
+                if "TARGET_INFO_SYSTEM_ENV" in tables else {}
+            commands = command_lines(conn)
     software = te_ranges.recorded_software(trace.nvtx["name"]) or {}
     return {
         "trace": member,
@@ -233,7 +239,7 @@ def _write_zip(out: Path, texts: dict[str, str], files: dict[str, Path], redacto
             for name, text in texts.items():
                 archive.writestr(name, redactor(text), compress_type=zipfile.ZIP_DEFLATED)
             for name, path in files.items():
-                archive.write(path, name, compress_type=zipfile.ZIP_STORED)  # already xz-compressed
+                archive.write(path, name, compress_type=zipfile.ZIP_STORED)  # already xz- or gzip-compressed
     except BaseException:
         partial.unlink(missing_ok=True)
         raise

@@ -155,8 +155,8 @@ def _emit(text: str) -> None:
 def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
             allow: tuple[str, ...], step_range: str | None, workers: int | None, scheduler: str | None,
             plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool, per_launch: bool) -> None:
-    """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep; files, folders or
-    globs, e.g. one per rank): precision, rank, thread, NVTX ranges, TE module, layer and pass,
+    """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep) or torch.profiler
+    traces (.json, .json.gz; told by content); files, folders or globs, e.g. one per rank: precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
     trace shipped with gemmscope, a small TE model trained in FP8 in which one block runs with
     autocast disabled and the LM head is a plain torch.nn.Linear."""
@@ -216,7 +216,21 @@ def _write_plots(directory: Path | None, result: verify.Verification, diagnosis:
 
 
 def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=()) -> verify.Verification:
-    return verify.check(loading.load(paths, workers, scheduler), expect, allow, expect_map)
+    loaded = loading.load(paths, workers, scheduler)
+    _say_lacking([item.trace for item in loaded if item.trace is not None])
+    return verify.check(loaded, expect, allow, expect_map)
+
+
+def _say_lacking(traces) -> None:
+    """What traces made by another profiler than nsys do not hold, once per distinct list."""
+    by_lacks: dict[tuple, list[str]] = {}
+    for trace in traces:
+        if trace.meta["lacks"]:
+            by_lacks.setdefault(tuple(trace.meta["lacks"]), []).append(trace.path.name)
+    for lacks, names in by_lacks.items():
+        which = names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]}, …)"
+        click.echo(f"gemmscope: note: {which} ({traces[0].meta['profiler']}) has no {'; no '.join(lacks)}",
+                   err=True)
 
 
 class _VerifyCommand(click.Command):
@@ -453,9 +467,9 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
     """The traces scrubbed (in the private scratch folder) and read back under their own names,
     redacted; and the Redactor that scrubbed them."""
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import sqlite_export
+    from gemmscope.trace_parser import trace_source
 
-    exports = [sqlite_export(path) for path in paths]
+    exports = [trace_source(path) for path in paths]
     redactor = Redactor.of_exports(exports, keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
     traces = [dataclasses.replace(read_trace(scrub(export, staging / f"{i}.sqlite", redactor)),
@@ -567,9 +581,9 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
     """Copy a trace without the environment, command line, user and host names nsys recorded,
     and with every text in it redacted (README: Redaction; stderr says what was taken out)."""
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import sqlite_export
+    from gemmscope.trace_parser import trace_source
 
-    redactor = Redactor.of_exports([sqlite_export(trace)], keep)
+    redactor = Redactor.of_exports([trace_source(trace)], keep)
     click.echo(f"wrote {scrub(trace, out, redactor)}")
     _say_redacted(redactor)
 

@@ -41,8 +41,9 @@ def attribute(trace: Trace) -> LoadedTrace:
     """A trace already read, with its launches attributed (or why it has nothing to attribute)."""
     if trace.kernels.empty:
         cuda_traced = bool(trace.meta.get("cuda_api_traced"))
-        error = (f"{trace.path} ran no GPU kernel: its CUDA calls were captured, and none launched one" if cuda_traced
-                 else f"{trace.path} holds no GPU kernels: was it captured with --trace=cuda, on a GPU?")
+        error = (trace.meta.get("no_kernels")  # a reader that can tell why says so (a CPU-only torch.profiler trace)
+                 or (f"{trace.path} ran no GPU kernel: its CUDA calls were captured, and none launched one"
+                     if cuda_traced else f"{trace.path} holds no GPU kernels: was it captured with --trace=cuda, on a GPU?"))
         return LoadedTrace(trace.path, error=error, no_kernels=True, cuda_traced=cuda_traced)
     frame, ranges = launches_with_ranges(trace)
     # `frame` holds every kernel with the call that launched it: the trace's own frames of them

@@ -167,6 +167,8 @@ def _trace_meta(trace: Trace) -> dict:
         "nsys_version": trace.meta["nsys_version"],
         "schema_version": trace.meta["schema_version"],
         "gpus": [{k: _plain(v) for k, v in g.items()} for g in trace.meta["gpus"]],
+        "profiler": trace.meta["profiler"],
+        "lacks": trace.meta["lacks"],
     }
 
 
@@ -516,7 +518,7 @@ def _headline(result: Verification) -> str:
     names = first.path.name if len(result.traces) == 1 else f"{len(result.traces)} traces"
     gpu_names = dict.fromkeys(f"{g['name']} ({g['sm']})" for t in result.traces for g in t.meta["gpus"])
     ranks = f", ranks {', '.join(map(str, doc['ranks']))}" if len(doc["ranks"]) > 1 else ""
-    line = (f"{names}: nsys {first.meta['nsys_version']}, {', '.join(gpu_names) or 'GPU unknown'}{ranks}; "
+    line = (f"{names}: {first.meta['profiler']}, {', '.join(gpu_names) or 'GPU unknown'}{ranks}; "
             f"{doc['gemm_launches']} GEMM launches, {doc['gemm_time_ns'] / 1e6:.3f} ms of GEMM kernels")
     if result.checked:
         share = doc["expected_time_share"]
@@ -551,6 +553,7 @@ def top_findings(findings: list[dict]) -> str:
 def trace_environment(result: Verification) -> list[tuple[str, str]]:
     gpus = dict.fromkeys(f"{gpu['name']} ({gpu['sm']})" for t in result.traces for gpu in t.meta["gpus"])
     nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in result.traces)
+    profilers = dict.fromkeys(t.meta["profiler"] for t in result.traces)
     ranks = summary_document(result)["ranks"]
     traces = _count(len(result.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
     software = next((v for t in result.traces if (v := te_ranges.recorded_software(t.nvtx["name"]))), None)
@@ -559,7 +562,8 @@ def trace_environment(result: Verification) -> list[tuple[str, str]]:
     else:
         versions = ", ".join(f"{label} {software.get(key) or 'unknown'}" for key, label in
                              (("torch", "torch"), ("cuda", "CUDA"), ("transformer_engine", "TE"), ("cublaslt", "cuBLASLt")))
-    return [("GPU", ", ".join(gpus) or "unknown"), ("nsys", ", ".join(nsys)), ("traces", traces),
+    made_by = ("nsys", ", ".join(nsys)) if all(t.sqlite for t in result.traces) else ("profiler", ", ".join(profilers))
+    return [("GPU", ", ".join(gpus) or "unknown"), made_by, ("traces", traces),
             ("software", versions)]
 
 

@@ -37,7 +37,8 @@ import pandas as pd
 
 from gemmscope import scratch
 from gemmscope.errors import InputError
-from gemmscope.trace_parser import Trace, sqlite_export
+from gemmscope import kineto_parser
+from gemmscope.trace_parser import Trace, trace_source
 
 REDACTED = "[redacted]"
 
@@ -205,11 +206,15 @@ class Redactor:
 
     @classmethod
     def of_exports(cls, exports: Iterable[str | Path], keep: Iterable[str] = ()) -> Redactor:
-        """One Redactor for several SQLite exports (the ranks of one run): what any of them
+        """One Redactor for several SQLite exports (the ranks of one run; torch.profiler traces
+        too, whose host name is all they record of the machine): what any of them
         recorded is redacted in all of them; so are this machine's user and host names (those
         of the machine that writes what is shared)."""
         secret_values, paths, names = [], [], _local_names()
         for export in exports:
+            if kineto_parser.is_kineto(Path(export)):
+                names += kineto_parser.recorded_names(Path(export))
+                continue
             with closing(sqlite3.connect(f"file:{export}?mode=ro", uri=True)) as conn:
                 removed, recorded_names = _recorded(conn)
                 argvs = command_lines(conn)
@@ -321,16 +326,19 @@ def check_output(out: Path, inputs: Iterable[Path], command: str) -> None:
 
 def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None = None) -> Path:
     """Write a scrubbed copy of `trace` (an nsys SQLite export, .sqlite.xz or .nsys-rep, or one
-    already read) to `out`: SQLite, xz-compressed when `out` ends in .xz. `redactor`: one built
+    already read) to `out`: SQLite, xz-compressed when `out` ends in .xz; a torch.profiler
+    trace as its JSON, every string in it redacted (gzip-compressed when `out` ends in .gz). `redactor`: one built
     from several traces (`Redactor.of_exports`), so that what one recorded is redacted in all;
     by default, the one this trace's own records give. The work copy is made and redacted in
     the private scratch folder; `out` appears whole, or not at all."""
     out = Path(out)
     given = trace.path if isinstance(trace, Trace) else Path(trace)
-    source = trace.sqlite if isinstance(trace, Trace) else sqlite_export(trace)  # validates; decompresses or exports
+    source = (trace.sqlite or trace.path) if isinstance(trace, Trace) else trace_source(trace)  # validates; decompresses or exports
     check_output(out, (source, given), "scrub")
     if redactor is None:
         redactor = Redactor.of_exports([source])
+    if kineto_parser.is_kineto(source):
+        return _scrub_kineto(source, out, redactor)
     work = Path(tempfile.mkdtemp(dir=scratch.folder())) / "scrubbing.sqlite"
     partial = out.with_name(out.name + ".partial")
     try:
@@ -347,6 +355,19 @@ def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None 
         raise
     finally:
         shutil.rmtree(work.parent, ignore_errors=True)
+    return out
+
+
+def _scrub_kineto(source: Path, out: Path, redactor: Redactor) -> Path:
+    """A torch.profiler trace with every string of it (keys too) redacted, through a temporary
+    name: `out` appears whole, or not at all."""
+    partial = out.with_name(out.name + ".partial" + (".gz" if out.name.endswith(".gz") else ""))
+    try:
+        kineto_parser.write_redacted(source, partial, redactor.document)
+        partial.replace(out)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return out
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemmscope import kernels, scratch, te_ranges
+from gemmscope import kernels, kineto_parser, scratch, te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import BACKWARD
 from gemmscope.errors import InputError
 
@@ -57,8 +57,8 @@ NVTX_DOMAIN_CREATE = 75
 class Trace:
     """Everything gemmscope reads from one export, as DataFrames; times are ns on nsys's clock."""
 
-    path: Path  # as given (.sqlite, .sqlite.xz or .nsys-rep)
-    sqlite: Path  # the export actually read
+    path: Path  # as given (.sqlite, .sqlite.xz, .nsys-rep, or a torch.profiler trace: .json, .json.gz)
+    sqlite: Path | None  # the export actually read; None for a torch.profiler trace (kineto_parser)
     meta: dict
     kernels: pd.DataFrame
     memops: pd.DataFrame
@@ -173,6 +173,12 @@ def _check_file(path: Path, given: Path) -> None:
 
 
 TRACE_SUFFIXES = (".sqlite", ".sqlite.xz", ".nsys-rep")
+# torch.profiler's traces: in a folder, only those whose content says so are taken.
+KINETO_SUFFIXES = (".json", ".json.gz")
+
+
+def _is_trace(path: Path) -> bool:
+    return path.name.endswith(TRACE_SUFFIXES) or (path.name.endswith(KINETO_SUFFIXES) and kineto_parser.is_kineto(path))
 
 
 def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
@@ -181,12 +187,12 @@ def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
     found: list[Path] = []
     for argument in map(Path, arguments):
         if argument.is_dir():
-            inside = [p for p in sorted(argument.iterdir()) if p.name.endswith(TRACE_SUFFIXES)]
+            inside = [p for p in sorted(argument.iterdir()) if _is_trace(p)]
             exported = {p.name.removesuffix(".xz").removesuffix(".sqlite") for p in inside
                         if not p.name.endswith(".nsys-rep")}
             inside = [p for p in inside if not (p.suffix == ".nsys-rep" and p.stem in exported)]
             if not inside:
-                raise InputError(f"no trace (.sqlite, .sqlite.xz, .nsys-rep) in folder {argument}")
+                raise InputError(f"no trace (.sqlite, .sqlite.xz, .nsys-rep, torch.profiler .json) in folder {argument}")
             found += inside
         elif not argument.exists() and glob.has_magic(str(argument)):
             matches = sorted(Path(p) for p in glob.glob(str(argument)))
@@ -200,15 +206,27 @@ def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
 
 def read_trace(path: str | Path, threads: int = 2) -> Trace:
     """Read an nsys SQLite export: `.sqlite`, `.sqlite.xz` (as fixtures and examples ship), or
-    an `.nsys-rep` (exported with nsys first; see `sqlite_export`). `threads`: 2 reads the tables
+    an `.nsys-rep` (exported with nsys first; see `sqlite_export`); or a torch.profiler trace,
+    told by its content whatever its name (kineto_parser). `threads`: 2 reads the tables
     over two threads (for one long trace); 1 reads all in this thread (where processes already
     read several traces side by side)."""
     given = Path(path)
+    if given.is_file() and kineto_parser.is_kineto(given):
+        return kineto_parser.read(given)
     path = sqlite_export(given)
     try:
         return _read(_Export(path), given, threads)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:  # pandas wraps sqlite's errors
         raise InputError(f"{given} is a damaged or truncated SQLite file ({exc})") from None
+
+
+def trace_source(path: str | Path) -> Path:
+    """The file a trace is read from: a torch.profiler trace itself, an nsys trace's SQLite
+    export (sqlite_export)."""
+    path = Path(path)
+    if path.is_file() and kineto_parser.is_kineto(path):
+        return path
+    return sqlite_export(path)
 
 
 def sqlite_export(path: str | Path) -> Path:
@@ -267,6 +285,8 @@ def _read(export: _Export, given: Path, threads: int) -> Trace:
         "nsys_version": meta_rows.get("EXPORT_PRODUCT_VERSION"),
         "schema_version": meta_rows.get("EXPORT_SCHEMA_VERSION"),
         "gpus": gpus.to_dict("records"),
+        "profiler": f"nsys {meta_rows.get('EXPORT_PRODUCT_VERSION')}",
+        "lacks": [],
         # CUDA API calls were captured (an export may hold every table, empty): a trace without
         # kernels then ran none, it was not blind to them
         "cuda_api_traced": "CUPTI_ACTIVITY_KIND_RUNTIME" in export.tables and bool(
