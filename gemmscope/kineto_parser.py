@@ -237,7 +237,7 @@ class _Events:
         self.backward_nodes = _Columns(start="q", end="q", pid="q", tid="q")
         self.scaled_mm: list[tuple[int, int, int, int, dict]] = []  # (start, end, pid, tid, args)
         self.cpu_ops = 0
-        self.thread_names: dict[tuple[int, int], str] = {}
+        self.thread_names: dict[tuple[int, int], list[str]] = {}  # every name given, in order
 
     def consume(self, events: Iterator[dict]) -> None:
         names = self.names
@@ -245,7 +245,8 @@ class _Events:
             kind = _CATEGORY.get(str(e.get("cat", "")).lower())
             if kind is None:
                 if e.get("ph") == "M" and e.get("name") == "thread_name":
-                    self.thread_names[(e.get("pid"), e.get("tid"))] = (e.get("args") or {}).get("name", "")
+                    names_given = self.thread_names.setdefault((e.get("pid"), e.get("tid")), [])
+                    names_given.append((e.get("args") or {}).get("name", ""))
                 continue
             start = _ns(e["ts"])
             end = start + _ns(e.get("dur", 0))
@@ -300,7 +301,8 @@ class _Events:
         gpu_pid = self._launching_pids(api, pids)
         kernels = self._gpu_frame(kernels, names, gpu_pid).drop(columns="bytes")
         kernels["short_name"] = kernels["name"]
-        kernels["name_id"] = self.gpu["kernel"].frame()["name"]
+        # the name's code, row by row of the frame as _gpu_frame sorted it (by start)
+        kernels["name_id"] = pd.factorize(kernels["name"])[0]
         kernels["graph_node_id"] = None
         kernels["pid"] = kernels["global_pid"].to_numpy() >> _ID_BITS
         memops = pd.concat([self._gpu_frame(pd.DataFrame(self.gpu[kind].frame()), names, gpu_pid).assign(kind=kind)
@@ -392,16 +394,23 @@ class _Events:
         return records
 
     def _threads(self, pids: _Ids, tids: _Ids) -> pd.DataFrame:
-        known = [(pid, tid, name) for (pid, tid), name in self.thread_names.items()
+        known = [(pid, tid, self._thread_name(pid, names)) for (pid, tid), names in self.thread_names.items()
                  if isinstance(pid, int) and isinstance(tid, int) and pid in pids and tid in tids]
         frame = pd.DataFrame(known, columns=["pid", "tid", "name"])
-        matched = frame["name"].astype(str).str.extract(_THREAD_NAME)["name"]
-        frame["name"] = matched.where(matched.notna(), frame["name"]).astype(object)
         global_pid = pids.packed(frame["pid"].to_numpy(dtype="int64"))
         frame["global_tid"] = global_pid | tids.of(frame["tid"].to_numpy(dtype="int64"))
         frame["pid"] = global_pid >> _ID_BITS
         frame["tid"] = frame["global_tid"] & ((1 << _ID_BITS) - 1)
         return frame[["global_tid", "name", "pid", "tid"]].drop_duplicates("global_tid", ignore_index=True)
+
+    def _thread_name(self, pid: int, names: list[str]) -> str:
+        """What a thread is: Kineto may name one twice, as what it is (autograd's
+        `thread 1262 (pt_autograd_0)`) and by the name it took from the thread that started it
+        (`thread 1262 (pt_main_thread)`, `(python3)`), in either order; the first name that is
+        not its process's main thread's wins."""
+        bare = [_bare_thread_name(name) for name in names]
+        main = [_bare_thread_name(name) for name in self.thread_names.get((pid, pid), [])[:1]]
+        return next((name for name in bare if name not in main), bare[0])
 
     def _gpus(self) -> pd.DataFrame:
         rows = [{"id": d.get("id"), "name": d.get("name"), "cc_major": d.get("computeMajor"),
@@ -504,6 +513,12 @@ class _Ids:
 
     def packed(self, ids: np.ndarray) -> np.ndarray:
         return self.of(ids) << _ID_BITS
+
+
+def _bare_thread_name(name) -> str:
+    """A thread's own name, from Kineto's `thread <tid> (<name>)`."""
+    match = _THREAD_NAME.match(str(name))
+    return match["name"] if match else str(name)
 
 
 def _int(value) -> int:
