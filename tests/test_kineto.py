@@ -5,6 +5,7 @@ independently with the standard library; bad inputs are made from the real trace
 
 import gzip
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -224,29 +225,56 @@ def test_report_and_bundle_of_a_kineto_trace(tmp_path, with_secrets):
 # --- paired captures: the same program by nsys and by torch.profiler ---------------------------
 
 GPU_KINETO = Path(__file__).resolve().parent / "fixtures" / "gpu" / "kineto"
-PAIRS = sorted(GPU_KINETO.glob("*.json.gz")) if GPU_KINETO.is_dir() else []
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "gpu" / "corpus"
+PAIRS = sorted(GPU_KINETO.glob("*.json.gz"))
 
 
 def _nsys_twin(kineto: Path) -> Path | None:
-    """The nsys capture of the same program beside a Kineto trace: NAME.sqlite.xz for NAME.json.gz."""
-    twin = kineto.with_name(kineto.name.removesuffix(".json.gz") + ".sqlite.xz")
+    """The nsys capture of the same program (tests/fixtures/gpu/corpus/NAME.sqlite.xz for
+    kineto/NAME[.rankN].json.gz, the rank torchrun's), None where there is none."""
+    name = re.sub(r"\.rank\d+$", "", kineto.name.removesuffix(".json.gz"))
+    twin = CORPUS / f"{name}.sqlite.xz"
     return twin if twin.exists() else None
 
 
-@pytest.mark.skipif(not any(map(_nsys_twin, PAIRS)),
-                    reason="no paired GPU captures yet (tests/fixtures/gpu/kineto/NAME.json.gz beside NAME.sqlite.xz)")
+def test_every_gpu_kineto_trace_but_one_has_its_nsys_twin():
+    """The pairs the conformance test below compares (the plain te.TransformerLayer stack's
+    torch.profiler capture has no plain nsys one: its passes are checked on their own)."""
+    assert [p.name for p in PAIRS if _nsys_twin(p) is None] == ["te_stack_fp8-block_1gpu_plain.rank0.json.gz"]
+
+
 @pytest.mark.parametrize("kineto", [p for p in PAIRS if _nsys_twin(p)], ids=lambda p: p.name)
 def test_paired_captures_give_the_same_gemms_and_verdicts(kineto):
-    """GEMM counts and precisions per pass direction, requests and the verify exit code agree
-    between the nsys and the torch.profiler capture of one program."""
+    """The same program captured by nsys and by torch.profiler (each with the hook, or each
+    without): GEMM counts per precision and pass, module, layer path and the verdict agree;
+    where both carry the hook's records, so do the requests. Without the hook a torch.profiler
+    trace still has aten::_scaled_mm's operand types, which an nsys trace lacks."""
     from gemmscope import verify
 
-    results = [verify.check([load_one(path)], None, ()) for path in (_nsys_twin(kineto), kineto)]
+    nsys, torch_profiler = (verify.check([load_one(path)], None, ()) for path in (_nsys_twin(kineto), kineto))
 
     def shape(result):
         gemms = result.gemms
-        backward = gemms["te_pass"].isin(["dgrad", "wgrad", "backward"])
-        return (Counter(zip(gemms["precision"], backward)), Counter(gemms["requested"].dropna()),
-                result.failed)
+        return (Counter(zip(gemms["precision"], gemms["te_pass"])), Counter(gemms["module"]),
+                Counter(gemms["layer"].dropna()), result.failed)
 
-    assert shape(results[1]) == shape(results[0])
+    assert shape(torch_profiler) == shape(nsys)
+    if "_plain" in kineto.name:
+        assert nsys.gemms["requested"].isna().all()
+        asked = torch_profiler.gemms["requested"].dropna()
+        assert Counter(asked) == {"fp8-rowwise": 9, "fp8": 18}  # torchao rowwise: 3 Float8Linear × 3 steps
+    else:
+        assert Counter(torch_profiler.gemms["requested"].dropna()) == Counter(nsys.gemms["requested"].dropna())
+
+
+def test_plain_torch_profiler_capture_tells_backward_by_autograds_thread():
+    """te.TransformerLayer stack, torch.profiler without the hook or TE's ranges: every GEMM the
+    autograd thread launched is backward (the 16-bit ones dgrad / wgrad by layout), the rest
+    fprop; counts from te_stack.py's structure (4 layers × 4 GEMMs + a head, 3 steps)."""
+    trace = GPU_KINETO / "te_stack_fp8-block_1gpu_plain.rank0.json.gz"
+    gemms = load_one(trace).launches.query("role == 'gemm'")
+    expected = json.loads((CORPUS / "te_stack_fp8-block_1gpu.expected.json").read_text())
+    per_pass = sum(module["fprop"] for precision in ("fp8", "bf16") for module in expected[precision].values())
+    passes = Counter(gemms["te_pass"])
+    assert passes["fprop"] == per_pass
+    assert passes["backward"] + passes["dgrad"] + passes["wgrad"] == 2 * per_pass
