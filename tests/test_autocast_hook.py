@@ -789,3 +789,73 @@ def test_process_mark_names_the_launchers_rank(hook, torch, nvtx, monkeypatch, e
     read = te_ranges.parse(label)
     assert (read["kind"], read["rank"]) == (te_ranges.PROCESS, rank)
     assert parse_record(hook.PROCESS_PREFIX, label)["pid"] == str(os.getpid())
+
+
+# --- TE GEMM calls: which TE module made them, forward and backward ---------------------------
+
+def _te_model(torch, hook):
+    """Stand-ins defined in TE's modules (what the hook knows TE by): a Linear whose autograd
+    Function calls TE's general_gemm, recorded by the hook as on TE's import, with TE's layouts
+    (fprop TN, dgrad NN, wgrad NT); a framework's subclass of it (Megatron's TERowParallelLinear)
+    in blocks of a model. The products are einsums, which the hook does not record."""
+    def general_gemm(A, B, out_dtype=None, layout="TN", grad=False):
+        return None
+
+    gemm = hook._recording("general_gemm", general_gemm, torch)
+
+    class _Linear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, inp, weight):
+            ctx.save_for_backward(inp, weight)
+            gemm(weight, inp, layout="TN")
+            return torch.einsum("mk,nk->mn", inp, weight)
+
+        @staticmethod
+        def backward(ctx, grad):
+            inp, weight = ctx.saved_tensors
+            gemm(weight, grad, layout="NN")
+            gemm(inp, grad, layout="NT")
+            return torch.einsum("mn,nk->mk", grad, weight), torch.einsum("mn,mk->nk", grad, inp)
+
+    _Linear.__module__ = "transformer_engine.pytorch.module.linear"
+    te_linear = type("Linear", (torch.nn.Module,), {
+        "__module__": "transformer_engine.pytorch.module.linear",
+        "__init__": lambda self: (torch.nn.Module.__init__(self),
+                                  setattr(self, "weight", torch.nn.Parameter(torch.randn(8, 8)))) and None,
+        "forward": lambda self, x: _Linear.apply(x, self.weight)})
+    framework_linear = type("TERowParallelLinear", (te_linear,), {"__module__": "megatron.core.extensions"})
+    block = type("Block", (torch.nn.Module,), {
+        "__init__": lambda self: (torch.nn.Module.__init__(self), setattr(self, "proj", framework_linear())) and None,
+        "forward": lambda self, x: self.proj(x)})
+    return torch.nn.Sequential(block(), block())
+
+
+def test_te_gemms_name_their_module_forward_from_the_stack_backward_from_the_node(hook, torch, nvtx, monkeypatch):
+    """Each TE GEMM names the TE module (by its TE base class, a framework's subclass too) and its
+    path: in the forward pass the innermost running module; in the backward pass the module whose
+    Function's node runs, stamped at apply -- neither reads the calling frames."""
+    model = _te_model(torch, hook)
+    monkeypatch.setattr(hook, "_calling_frames", lambda *args: pytest.fail("calling frames read"))
+    model(torch.randn(4, 8, requires_grad=True)).sum().backward()
+    records = [te_ranges.parse(label) for label in nvtx.pushed()]
+    assert all(r["kind"] == te_ranges.HOOK_GEMM for r in records)
+    assert [(r["layer"], r["pass"]) for r in records] == [
+        ("0.proj", "fprop"), ("1.proj", "fprop"),
+        ("1.proj", "dgrad"), ("1.proj", "wgrad"), ("0.proj", "dgrad"), ("0.proj", "wgrad")]
+    assert {r["module"] for r in records} == {te_ranges.parse(
+        hook.format_record(hook.GEMM_PREFIX, {"module": "Linear"}))["module"]}
+    assert nvtx.balanced()
+
+
+def test_te_gemm_of_an_unstamped_node_falls_back_to_the_calling_frames(hook, torch, nvtx, monkeypatch):
+    """A backward whose Function's apply stamped nothing (the forward ran outside every module):
+    the calling frames are read, and with no TE frame among them the GEMM's module is unknown."""
+    model = _te_model(torch, hook)
+    read = []
+    frames = hook._calling_frames
+    monkeypatch.setattr(hook, "_calling_frames", lambda *args: read.append(True) or frames(*args))
+    linear = model[0].proj
+    linear.forward(torch.randn(4, 8, requires_grad=True)).sum().backward()  # forward, not __call__: no module hook
+    records = [r for r in map(te_ranges.parse, nvtx.pushed()) if r["kind"] == te_ranges.HOOK_GEMM]
+    assert [r["pass"] for r in records] == ["fprop", "dgrad", "wgrad"] and len(read) == 3
+    assert {r["layer"] for r in records} == {None}
