@@ -46,7 +46,7 @@ from pandas.api.types import union_categoricals
 from gemmscope import te_ranges
 from gemmscope.devices import lookup, peak_tflops
 from gemmscope.trace_parser import name_matches, process_id
-from gemmscope.verify import Verification, module_labels
+from gemmscope.verify import Verification, launched_by_te, module_labels
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",
               "memcpy", "memset", "other")
@@ -593,7 +593,7 @@ def categorize_modules(result: Verification) -> pd.DataFrame:
     category."""
     activity = categorize(result)
     k = result.kernels
-    module = module_labels(k["te_module"], k["via_te"].to_numpy(dtype=bool) | k["te_module"].notna().to_numpy())
+    module = module_labels(k["te_module"], launched_by_te(k))
     kernels = activity.iloc[: len(k)].assign(module=module.to_numpy(), **{"pass": k["te_pass"].to_numpy()})
     memops = activity.iloc[len(k):].assign(module="(memory operations)", **{"pass": None})
     return pd.concat([kernels, memops], ignore_index=True)

@@ -271,7 +271,7 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     autotuning = autotuning_launches(all_kernels)
     gemms = all_kernels[(all_kernels["role"] == "gemm").to_numpy() & ~autotuning].rename_axis("kernel_row").reset_index()
     autotuned = all_kernels[(all_kernels["role"] == "gemm").to_numpy() & autotuning]
-    is_te = gemms["via_te"].to_numpy(dtype=bool) | gemms["te_module"].notna().to_numpy()
+    is_te = launched_by_te(gemms)
     gemms["origin"] = np.where(is_te, "te", "outside-te")
     gemms["module"] = module_labels(gemms["te_module"], is_te)
     gemms["layer_number"] = layer_numbers(gemms["layer"])
@@ -463,6 +463,14 @@ _LAYER_NUMBER = r"(?:^|\.)(\d+)(?:\.|$)"
 def layer_numbers(paths: pd.Series) -> pd.Series:
     """The layer number each module path names (NA where none)."""
     return pd.to_numeric(paths.astype("string").str.extract(_LAYER_NUMBER, expand=False)).astype("Int64")
+
+
+def launched_by_te(launches: pd.DataFrame) -> np.ndarray:
+    """Per launch, whether TE launched it: inside TE's GEMM ranges or the hook's record of a TE
+    GEMM call (`via_te`), or in a module TE's own ranges name; a module the hook's record of a
+    torch GEMM names (`recorded`, not via TE) is the program's, not TE's."""
+    named_by_te = launches["te_module"].notna() & ~launches["recorded"].astype(bool)
+    return launches["via_te"].to_numpy(dtype=bool) | named_by_te.to_numpy()
 
 
 def module_labels(te_module: pd.Series, in_te: np.ndarray) -> pd.Series:
