@@ -140,13 +140,20 @@ def test_step_range_pattern_and_no_steps(checked):
 
 
 def test_fallback_finding_names_where(checked):
-    result = check([read_trace(CORPUS / "te_stack_fp8-block_1gpu.sqlite.xz")], "fp8-block")
+    """The 2-GPU stack's capture predates the hook's records of GEMMs outside TE: its torch head is
+    an unrecorded GEMM (outside-te) beside the layer that asked for BF16; the 1-GPU one, made
+    again since, has the head asking for BF16 by its path."""
+    result = check([read_trace(CORPUS / "te_stack_fp8-block_2gpu.sqlite.xz")], "fp8-block")
     found = {f["code"]: f for f in diagnose.diagnose(result).findings}
     fallback = found["fallback"]
     t = int(result.mismatches["duration_ns"].sum())
     assert fallback["figures"]["fallback_ns"] == t
     assert set(fallback["figures"]["by_cause_ns"]) == {"requested-bf16", "outside-te"}
     assert all(c["layer"] is None or c["layer"].startswith("layers.2.") for c in fallback["concerns"])
+    result = check([read_trace(CORPUS / "te_stack_fp8-block_1gpu.sqlite.xz")], "fp8-block")
+    fallback = next(f for f in diagnose.diagnose(result).findings if f["code"] == "fallback")
+    assert set(fallback["figures"]["by_cause_ns"]) == {"requested-bf16"}
+    assert {c["layer"] == "head" or c["layer"].startswith("layers.2.") for c in fallback["concerns"]} == {True}
 
 
 def test_a_gpu_missing_from_the_device_table_is_named_not_guessed():
