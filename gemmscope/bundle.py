@@ -50,8 +50,8 @@ from gemmscope import __version__, diagnose, html_report, reports, scratch, te_r
 from gemmscope.errors import InputError
 from gemmscope.profile import RUN_TRACES, load_run
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
-from gemmscope.trace_parser import KINETO_SUFFIXES, TRACE_SUFFIXES, Trace, read_trace, trace_paths
-
+from gemmscope.traces.model import Trace
+from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace, trace_paths
 
 Tables = dict[str, pd.DataFrame]  # file name (html_report.TABLE_FILES) -> table
 

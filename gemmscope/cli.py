@@ -8,8 +8,8 @@ recipe to check against, 130 interrupted (Ctrl-C).
 
 from __future__ import annotations
 
-import json
 import dataclasses
+import json
 import os
 import sqlite3
 import sys
@@ -22,7 +22,7 @@ import pandas as pd
 
 from gemmscope import diagnose, kernels, loading, reports, scratch, shapes, verify
 from gemmscope.errors import EXIT_INTERRUPTED, InputError, NoGpuKernels
-from gemmscope.trace_parser import read_trace, trace_paths
+from gemmscope.traces.read import read_trace, trace_paths
 
 EXAMPLE_TRACE = Path(__file__).parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
 EXIT_MISMATCH, EXIT_COMMAND_FAILED, EXIT_RECIPE_UNKNOWN = 1, 3, 4
@@ -467,7 +467,7 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
     """The traces scrubbed (in the private scratch folder) and read back under their own names,
     redacted; and the Redactor that scrubbed them."""
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import trace_source
+    from gemmscope.traces.read import trace_source
 
     exports = [trace_source(path) for path in paths]
     redactor = Redactor.of_exports(exports, keep)
@@ -482,7 +482,7 @@ def _run_report(run_dir: Path, keep: tuple[str, ...]):
     """A profile run directory's report, from its trace scrubbed; and the Redactor that scrubbed it."""
     from gemmscope import html_report, profile
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import sqlite_export
+    from gemmscope.traces.nsys import sqlite_export
 
     trace = next((run_dir / name for name in profile.RUN_TRACES if (run_dir / name).exists()), None)
     if trace is None:  # a run made with --no-nsys: no trace, its events only
@@ -581,7 +581,7 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
     """Copy a trace without the environment, command line, user and host names nsys recorded,
     and with every text in it redacted (README: Redaction; stderr says what was taken out)."""
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import trace_source
+    from gemmscope.traces.read import trace_source
 
     redactor = Redactor.of_exports([trace_source(trace)], keep)
     click.echo(f"wrote {scrub(trace, out, redactor)}")

@@ -44,8 +44,9 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from gemmscope import te_ranges
+from gemmscope.attribution import name_matches
 from gemmscope.devices import lookup, peak_tflops
-from gemmscope.trace_parser import name_matches, process_id
+from gemmscope.traces.model import process_id
 from gemmscope.verify import Verification, module_labels
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",

@@ -21,8 +21,10 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import devices, shapes
+from gemmscope.attribution import launches_with_ranges
 from gemmscope.errors import InputError
-from gemmscope.trace_parser import Trace, launches_with_ranges, read_trace
+from gemmscope.traces.model import Trace
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import RECIPE_PRECISIONS, RECIPES, verdict
 
 RANGE_PREFIX = "gemmscope.gemm|"

@@ -19,7 +19,7 @@ from rich.table import Table
 from gemmscope import devices, te_ranges
 from gemmscope.diagnose import CATEGORIES, NO_STEPS, Diagnosis
 from gemmscope.shapes import Gemm
-from gemmscope.trace_parser import Trace
+from gemmscope.traces.model import Trace
 from gemmscope.verify import Verification, recorded_recipes
 
 FORMATS = ("table", "json", "jsonl", "csv", "markdown")

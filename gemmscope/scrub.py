@@ -37,8 +37,9 @@ import pandas as pd
 
 from gemmscope import scratch
 from gemmscope.errors import InputError
-from gemmscope import kineto_parser
-from gemmscope.trace_parser import Trace, trace_source
+from gemmscope.traces import kineto
+from gemmscope.traces.model import Trace
+from gemmscope.traces.read import trace_source
 
 REDACTED = "[redacted]"
 
@@ -212,8 +213,8 @@ class Redactor:
         of the machine that writes what is shared)."""
         secret_values, paths, names = [], [], _local_names()
         for export in exports:
-            if kineto_parser.is_kineto(Path(export)):
-                names += kineto_parser.recorded_names(Path(export))
+            if kineto.is_kineto(Path(export)):
+                names += kineto.recorded_names(Path(export))
                 continue
             with closing(sqlite3.connect(f"file:{export}?mode=ro", uri=True)) as conn:
                 removed, recorded_names = _recorded(conn)
@@ -337,7 +338,7 @@ def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None 
     check_output(out, (source, given), "scrub")
     if redactor is None:
         redactor = Redactor.of_exports([source])
-    if kineto_parser.is_kineto(source):
+    if kineto.is_kineto(source):
         return _scrub_kineto(source, out, redactor)
     work = Path(tempfile.mkdtemp(dir=scratch.folder())) / "scrubbing.sqlite"
     partial = out.with_name(out.name + ".partial")
@@ -363,7 +364,7 @@ def _scrub_kineto(source: Path, out: Path, redactor: Redactor) -> Path:
     name: `out` appears whole, or not at all."""
     partial = out.with_name(out.name + ".partial" + (".gz" if out.name.endswith(".gz") else ""))
     try:
-        kineto_parser.write_redacted(source, partial, redactor.document)
+        kineto.write_redacted(source, partial, redactor.document)
         partial.replace(out)
     except BaseException:
         partial.unlink(missing_ok=True)

@@ -47,9 +47,9 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import kernels, te_ranges
+from gemmscope.attribution import EnclosingRanges, LoadedTrace, attribute, first_matching_pattern, name_matches
 from gemmscope.errors import InputError, NoGpuKernels
-from gemmscope.loading import LoadedTrace, attribute
-from gemmscope.trace_parser import EnclosingRanges, Trace, first_matching_pattern, name_matches
+from gemmscope.traces.model import Trace
 
 RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
 

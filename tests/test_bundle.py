@@ -23,16 +23,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from schema_check import assert_valid
 
 from gemmscope import reports, verify
 from gemmscope.bundle import bundle
-from gemmscope.html_report import csv_text
 from gemmscope.cli import main
 from gemmscope.errors import InputError
+from gemmscope.html_report import csv_text
 from gemmscope.profile import load_run
 from gemmscope.scrub import Redactor
-from gemmscope.trace_parser import read_trace
-from schema_check import assert_valid
+from gemmscope.traces.read import read_trace
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 from sqlite_text import all_text

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gemmscope.attribution import launches_with_ranges
 from gemmscope.cli import main
-from gemmscope.trace_parser import launches_with_ranges, read_trace
+from gemmscope.traces.read import read_trace
 
 REPO = Path(__file__).resolve().parent.parent
 GEMM_FIELDS = {"kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges", "te_module", "te_pass"}

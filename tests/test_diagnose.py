@@ -10,7 +10,7 @@ import pytest
 
 from gemmscope import diagnose
 from gemmscope.kernels import decode
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"

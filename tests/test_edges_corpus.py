@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gemmscope import diagnose
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"

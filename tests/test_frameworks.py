@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
 
 REPO = Path(__file__).resolve().parents[1]

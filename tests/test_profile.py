@@ -8,13 +8,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-import pandas as pd
-
 from gemmscope import profile, reports
-from gemmscope.trace_parser import read_trace
-
+from gemmscope.traces.read import read_trace
 
 # Dense peaks read off NVIDIA's H100 and H200 pages (figures "with sparsity", halved) and their
 # memory bandwidths, written out here so the test does not read them from gemmscope's table.

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from gemmscope import profile, reports
 from gemmscope.cli import EXAMPLE_RUN, main
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 
 TESTS = Path(__file__).parent
 GPU = TESTS / "fixtures" / "gpu"

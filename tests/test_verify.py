@@ -10,7 +10,7 @@ import pytest
 
 from gemmscope.errors import InputError
 from gemmscope.reports import summary_document
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import RECIPES, check, verdict
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
