@@ -46,7 +46,8 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from gemmscope import __version__, diagnose, html_report, reports, scratch, te_ranges, verify
+from gemmscope import __version__, html_report, reports, scratch, te_ranges, verify
+from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError
 from gemmscope.profile import RUN_TRACES, load_run
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
@@ -156,7 +157,7 @@ def _analyze_traces(staged: dict[str, Path], expect: str | None, allow: tuple[st
     scrubbed traces under their names in the zip."""
     traces = [dataclasses.replace(read_trace(path), path=Path(member)) for member, path in staged.items()]
     result = verify.check(traces, expect, allow, expect_map)
-    diagnosis = diagnose.diagnose(result, step_range)
+    diagnosis = diagnose(result, step_range)
     document = reports.analysis_document(result, None, diagnosis, per_launch=True)
     return (reports.render_verification(result, "markdown", document, diagnosis), document,
             html_report.trace_tables(result, diagnosis))

@@ -20,8 +20,10 @@ from typing import NoReturn
 import click
 import pandas as pd
 
-from gemmscope import diagnose, kernels, loading, reports, scratch, shapes, verify
+from gemmscope import kernels, loading, reports, scratch, shapes, verify
+from gemmscope.diagnosis import Diagnosis, compare, diagnose
 from gemmscope.errors import EXIT_INTERRUPTED, InputError, NoGpuKernels
+from gemmscope.recipes import RECIPES
 from gemmscope.traces.read import read_trace, trace_paths
 
 EXAMPLE_TRACE = Path(__file__).parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
@@ -148,7 +150,7 @@ def _emit(text: str) -> None:
 
 @main.command()
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
+@click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
 @_check_options
 @_format_option()
 @_detail_options
@@ -170,7 +172,7 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
         if not exc.cuda_traced:
             raise
         _exit_no_gemm_ran(str(exc), expect)
-    diagnosis = diagnose.diagnose(result, step_range)
+    diagnosis = diagnose(result, step_range)
     _print_result(result, fmt, lambda: reports.analysis_document(result, None, diagnosis, per_launch), diagnosis,
                   _detail(quiet, verbose))
     _write_plots(plots_dir, result, diagnosis)
@@ -184,7 +186,7 @@ def _exit_no_gemm_ran(said: str, expect: str | None) -> None:
     sys.exit(EXIT_MISMATCH)
 
 
-def _print_result(result: verify.Verification, fmt: str, document, diagnosis: diagnose.Diagnosis,
+def _print_result(result: verify.Verification, fmt: str, document, diagnosis: Diagnosis,
                   detail: str) -> None:
     """analyze's and verify's output: JSONL streamed a line at a time, any other format at once
     (`document`: makes the JSON document, which JSONL does without)."""
@@ -205,7 +207,7 @@ def _make_dir(directory: Path | None, option: str = "--plots") -> None:
             raise InputError(f"cannot make the {option} folder {directory}: {exc.strerror}") from None
 
 
-def _write_plots(directory: Path | None, result: verify.Verification, diagnosis: diagnose.Diagnosis) -> None:
+def _write_plots(directory: Path | None, result: verify.Verification, diagnosis: Diagnosis) -> None:
     """--plots DIR: the trace plots as PNG files, named on stderr."""
     if directory is None:
         return
@@ -247,7 +249,7 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
 
 @main.command("verify", cls=_VerifyCommand,
               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--expect", type=click.Choice(verify.RECIPES),
+@click.option("--expect", type=click.Choice(RECIPES),
               help="Recipe every GEMM should run at; default: the recipe the run's te.autocast asked for.")
 @click.option("--trace", "trace_args", multiple=True, type=click.Path(path_type=Path),
               help="Check existing traces instead of running a command: files, folders or globs "
@@ -309,7 +311,7 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
             raise
         click.echo(f"gemmscope: nothing to check in what it ran: {exc}", err=True)
     if result is not None:
-        diagnosis = diagnose.diagnose(result, step_range)
+        diagnosis = diagnose(result, step_range)
         _print_result(result, fmt, lambda: reports.verification_document(result, outcome, diagnosis, per_launch),
                       diagnosis, detail)
         _write_plots(plots_dir, result, diagnosis)
@@ -377,7 +379,7 @@ def _capture(command: list[str], out: Path | None, window: dict, echo_nsys: bool
 
 @main.command("diagnose")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
+@click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
 def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str | None) -> None:
     """Where the GPU time of traces went and why low precision does or does not pay: the verdict,
@@ -391,7 +393,7 @@ def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str |
         if not exc.cuda_traced:
             raise
         _exit_no_gemm_ran(str(exc), expect)
-    _emit(reports.diagnosis_text(result, diagnose.diagnose(result, step_range)))
+    _emit(reports.diagnosis_text(result, diagnose(result, step_range)))
 
 
 @main.command("compare")
@@ -404,7 +406,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
     lost time against BASE, per category and per module/pass, which GEMM kernels changed, and
     each run's findings. The differences add up to the difference in GPU window."""
     runs = [verify.check([read_trace(p)], None, ()) for p in (base, new)]
-    _emit(reports.render_comparison(diagnose.compare(*runs, step_range=step_range), fmt))
+    _emit(reports.render_comparison(compare(*runs, step_range=step_range), fmt))
 
 
 @main.command("report")
@@ -413,7 +415,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
               help="File to write ('-': standard output).")
 @click.option("--format", "fmt", type=click.Choice(("html", "markdown")),
               help="Default: markdown for an output ending in .md, else html.")
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="Traces: recipe the GEMMs should run at.")
+@click.option("--expect", type=click.Choice(RECIPES), help="Traces: recipe the GEMMs should run at.")
 @_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Traces: mismatches allowed (see analyze); repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="Traces: NVTX range that marks one training step (see analyze).")
@@ -449,7 +451,7 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
         paths = trace_paths(targets)
         redactor, traces = _scrubbed(paths, keep)
         result = verify.check(traces, expect, allow, expect_map)
-        report = html_report.traces_report(result, diagnose.diagnose(result, step_range))
+        report = html_report.traces_report(result, diagnose(result, step_range))
     report = html_report.redacted(report, redactor)
     text = html_report.render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
     if str(out) == "-":
@@ -591,7 +593,7 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
 @main.command("bundle")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="The zip to write.")
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="For traces: as analyze's --expect.")
+@click.option("--expect", type=click.Choice(RECIPES), help="For traces: as analyze's --expect.")
 @_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="For traces: as analyze's --allow; repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
@@ -645,7 +647,7 @@ def _csv_choice(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, .
 
 @main.command("profile")
 @config_options
-@click.option("--precisions", default=",".join(verify.RECIPES), show_default=True)
+@click.option("--precisions", default=",".join(RECIPES), show_default=True)
 @click.option("--modes", default="autocast,prequant", show_default=True)
 @click.option("--iters", type=click.IntRange(min=2), default=100, show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True)
@@ -673,7 +675,7 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
                    f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
         _emit(reports.profile_text(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail))
         return
-    precisions = _csv_choice(precisions, verify.RECIPES, "precision")
+    precisions = _csv_choice(precisions, RECIPES, "precision")
     modes = _csv_choice(modes, profile.MODES, "mode")
     config, plan = plan_from_options(options)
     out = out or Path(time.strftime("gemmscope-run-%Y%m%d-%H%M%S"))

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from gemmscope.profile import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
-from gemmscope.verify import RECIPES
-
+from gemmscope.recipes import RECIPES
 
 
 @dataclass(frozen=True)

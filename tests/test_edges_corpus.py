@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmscope import diagnose
+from gemmscope import diagnosis
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
 
@@ -33,10 +33,10 @@ def test_compiled_model_counts_only_its_own_gemms_per_step():
     assert len(result.autotuning) > 0
     assert result.autotuning["name"].str.startswith("triton_").any()  # the Triton candidates, benchmarked
     assert not result.gemms["name"].str.fullmatch(r"triton_(?:b?mm|mm_persistent\w*)").any()
-    found = diagnose.diagnose(result)
+    found = diagnosis.diagnose(result)
     assert found.step_range == expected["step_range"]
     per_step = sum(expected["gemms_per_step"].values())
-    launched = Counter(diagnose.launching_step(result.gemms, found.steps))
+    launched = Counter(diagnosis.launching_step(result.gemms, found.steps))
     assert all(launched[step] == per_step for step in range(1, expected["steps"]))
 
 

@@ -46,6 +46,8 @@ from pandas.api.types import union_categoricals
 from gemmscope import te_ranges
 from gemmscope.attribution import name_matches
 from gemmscope.devices import lookup, peak_tflops
+from gemmscope.jsonable import frame_records, plain
+from gemmscope.recipes import RECIPE_MIN_SM
 from gemmscope.traces.model import process_id
 from gemmscope.verify import Verification, module_labels
 
@@ -57,8 +59,6 @@ STEP_COLUMNS = ["rank", "step", "name", "window_ns", "busy_ns", "idle_ns", "kern
 # Kernel roles (the rule table's) that are a category of their own; NCCL's kernels are
 # communication whatever their role.
 _CATEGORY_OF_ROLE = {"gemm": "gemm", "gemm-tail": "gemm-tail", "quantize": "quantize", "attention": "attention"}
-# The lowest SM generation each recipe runs on (TE: MXFP8 and NVFP4 need compute capability 10.0).
-RECIPE_MIN_SM = {"mxfp8": 100, "nvfp4": 100}
 # What "near the expected throughput" means for gemms-healthy, and "far below" for small-gemm.
 HEALTHY_SHARE_OF_PEAK = 0.5
 SMALL_SHARE_OF_PEAK = 0.25
@@ -75,16 +75,23 @@ _OPERATOR_RANGE = "::"
 NO_STEPS = "no steps found, name them with --step-range"
 
 
-@dataclass
+@dataclass(eq=False)
 class Diagnosis:
     """Per-rank time breakdown and the findings drawn from it."""
 
-    breakdown: pd.DataFrame  # one row per rank: window, busy, idle, launches, category times
-    findings: list[dict]
-    steps: pd.DataFrame  # one row per step range instance (empty when no steps were found)
+    breakdown: pd.DataFrame = dataclasses.field(repr=False)  # one row per rank: window, busy, idle, launches, category times
+    findings: list[dict] = dataclasses.field(repr=False)
+    steps: pd.DataFrame = dataclasses.field(repr=False)  # one row per step range instance (empty when no steps were found)
     step_range: str | None  # the pattern the window was cut by, or None for the whole trace
     # per rank and step after the first: `step_breakdown` (empty when the window is the whole trace)
-    step_times: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS))
+    step_times: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS),
+                                                 repr=False)
+
+    def to_dict(self) -> dict:
+        """The same as JSON-able values: frames as lists of records (NA as None), times in ns."""
+        return {"breakdown": frame_records(self.breakdown), "findings": plain(self.findings),
+                "steps": frame_records(self.steps), "step_range": self.step_range,
+                "step_times": frame_records(self.step_times)}
 
 
 def default_step_pattern(result: Verification) -> str | None:
