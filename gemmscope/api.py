@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from gemmscope.errors import InputError
 
@@ -36,8 +36,6 @@ GEMM_COLUMNS = {
 # What a check adds to each GEMM: the recipe it was checked against, its verdict and why.
 VERDICT_COLUMNS = {"expected": "expected", "verdict": "verdict", "cause": "cause", "allowed": "allowed"}
 
-PathsOrTraces = Union[str, Path, Sequence[Union[str, Path]], "Traces"]
-
 
 @dataclass(eq=False)
 class Traces:
@@ -56,6 +54,10 @@ class Traces:
     def gemms(self) -> pd.DataFrame:
         """Every GEMM launch: GEMM_COLUMNS, whatever was asked for."""
         return _table(_verify(self.loaded, None, (), ()).gemms, GEMM_COLUMNS)
+
+
+# What check and diagnose take: traces `load` returned, or what `load` takes.
+PathsOrTraces = str | Path | Sequence[str | Path] | Traces
 
 
 @dataclass(eq=False)

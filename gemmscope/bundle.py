@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from gemmscope import __version__, html_report, reports, scratch, te_ranges, verify
+from gemmscope.atomic import written_whole
 from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError
 from gemmscope.profile import RUN_TRACES, load_run
@@ -234,14 +235,8 @@ def _json(document: Any) -> str:
 def _write_zip(out: Path, texts: dict[str, str], files: dict[str, Path], redactor: Redactor) -> None:
     """The zip, through a temporary name: a failure leaves nothing half-written. Every text
     member is redacted here, the one place they all pass."""
-    partial = out.with_name(out.name + ".partial")
-    try:
-        with zipfile.ZipFile(partial, "w") as archive:
-            for name, text in texts.items():
-                archive.writestr(name, redactor(text), compress_type=zipfile.ZIP_DEFLATED)
-            for name, path in files.items():
-                archive.write(path, name, compress_type=zipfile.ZIP_STORED)  # already xz- or gzip-compressed
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    partial.replace(out)
+    with written_whole(out) as partial, zipfile.ZipFile(partial, "w") as archive:
+        for name, text in texts.items():
+            archive.writestr(name, redactor(text), compress_type=zipfile.ZIP_DEFLATED)
+        for name, path in files.items():
+            archive.write(path, name, compress_type=zipfile.ZIP_STORED)  # already xz- or gzip-compressed

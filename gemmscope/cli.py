@@ -1,9 +1,7 @@
 """The `gemmscope` command: a thin click layer over the library.
 
-Exit codes: 0 fine, 1 a check found mismatches (or a recipe was asked for and no GEMM ran), 2 bad
-input or usage, or what the system refused (one line on stderr), 3 the command `verify` profiled
-exited non-zero (the verdicts on what it ran are still printed), 4 `verify` could not tell which
-recipe to check against, 130 interrupted (Ctrl-C).
+Exit codes: errors.ExitCode (3, COMMAND_FAILED: the verdicts on what the command ran are still
+printed).
 """
 
 from __future__ import annotations
@@ -21,13 +19,13 @@ import click
 import pandas as pd
 
 from gemmscope import kernels, loading, reports, scratch, shapes, verify
+from gemmscope.atomic import written_whole
 from gemmscope.diagnosis import Diagnosis, compare, diagnose
-from gemmscope.errors import EXIT_INTERRUPTED, InputError, NoGpuKernels
+from gemmscope.errors import ExitCode, InputError, NoGpuKernels
 from gemmscope.recipes import RECIPES
 from gemmscope.traces.read import read_trace, trace_paths
 
 EXAMPLE_TRACE = Path(__file__).parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
-EXIT_MISMATCH, EXIT_COMMAND_FAILED, EXIT_RECIPE_UNKNOWN = 1, 3, 4
 
 
 class _Interrupted(Exception):
@@ -52,7 +50,7 @@ class _Group(click.Group):
             return super().main(*args, **kwargs)
         except (_Interrupted, KeyboardInterrupt, click.Abort):
             click.echo("gemmscope: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            sys.exit(ExitCode.INTERRUPTED)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
@@ -67,7 +65,7 @@ class _Group(click.Group):
 
 def _fail(message: str) -> NoReturn:
     click.echo(f"gemmscope: error: {' '.join(message.split())}", err=True)
-    sys.exit(2)
+    sys.exit(ExitCode.BAD_INPUT)
 
 
 @click.group(cls=_Group)
@@ -176,14 +174,14 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
     _print_result(result, fmt, lambda: reports.analysis_document(result, None, diagnosis, per_launch), diagnosis,
                   _detail(quiet, verbose))
     _write_plots(plots_dir, result, diagnosis)
-    sys.exit(EXIT_MISMATCH if result.failed else 0)
+    sys.exit(ExitCode.MISMATCH if result.failed else ExitCode.OK)
 
 
 def _exit_no_gemm_ran(said: str, expect: str | None) -> None:
     """A run that launched no GPU kernel (captured with CUDA tracing): nothing ran at any recipe,
     which fails a check (exit 1), unlike a capture blind to kernels (bad input, exit 2)."""
     click.echo(f"gemmscope: {said}: no GEMM ran{f' at {expect}' if expect else ''}", err=True)
-    sys.exit(EXIT_MISMATCH)
+    sys.exit(ExitCode.MISMATCH)
 
 
 def _print_result(result: verify.Verification, fmt: str, document, diagnosis: Diagnosis,
@@ -319,12 +317,12 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
         if result is not None:  # after a long report, the reason for the exit status once more
             click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
                        "a pass, whatever ran before it", err=True)
-        sys.exit(EXIT_COMMAND_FAILED)
+        sys.exit(ExitCode.COMMAND_FAILED)
     if not result.checked and not expect_map:
         click.echo("gemmscope: no recipe to check against: the run recorded no enabled te.autocast "
                    "recipe; pass --expect RECIPE (e.g. --expect bf16)", err=True)
-        sys.exit(EXIT_RECIPE_UNKNOWN)
-    sys.exit(EXIT_MISMATCH if result.failed else 0)
+        sys.exit(ExitCode.RECIPE_UNKNOWN)
+    sys.exit(ExitCode.MISMATCH if result.failed else ExitCode.OK)
 
 
 # How many stages `verify -- COMMAND` goes through, each announced on one line.
@@ -499,15 +497,11 @@ def _run_report(run_dir: Path, keep: tuple[str, ...]):
 
 def _write_whole(out: Path, text: str) -> None:
     """`text` as the file `out`, through a temporary name: it appears whole or not at all."""
-    partial = out.with_name(out.name + ".partial")
     try:
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(out)
-    except BaseException as exc:
-        partial.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise InputError(f"cannot write {out}: {exc.strerror}") from None
-        raise
+        with written_whole(out) as partial:
+            partial.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror}") from None
 
 
 # --- shapes / kernel / scrub / doctor ------------------------------------------------------------
@@ -629,7 +623,7 @@ def doctor(canary: bool) -> None:
             raise InputError(f"--canary cannot run here: {missing}")
         flagged = doctor_checks.canary()
         click.echo(flagged.message)
-        sys.exit(0 if flagged.ok else 1)
+        sys.exit(ExitCode.OK if flagged.ok else ExitCode.MISMATCH)
 
 
 # --- profile -----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gemmscope import scratch
 from gemmscope.attribution import LoadedTrace, attribute
-from gemmscope.errors import EXIT_INTERRUPTED, InputError
+from gemmscope.errors import ExitCode, InputError
 from gemmscope.traces.read import read_trace
 
 
@@ -65,4 +65,4 @@ def _start_worker(scratch_folder: Path) -> None:
     """A worker process: the parent's scratch folder (which the parent removes), and Ctrl-C ends
     it at once and quietly: the parent, interrupted too, says so once."""
     scratch.adopt(scratch_folder)
-    signal.signal(signal.SIGINT, lambda _signum, _frame: os._exit(EXIT_INTERRUPTED))
+    signal.signal(signal.SIGINT, lambda _signum, _frame: os._exit(ExitCode.INTERRUPTED))

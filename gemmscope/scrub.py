@@ -36,6 +36,7 @@ from typing import Any
 import pandas as pd
 
 from gemmscope import scratch
+from gemmscope.atomic import written_whole
 from gemmscope.errors import InputError
 from gemmscope.traces import kineto
 from gemmscope.traces.model import Trace
@@ -283,7 +284,7 @@ def _recorded(conn: sqlite3.Connection) -> tuple[list[str], list[str]]:
                           if v]
                 removed += values
                 names += values if pattern in _NAME_KEYS else []
-    for table, key, value, pattern in _DELETE:
+    for table, key, _value, pattern in _DELETE:
         if table in tables:
             removed += [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,)) if v]
     if "StringIds" in tables:
@@ -341,19 +342,15 @@ def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None 
     if kineto.is_kineto(source):
         return _scrub_kineto(source, out, redactor)
     work = Path(tempfile.mkdtemp(dir=scratch.folder())) / "scrubbing.sqlite"
-    partial = out.with_name(out.name + ".partial")
     try:
         shutil.copyfile(source, work)
         with closing(sqlite3.connect(work)) as conn:
             _scrub_export(conn, redactor)
-        if out.suffix == ".xz":
-            partial.write_bytes(lzma.compress(work.read_bytes(), preset=9))
-        else:
-            shutil.copyfile(work, partial)
-        partial.replace(out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+        with written_whole(out) as partial:
+            if out.suffix == ".xz":
+                partial.write_bytes(lzma.compress(work.read_bytes(), preset=9))
+            else:
+                shutil.copyfile(work, partial)
     finally:
         shutil.rmtree(work.parent, ignore_errors=True)
     return out
@@ -362,13 +359,8 @@ def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None 
 def _scrub_kineto(source: Path, out: Path, redactor: Redactor) -> Path:
     """A torch.profiler trace with every string of it (keys too) redacted, through a temporary
     name: `out` appears whole, or not at all."""
-    partial = out.with_name(out.name + ".partial" + (".gz" if out.name.endswith(".gz") else ""))
-    try:
+    with written_whole(out, ".gz" if out.name.endswith(".gz") else "") as partial:
         kineto.write_redacted(source, partial, redactor.document)
-        partial.replace(out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
     return out
 
 
@@ -381,7 +373,7 @@ def _scrub_export(conn: sqlite3.Connection, redactor: Redactor) -> None:
                 redactor.counts[NSYS_RECORD] += conn.execute(
                     f"UPDATE {table} SET {value} = ? WHERE {key} LIKE ? AND {value} IS NOT ?",
                     (REDACTED, pattern, REDACTED)).rowcount
-    for table, key, value, pattern in _DELETE:
+    for table, key, _value, pattern in _DELETE:
         if table in tables:
             redactor.counts[NSYS_RECORD] += conn.execute(f"DELETE FROM {table} WHERE {key} LIKE ?", (pattern,)).rowcount
     env_strings = [string_id for string_id, value in conn.execute("SELECT id, value FROM StringIds")

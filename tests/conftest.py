@@ -23,6 +23,7 @@ Each block below is self-contained; add new fixtures as blocks of their own furt
 # ------------------------------------------------------------------------------------------------
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -131,7 +132,6 @@ def cpu_traces_expected() -> dict:
 #
 # gemmscope is imported inside the fixtures, so collecting unrelated tests never depends on it.
 # ------------------------------------------------------------------------------------------------
-import lzma
 
 GPU_FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures" / "gpu"
 

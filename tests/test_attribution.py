@@ -13,13 +13,14 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from nsys_export import DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport
 
 from gemmscope.attribution import launches_with_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import PROCESS_PREFIX
 from gemmscope.reports import summary_document
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
+
+from nsys_export import DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport
 
 MAIN, OTHER = 1000, 2000  # two processes
 T0, T1 = 1000, 1100  # each case's launch call

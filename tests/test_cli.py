@@ -29,13 +29,13 @@ def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
-def gemmscope(*args, timeout=120):
-    """Run the command as a user would, in a fresh interpreter."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(
-        [sys.executable, "-c", "from gemmscope.cli import main; main()", *map(str, args)],
-        capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout,
-    )
+def gemmscope(*args, timeout=120, cwd=REPO, env=None):
+    """Run the command as a user would, in a fresh interpreter (`python -m gemmscope`): every test
+    that starts the CLI as a process starts it here. `env`: variables set on top of this one's."""
+    env = {**os.environ, **(env or {})}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "gemmscope", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
 
 
 def assert_one_line_error(done):

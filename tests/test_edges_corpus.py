@@ -3,8 +3,6 @@
 trace is not committed yet, and runs, unchanged, once it is."""
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +11,8 @@ import pytest
 from gemmscope import diagnosis
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
+
+from test_cli import gemmscope
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 REPO = Path(__file__).resolve().parent.parent
@@ -44,8 +44,7 @@ def test_mxfp8_benchmark_that_skips_on_hopper_ran_nothing():
     """TE's GroupedLinear benchmark asked for MXFP8 on Hopper skips and exits 0: no GEMM ran at
     mxfp8 (exit 1), said as such, not as a capture made without CUDA tracing (exit 2)."""
     path = captured("grouped_linear_mxfp8_hopper")
-    done = subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", "analyze", str(path),
-                           "--expect", "mxfp8"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = gemmscope("analyze", path, "--expect", "mxfp8", timeout=300)
     assert done.returncode == 1, done.stderr
     assert "captured with --trace=cuda" not in done.stderr
 

@@ -11,11 +11,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_cli import assert_one_line_error, gemmscope, invoke
 
 from gemmscope import kernels, te_ranges
 from gemmscope.loading import load_one
 from gemmscope.traces.read import read_trace, trace_paths
+
+from test_cli import assert_one_line_error, gemmscope, invoke
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kineto"
 V100 = FIXTURES / "hta_v100_train_rank0.json.gz"

@@ -15,7 +15,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from test_cli import assert_one_line_error, gemmscope
 
 from gemmscope import diagnosis, plots, profile, reports
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
@@ -23,6 +22,8 @@ from gemmscope.cli import EXAMPLE_RUN, EXAMPLE_TRACE, main
 from gemmscope.kernels import decode
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
+
+from test_cli import assert_one_line_error, gemmscope
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 # 4 TransformerLayers in FP8 block scaling, 8 training steps in NVTX ranges "step N", the hook's

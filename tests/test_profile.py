@@ -3,8 +3,6 @@ the H200 run shipped in the package, and an H100 run kept with the tests."""
 
 import json
 import math
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +11,8 @@ import pytest
 
 from gemmscope import profile, reports
 from gemmscope.traces.read import read_trace
+
+from test_cli import gemmscope
 
 # Dense peaks read off NVIDIA's H100 and H200 pages (figures "with sparsity", halved) and their
 # memory bandwidths, written out here so the test does not read them from gemmscope's table.
@@ -263,8 +263,7 @@ def test_label_round_trip_keeps_free_text_reason():
 
 @pytest.mark.skipif(profile.gpu_available(), reason="a GPU is here: profile would run for real")
 def test_profile_without_gpu_shows_the_shipped_run():
-    done = subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", "profile"],
-                          capture_output=True, text=True)
+    done = gemmscope("profile")
     assert done.returncode == 0, done.stderr
     assert "no CUDA GPU here" in done.stderr
     assert "codonfm-5b on NVIDIA H200" in done.stdout and "1.66x" in done.stdout

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
-from schema_check import REGISTRY, SCHEMAS, assert_valid
 
 from gemmscope import diagnosis, kernels, profile, recipes, reports, verify
 from gemmscope.bundle import bundle
 from gemmscope.cli import main
 from gemmscope.traces.read import read_trace
+
+from schema_check import REGISTRY, SCHEMAS, assert_valid
 
 DOCUMENT_KINDS = {"analyze", "verify", "compare", "shapes", "kernel", "profile-results", "environment"}
 

@@ -12,13 +12,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from sqlite_text import all_text
 
 import gemmscope
 from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.scrub import REDACTED, Redactor, command_lines, scrub
 from gemmscope.traces.read import read_trace
+
+from sqlite_text import all_text
 
 GPU_DIR = Path(__file__).parent / "fixtures" / "gpu"
 

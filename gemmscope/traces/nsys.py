@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import lzma
-import os
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
@@ -22,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import scratch
+from gemmscope.atomic import written_whole
 from gemmscope.errors import InputError
 from gemmscope.traces.model import Trace, launch_key, object_column, process_id, thread_id
 
@@ -187,9 +187,8 @@ def _decompressed(path: Path) -> Path:
             raw = lzma.decompress(data)
         except lzma.LZMAError as exc:
             raise InputError(f"{path} is not a readable xz file ({exc})") from None
-        partial = target.with_name(target.name + f".{os.getpid()}.partial")
-        partial.write_bytes(raw)
-        partial.replace(target)
+        with written_whole(target) as partial:
+            partial.write_bytes(raw)
     return target
 
 
