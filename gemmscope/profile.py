@@ -24,14 +24,11 @@ from gemmscope import devices, shapes
 from gemmscope.attribution import launches_with_ranges
 from gemmscope.errors import InputError
 from gemmscope.recipes import RECIPES, recipe_precision
+from gemmscope.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import verdict
 
-RANGE_PREFIX = "gemmscope.gemm|"
-WARMUP_PREFIX = "gemmscope.warmup|"
-RESULT_PREFIX = "gemmscope.result|"
-PLAN_PREFIX = "gemmscope.plan|"
 MODES = ("autocast", "prequant")
 # A run directory's trace, in the order load_run looks for it (the export, or it compressed).
 RUN_TRACES = ("trace.sqlite", "trace.sqlite.xz")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gemmscope import profile, reports
+from gemmscope import profile, reports, run_marks
 from gemmscope.traces.read import read_trace
 
 from test_cli import gemmscope
@@ -246,8 +246,8 @@ def test_idle_gaps_are_named_only_where_they_outweigh_quantization(run):
 def test_run_without_trace_says_so(run, gpu):
     trace = read_trace(gpu.run_dir / "trace.sqlite.xz")
     marks = trace.nvtx.loc[trace.nvtx["kind"] == "mark", "name"].dropna()
-    plan = next(n for n in marks if n.startswith(profile.PLAN_PREFIX))[len(profile.PLAN_PREFIX):]
-    events = {"plan": json.loads(plan), "results": [n for n in marks if n.startswith(profile.RESULT_PREFIX)],
+    plan = next(n for n in marks if n.startswith(run_marks.PLAN_PREFIX))[len(run_marks.PLAN_PREFIX):]
+    events = {"plan": json.loads(plan), "results": [n for n in marks if n.startswith(run_marks.RESULT_PREFIX)],
               "device": run.device}
     g = profile.analyze_events(events).gemms
     ran = g["status"] == "ok"
