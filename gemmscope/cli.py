@@ -20,7 +20,8 @@ import pandas as pd
 
 from gemmscope import kernels, loading, reports, scratch, shapes, verify
 from gemmscope.atomic import written_whole
-from gemmscope.diagnosis import Diagnosis, compare, diagnose
+from gemmscope.comparison import compare
+from gemmscope.diagnosis import Diagnosis, diagnose
 from gemmscope.errors import ExitCode, InputError, NoGpuKernels
 from gemmscope.recipes import RECIPES
 from gemmscope.traces.read import read_trace, trace_paths

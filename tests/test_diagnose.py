@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gemmscope import diagnosis
+from gemmscope.comparison import compare
 from gemmscope.kernels import decode
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
@@ -99,7 +100,7 @@ def test_small_model_fp8_top_finding_is_an_idle_gpu_with_the_amdahl_bound(checke
 
 def test_compare_small_model_bf16_against_fp8_adds_up(checked):
     base, new = checked("fsdp_small_bf16_1gpu"), checked("fsdp_small_fp8_1gpu")
-    comparison = diagnosis.compare(base, new)
+    comparison = compare(base, new)
     totals = {k: v["difference"] for k, v in comparison["totals"].items()}
     windows = []
     for name in ("fsdp_small_bf16_1gpu", "fsdp_small_fp8_1gpu"):
@@ -174,7 +175,7 @@ def test_compare_labels_a_gemm_as_every_table_does(gpu_trace):
     """GEMMs TE launched (its C library's range) whose module nothing names are "(TE, module
     unknown)" in compare's per-module table, as in the GEMM tables, never "(outside TE)" there."""
     result = check([gpu_trace("train_mixed_no-te-nvtx")])
-    comparison = diagnosis.compare(result, result)
+    comparison = compare(result, result)
     gemm_rows = comparison["by_module"][comparison["by_module"]["category"].isin(["gemm", "gemm-fallback"])]
     assert set(gemm_rows["module"]) == set(result.gemms["module"]) == {"(TE, module unknown)", "(outside TE)"}
     te_time = result.gemms.loc[result.gemms["module"] == "(TE, module unknown)", "duration_ns"].sum()
@@ -183,10 +184,10 @@ def test_compare_labels_a_gemm_as_every_table_does(gpu_trace):
 
 def test_compare_of_a_trace_with_itself_says_nothing_changed(checked):
     result = checked("fsdp_small_bf16_1gpu")
-    statement = diagnosis.compare(result, result)["statement"]
+    statement = compare(result, result)["statement"]
     assert statement == ("NEW's GPU time is BASE's: the same window, busy and idle time, categories and kernel "
                          "launches")
-    moved = diagnosis.compare(checked("fsdp_small_bf16_1gpu"), checked("fsdp_small_fp8_1gpu"))["statement"]
+    moved = compare(checked("fsdp_small_bf16_1gpu"), checked("fsdp_small_fp8_1gpu"))["statement"]
     assert "(;" not in moved and "overlap" in moved
 
 
