@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from gemmscope.errors import EXIT_INTERRUPTED
+from gemmscope.errors import ExitCode
 
 
 def _exit_on(signum: int, _frame) -> None:
@@ -24,7 +24,7 @@ def run() -> None:
         from gemmscope.cli import main
     except KeyboardInterrupt:
         sys.stderr.write("gemmscope: interrupted\n")
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(ExitCode.INTERRUPTED)
     main()
 
 

@@ -46,12 +46,14 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from gemmscope import __version__, diagnose, html_report, reports, scratch, te_ranges, verify
+from gemmscope import __version__, html_report, reports, scratch, te_ranges, verify
+from gemmscope.atomic import written_whole
+from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError
 from gemmscope.profile import RUN_TRACES, load_run
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
-from gemmscope.trace_parser import KINETO_SUFFIXES, TRACE_SUFFIXES, Trace, read_trace, trace_paths
-
+from gemmscope.traces.model import Trace
+from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace, trace_paths
 
 Tables = dict[str, pd.DataFrame]  # file name (html_report.TABLE_FILES) -> table
 
@@ -156,7 +158,7 @@ def _analyze_traces(staged: dict[str, Path], expect: str | None, allow: tuple[st
     scrubbed traces under their names in the zip."""
     traces = [dataclasses.replace(read_trace(path), path=Path(member)) for member, path in staged.items()]
     result = verify.check(traces, expect, allow, expect_map)
-    diagnosis = diagnose.diagnose(result, step_range)
+    diagnosis = diagnose(result, step_range)
     document = reports.analysis_document(result, None, diagnosis, per_launch=True)
     return (reports.render_verification(result, "markdown", document, diagnosis), document,
             html_report.trace_tables(result, diagnosis))
@@ -233,14 +235,8 @@ def _json(document: Any) -> str:
 def _write_zip(out: Path, texts: dict[str, str], files: dict[str, Path], redactor: Redactor) -> None:
     """The zip, through a temporary name: a failure leaves nothing half-written. Every text
     member is redacted here, the one place they all pass."""
-    partial = out.with_name(out.name + ".partial")
-    try:
-        with zipfile.ZipFile(partial, "w") as archive:
-            for name, text in texts.items():
-                archive.writestr(name, redactor(text), compress_type=zipfile.ZIP_DEFLATED)
-            for name, path in files.items():
-                archive.write(path, name, compress_type=zipfile.ZIP_STORED)  # already xz- or gzip-compressed
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    partial.replace(out)
+    with written_whole(out) as partial, zipfile.ZipFile(partial, "w") as archive:
+        for name, text in texts.items():
+            archive.writestr(name, redactor(text), compress_type=zipfile.ZIP_DEFLATED)
+        for name, path in files.items():
+            archive.write(path, name, compress_type=zipfile.ZIP_STORED)  # already xz- or gzip-compressed

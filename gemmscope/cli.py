@@ -1,15 +1,13 @@
 """The `gemmscope` command: a thin click layer over the library.
 
-Exit codes: 0 fine, 1 a check found mismatches (or a recipe was asked for and no GEMM ran), 2 bad
-input or usage, or what the system refused (one line on stderr), 3 the command `verify` profiled
-exited non-zero (the verdicts on what it ran are still printed), 4 `verify` could not tell which
-recipe to check against, 130 interrupted (Ctrl-C).
+Exit codes: errors.ExitCode (3, COMMAND_FAILED: the verdicts on what the command ran are still
+printed).
 """
 
 from __future__ import annotations
 
-import json
 import dataclasses
+import json
 import os
 import sqlite3
 import sys
@@ -20,12 +18,15 @@ from typing import NoReturn
 import click
 import pandas as pd
 
-from gemmscope import diagnose, kernels, loading, reports, scratch, shapes, verify
-from gemmscope.errors import EXIT_INTERRUPTED, InputError, NoGpuKernels
-from gemmscope.trace_parser import read_trace, trace_paths
+from gemmscope import kernels, loading, reports, scratch, shapes, verify
+from gemmscope.atomic import written_whole
+from gemmscope.comparison import compare
+from gemmscope.diagnosis import Diagnosis, diagnose
+from gemmscope.errors import ExitCode, InputError, NoGpuKernels
+from gemmscope.recipes import RECIPES
+from gemmscope.traces.read import read_trace, trace_paths
 
 EXAMPLE_TRACE = Path(__file__).parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
-EXIT_MISMATCH, EXIT_COMMAND_FAILED, EXIT_RECIPE_UNKNOWN = 1, 3, 4
 
 
 class _Interrupted(Exception):
@@ -50,7 +51,7 @@ class _Group(click.Group):
             return super().main(*args, **kwargs)
         except (_Interrupted, KeyboardInterrupt, click.Abort):
             click.echo("gemmscope: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            sys.exit(ExitCode.INTERRUPTED)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
@@ -65,7 +66,7 @@ class _Group(click.Group):
 
 def _fail(message: str) -> NoReturn:
     click.echo(f"gemmscope: error: {' '.join(message.split())}", err=True)
-    sys.exit(2)
+    sys.exit(ExitCode.BAD_INPUT)
 
 
 @click.group(cls=_Group)
@@ -148,7 +149,7 @@ def _emit(text: str) -> None:
 
 @main.command()
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
+@click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
 @_check_options
 @_format_option()
 @_detail_options
@@ -170,21 +171,21 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
         if not exc.cuda_traced:
             raise
         _exit_no_gemm_ran(str(exc), expect)
-    diagnosis = diagnose.diagnose(result, step_range)
+    diagnosis = diagnose(result, step_range)
     _print_result(result, fmt, lambda: reports.analysis_document(result, None, diagnosis, per_launch), diagnosis,
                   _detail(quiet, verbose))
     _write_plots(plots_dir, result, diagnosis)
-    sys.exit(EXIT_MISMATCH if result.failed else 0)
+    sys.exit(ExitCode.MISMATCH if result.failed else ExitCode.OK)
 
 
 def _exit_no_gemm_ran(said: str, expect: str | None) -> None:
     """A run that launched no GPU kernel (captured with CUDA tracing): nothing ran at any recipe,
     which fails a check (exit 1), unlike a capture blind to kernels (bad input, exit 2)."""
     click.echo(f"gemmscope: {said}: no GEMM ran{f' at {expect}' if expect else ''}", err=True)
-    sys.exit(EXIT_MISMATCH)
+    sys.exit(ExitCode.MISMATCH)
 
 
-def _print_result(result: verify.Verification, fmt: str, document, diagnosis: diagnose.Diagnosis,
+def _print_result(result: verify.Verification, fmt: str, document, diagnosis: Diagnosis,
                   detail: str) -> None:
     """analyze's and verify's output: JSONL streamed a line at a time, any other format at once
     (`document`: makes the JSON document, which JSONL does without)."""
@@ -205,7 +206,7 @@ def _make_dir(directory: Path | None, option: str = "--plots") -> None:
             raise InputError(f"cannot make the {option} folder {directory}: {exc.strerror}") from None
 
 
-def _write_plots(directory: Path | None, result: verify.Verification, diagnosis: diagnose.Diagnosis) -> None:
+def _write_plots(directory: Path | None, result: verify.Verification, diagnosis: Diagnosis) -> None:
     """--plots DIR: the trace plots as PNG files, named on stderr."""
     if directory is None:
         return
@@ -247,7 +248,7 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
 
 @main.command("verify", cls=_VerifyCommand,
               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--expect", type=click.Choice(verify.RECIPES),
+@click.option("--expect", type=click.Choice(RECIPES),
               help="Recipe every GEMM should run at; default: the recipe the run's te.autocast asked for.")
 @click.option("--trace", "trace_args", multiple=True, type=click.Path(path_type=Path),
               help="Check existing traces instead of running a command: files, folders or globs "
@@ -309,7 +310,7 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
             raise
         click.echo(f"gemmscope: nothing to check in what it ran: {exc}", err=True)
     if result is not None:
-        diagnosis = diagnose.diagnose(result, step_range)
+        diagnosis = diagnose(result, step_range)
         _print_result(result, fmt, lambda: reports.verification_document(result, outcome, diagnosis, per_launch),
                       diagnosis, detail)
         _write_plots(plots_dir, result, diagnosis)
@@ -317,12 +318,12 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
         if result is not None:  # after a long report, the reason for the exit status once more
             click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
                        "a pass, whatever ran before it", err=True)
-        sys.exit(EXIT_COMMAND_FAILED)
+        sys.exit(ExitCode.COMMAND_FAILED)
     if not result.checked and not expect_map:
         click.echo("gemmscope: no recipe to check against: the run recorded no enabled te.autocast "
                    "recipe; pass --expect RECIPE (e.g. --expect bf16)", err=True)
-        sys.exit(EXIT_RECIPE_UNKNOWN)
-    sys.exit(EXIT_MISMATCH if result.failed else 0)
+        sys.exit(ExitCode.RECIPE_UNKNOWN)
+    sys.exit(ExitCode.MISMATCH if result.failed else ExitCode.OK)
 
 
 # How many stages `verify -- COMMAND` goes through, each announced on one line.
@@ -377,7 +378,7 @@ def _capture(command: list[str], out: Path | None, window: dict, echo_nsys: bool
 
 @main.command("diagnose")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
+@click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
 def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str | None) -> None:
     """Where the GPU time of traces went and why low precision does or does not pay: the verdict,
@@ -391,7 +392,7 @@ def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str |
         if not exc.cuda_traced:
             raise
         _exit_no_gemm_ran(str(exc), expect)
-    _emit(reports.diagnosis_text(result, diagnose.diagnose(result, step_range)))
+    _emit(reports.diagnosis_text(result, diagnose(result, step_range)))
 
 
 @main.command("compare")
@@ -404,7 +405,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
     lost time against BASE, per category and per module/pass, which GEMM kernels changed, and
     each run's findings. The differences add up to the difference in GPU window."""
     runs = [verify.check([read_trace(p)], None, ()) for p in (base, new)]
-    _emit(reports.render_comparison(diagnose.compare(*runs, step_range=step_range), fmt))
+    _emit(reports.render_comparison(compare(*runs, step_range=step_range), fmt))
 
 
 @main.command("report")
@@ -413,7 +414,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
               help="File to write ('-': standard output).")
 @click.option("--format", "fmt", type=click.Choice(("html", "markdown")),
               help="Default: markdown for an output ending in .md, else html.")
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="Traces: recipe the GEMMs should run at.")
+@click.option("--expect", type=click.Choice(RECIPES), help="Traces: recipe the GEMMs should run at.")
 @_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Traces: mismatches allowed (see analyze); repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="Traces: NVTX range that marks one training step (see analyze).")
@@ -449,7 +450,7 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
         paths = trace_paths(targets)
         redactor, traces = _scrubbed(paths, keep)
         result = verify.check(traces, expect, allow, expect_map)
-        report = html_report.traces_report(result, diagnose.diagnose(result, step_range))
+        report = html_report.traces_report(result, diagnose(result, step_range))
     report = html_report.redacted(report, redactor)
     text = html_report.render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
     if str(out) == "-":
@@ -467,7 +468,7 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
     """The traces scrubbed (in the private scratch folder) and read back under their own names,
     redacted; and the Redactor that scrubbed them."""
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import trace_source
+    from gemmscope.traces.read import trace_source
 
     exports = [trace_source(path) for path in paths]
     redactor = Redactor.of_exports(exports, keep)
@@ -482,7 +483,7 @@ def _run_report(run_dir: Path, keep: tuple[str, ...]):
     """A profile run directory's report, from its trace scrubbed; and the Redactor that scrubbed it."""
     from gemmscope import html_report, profile
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import sqlite_export
+    from gemmscope.traces.nsys import sqlite_export
 
     trace = next((run_dir / name for name in profile.RUN_TRACES if (run_dir / name).exists()), None)
     if trace is None:  # a run made with --no-nsys: no trace, its events only
@@ -497,15 +498,11 @@ def _run_report(run_dir: Path, keep: tuple[str, ...]):
 
 def _write_whole(out: Path, text: str) -> None:
     """`text` as the file `out`, through a temporary name: it appears whole or not at all."""
-    partial = out.with_name(out.name + ".partial")
     try:
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(out)
-    except BaseException as exc:
-        partial.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise InputError(f"cannot write {out}: {exc.strerror}") from None
-        raise
+        with written_whole(out) as partial:
+            partial.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror}") from None
 
 
 # --- shapes / kernel / scrub / doctor ------------------------------------------------------------
@@ -581,7 +578,7 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
     """Copy a trace without the environment, command line, user and host names nsys recorded,
     and with every text in it redacted (README: Redaction; stderr says what was taken out)."""
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import trace_source
+    from gemmscope.traces.read import trace_source
 
     redactor = Redactor.of_exports([trace_source(trace)], keep)
     click.echo(f"wrote {scrub(trace, out, redactor)}")
@@ -591,7 +588,7 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
 @main.command("bundle")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="The zip to write.")
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="For traces: as analyze's --expect.")
+@click.option("--expect", type=click.Choice(RECIPES), help="For traces: as analyze's --expect.")
 @_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="For traces: as analyze's --allow; repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
@@ -627,7 +624,7 @@ def doctor(canary: bool) -> None:
             raise InputError(f"--canary cannot run here: {missing}")
         flagged = doctor_checks.canary()
         click.echo(flagged.message)
-        sys.exit(0 if flagged.ok else 1)
+        sys.exit(ExitCode.OK if flagged.ok else ExitCode.MISMATCH)
 
 
 # --- profile -----------------------------------------------------------------------------------
@@ -645,7 +642,7 @@ def _csv_choice(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, .
 
 @main.command("profile")
 @config_options
-@click.option("--precisions", default=",".join(verify.RECIPES), show_default=True)
+@click.option("--precisions", default=",".join(RECIPES), show_default=True)
 @click.option("--modes", default="autocast,prequant", show_default=True)
 @click.option("--iters", type=click.IntRange(min=2), default=100, show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True)
@@ -673,7 +670,7 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
                    f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
         _emit(reports.profile_text(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail))
         return
-    precisions = _csv_choice(precisions, verify.RECIPES, "precision")
+    precisions = _csv_choice(precisions, RECIPES, "precision")
     modes = _csv_choice(modes, profile.MODES, "mode")
     config, plan = plan_from_options(options)
     out = out or Path(time.strftime("gemmscope-run-%Y%m%d-%H%M%S"))

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from gemmscope import devices, kernels, plots, reports, verify
-from gemmscope.diagnose import NO_STEPS, Diagnosis
+from gemmscope.diagnosis import NO_STEPS, Diagnosis
 from gemmscope.errors import InputError
 from gemmscope.profile import ProfileRun
 from gemmscope.scrub import Redactor

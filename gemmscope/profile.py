@@ -21,14 +21,14 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import devices, shapes
+from gemmscope.attribution import launches_with_ranges
 from gemmscope.errors import InputError
-from gemmscope.trace_parser import Trace, launches_with_ranges, read_trace
-from gemmscope.verify import RECIPE_PRECISIONS, RECIPES, verdict
+from gemmscope.recipes import RECIPES, recipe_precision
+from gemmscope.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
+from gemmscope.traces.model import Trace
+from gemmscope.traces.read import read_trace
+from gemmscope.verify import verdict
 
-RANGE_PREFIX = "gemmscope.gemm|"
-WARMUP_PREFIX = "gemmscope.warmup|"
-RESULT_PREFIX = "gemmscope.result|"
-PLAN_PREFIX = "gemmscope.plan|"
 MODES = ("autocast", "prequant")
 # A run directory's trace, in the order load_run looks for it (the export, or it compressed).
 RUN_TRACES = ("trace.sqlite", "trace.sqlite.xz")
@@ -38,16 +38,6 @@ OUTPUT_BYTES = 2
 # runs' IQRs are 1-3 % of e2e), so the speedup reason does not name it.
 NEGLIGIBLE_LOSS = 0.05
 
-
-
-def recipe_precision(recipe: str) -> str:
-    """The kernel precision a recipe's GEMMs run at (verify.RECIPE_PRECISIONS): the precision
-    whose peak, ridge point and operand size apply to the recipe's rows."""
-    if recipe not in RECIPE_PRECISIONS:
-        raise InputError(f"the run used recipe {recipe!r}, which gemmscope does not know ({', '.join(RECIPES)})")
-    # One precision per recipe today; a recipe with several would need a rule for which peak applies.
-    (precision,) = RECIPE_PRECISIONS[recipe]
-    return precision
 
 
 def parse_label(text: str) -> dict:

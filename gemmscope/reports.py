@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -17,9 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 from gemmscope import devices, te_ranges
-from gemmscope.diagnose import CATEGORIES, NO_STEPS, Diagnosis
+from gemmscope.diagnosis import CATEGORIES, NO_STEPS, Diagnosis
+from gemmscope.jsonable import frame_records
+from gemmscope.jsonable import plain as _plain
 from gemmscope.shapes import Gemm
-from gemmscope.trace_parser import Trace
+from gemmscope.traces.model import Trace
 from gemmscope.verify import Verification, recorded_recipes
 
 FORMATS = ("table", "json", "jsonl", "csv", "markdown")
@@ -32,26 +33,6 @@ SCHEMA_VERSION = "2"
 _GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "trace", "rank", "thread",
                 "ranges", "te_module", "te_name", "layer", "layer_number", "te_pass", "pass_source", "requested_a",
                 "requested_b", "requested", "requested_scale", "origin")
-
-
-def _plain(value: Any) -> Any:
-    """numpy/pandas scalars → JSON-able Python values (NaN → None), inside lists and dicts too."""
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if value is None or value is pd.NA:
-        return None
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
-def frame_records(frame: pd.DataFrame) -> list[dict]:
-    """A DataFrame as JSON-able records."""
-    return [{k: _plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
 
 
 def _gemm_fields(result: Verification) -> list[str]:

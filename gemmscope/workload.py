@@ -26,9 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from gemmscope.profile import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
-from gemmscope.verify import RECIPES
-
+from gemmscope.recipes import RECIPES
+from gemmscope.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"

@@ -12,17 +12,16 @@ the parser.
 
 import json
 import lzma
-import os
 import sqlite3
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
+
+from test_cli import gemmscope as run_gemmscope
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "fixtures" / "gpu" / "corpus"
@@ -30,9 +29,7 @@ PASSES = ("fprop", "dgrad", "wgrad")
 
 
 def gemmscope(*args):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    return run_gemmscope(*args, timeout=300)
 
 
 def verify_json(name: str, *options: str) -> tuple[int, dict]:

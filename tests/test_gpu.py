@@ -4,13 +4,14 @@ They run the real commands: the canary, a small profile at every recipe and mode
 on the small TE training script of the fixtures (mixed and clean)."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from gemmscope import nsys_runner
+
+from test_cli import gemmscope as run_gemmscope
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 
@@ -36,8 +37,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_why_not is not None, reason=f
 
 
 def gemmscope(*args, cwd=None):
-    return subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", *args],
-                          capture_output=True, text=True, cwd=cwd, timeout=580)
+    return run_gemmscope(*args, cwd=cwd, timeout=580)
 
 
 def test_canary_is_flagged():

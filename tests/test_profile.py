@@ -3,18 +3,16 @@ the H200 run shipped in the package, and an H100 run kept with the tests."""
 
 import json
 import math
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-import pandas as pd
+from gemmscope import profile, reports, run_marks
+from gemmscope.traces.read import read_trace
 
-from gemmscope import profile, reports
-from gemmscope.trace_parser import read_trace
-
+from test_cli import gemmscope
 
 # Dense peaks read off NVIDIA's H100 and H200 pages (figures "with sparsity", halved) and their
 # memory bandwidths, written out here so the test does not read them from gemmscope's table.
@@ -248,8 +246,8 @@ def test_idle_gaps_are_named_only_where_they_outweigh_quantization(run):
 def test_run_without_trace_says_so(run, gpu):
     trace = read_trace(gpu.run_dir / "trace.sqlite.xz")
     marks = trace.nvtx.loc[trace.nvtx["kind"] == "mark", "name"].dropna()
-    plan = next(n for n in marks if n.startswith(profile.PLAN_PREFIX))[len(profile.PLAN_PREFIX):]
-    events = {"plan": json.loads(plan), "results": [n for n in marks if n.startswith(profile.RESULT_PREFIX)],
+    plan = next(n for n in marks if n.startswith(run_marks.PLAN_PREFIX))[len(run_marks.PLAN_PREFIX):]
+    events = {"plan": json.loads(plan), "results": [n for n in marks if n.startswith(run_marks.RESULT_PREFIX)],
               "device": run.device}
     g = profile.analyze_events(events).gemms
     ran = g["status"] == "ok"
@@ -265,8 +263,7 @@ def test_label_round_trip_keeps_free_text_reason():
 
 @pytest.mark.skipif(profile.gpu_available(), reason="a GPU is here: profile would run for real")
 def test_profile_without_gpu_shows_the_shipped_run():
-    done = subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", "profile"],
-                          capture_output=True, text=True)
+    done = gemmscope("profile")
     assert done.returncode == 0, done.stderr
     assert "no CUDA GPU here" in done.stderr
     assert "codonfm-5b on NVIDIA H200" in done.stdout and "1.66x" in done.stdout

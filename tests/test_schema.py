@@ -10,10 +10,11 @@ import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
-from gemmscope import diagnose, kernels, profile, reports, verify
+from gemmscope import diagnosis, kernels, profile, recipes, reports, verify
 from gemmscope.bundle import bundle
 from gemmscope.cli import main
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
+
 from schema_check import REGISTRY, SCHEMAS, assert_valid
 
 DOCUMENT_KINDS = {"analyze", "verify", "compare", "shapes", "kernel", "profile-results", "environment"}
@@ -84,10 +85,10 @@ def test_schema_version_is_the_code_s():
 
 def test_vocabularies_are_the_code_s():
     common = SCHEMAS["common"]["$defs"]
-    assert tuple(common["recipe"]["enum"]) == verify.RECIPES
+    assert tuple(common["recipe"]["enum"]) == recipes.RECIPES
     assert tuple(common["kernel_precision"]["enum"]) == kernels.PRECISIONS
-    assert tuple(common["category"]["enum"]) == diagnose.CATEGORIES
-    category_times = {f"{category}_ns" for category in diagnose.CATEGORIES}
+    assert tuple(common["category"]["enum"]) == diagnosis.CATEGORIES
+    category_times = {f"{category}_ns" for category in diagnosis.CATEGORIES}
     assert category_times <= set(common["per_rank"]["required"])
     assert category_times <= set(SCHEMAS["compare"]["properties"]["totals"]["required"])
     assert tuple(SCHEMAS["kernel"]["properties"]["kernels"]["items"]["properties"]["role"]["enum"]) == kernels.ROLES
@@ -147,7 +148,7 @@ def test_verify_json_of_a_command_gemmscope_ran(gpu_trace):
     result = verify.check([gpu_trace("nn_linear_in_fp8_autocast")], "fp8-current")
     for window in (None, {"nvtx_range": "step 3"}, {"delay_s": 2.0, "duration_s": 5.0}):
         command = {"exit_code": 1, "capture_window": window}
-        document = reports.verification_document(result, command, diagnose.diagnose(result), per_launch=True)
+        document = reports.verification_document(result, command, diagnosis.diagnose(result), per_launch=True)
         assert_valid(parse(json.dumps(document)), "verify")
 
 

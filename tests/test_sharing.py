@@ -3,7 +3,6 @@ nowhere in what report (HTML, Markdown, tables), bundle (every member, the trace
 and scrub write, and the output says how many of each kind went; no unscrubbed copy of a trace
 is left behind, nor one readable by other users; failures are one line with their exit code."""
 
-import json
 import lzma
 import os
 import secrets
@@ -22,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope.cli import main
+
 from sqlite_text import all_text
 
 GPU_DIR = Path(__file__).parent / "fixtures" / "gpu"

@@ -7,11 +7,8 @@ the terminal's width or on COLUMNS; `profile` also runs in a fresh interpreter w
 wider, as a user's shell would."""
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,7 +17,9 @@ from click.testing import CliRunner
 
 from gemmscope import profile, reports
 from gemmscope.cli import EXAMPLE_RUN, main
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
+
+from test_cli import gemmscope
 
 TESTS = Path(__file__).parent
 GPU = TESTS / "fixtures" / "gpu"
@@ -228,8 +227,7 @@ def test_profile_verbose_fits_and_has_throughput():
 
 @NO_GPU
 def test_profile_in_a_shell_with_wider_columns():
-    done = subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", "profile"],
-                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"}, timeout=300)
+    done = gemmscope("profile", env={"COLUMNS": "250"}, timeout=300)
     assert done.returncode == 0, done.stderr
     assert_fits(done.stdout)
     assert done.stdout == invoke("profile")
