@@ -51,7 +51,13 @@ class _Group(click.Group):
             return super().main(*args, **kwargs)
         except (_Interrupted, KeyboardInterrupt, click.Abort):
             click.echo("gemmscope: interrupted", err=True)
-            sys.exit(ExitCode.INTERRUPTED)
+            # Out at once, joining no thread: a worker the Ctrl-C ended while it was sending its
+            # result leaves the process pool's thread (loading.load) waiting forever, and a normal
+            # exit joins it. The scratch folder goes first, as an exit handler would remove it.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            scratch.remove()
+            os._exit(ExitCode.INTERRUPTED)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.ClickException as exc:

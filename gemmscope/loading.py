@@ -8,6 +8,7 @@ cannot be read is kept as an error for its rank; it never drops the others.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 from collections.abc import Sequence
@@ -50,15 +51,26 @@ def load(paths: Sequence[Path], workers: int | None = None, scheduler: str | Non
     workers = min(len(paths), workers or os.cpu_count() or 1)
     if workers <= 1:
         return [load_one(p, threads) for p in paths]
-    with ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(scratch.folder(),)) as pool:
-        # submit, not map: on Ctrl-C map cancels what has not finished, and the pool, finding its
-        # workers gone, then fails to set their futures (a traceback from its own thread).
-        futures = [pool.submit(load_one, path, threads) for path in paths]
-        try:
-            return [future.result() for future in futures]
-        except BrokenProcessPool:  # a worker was killed (out of memory, a signal): say so, in one line
-            raise InputError("a process reading the traces was stopped before it finished "
-                             "(out of memory? try --workers 1)") from None
+    pool = ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(scratch.folder(),))
+    # submit, not map: on Ctrl-C map cancels what has not finished, and the pool, finding its
+    # workers gone, then fails to set their futures (a traceback from its own thread).
+    futures = [pool.submit(load_one, path, threads) for path in paths]
+    try:
+        loaded = [future.result() for future in futures]
+    except BrokenProcessPool:  # a worker was killed (out of memory, a signal): say so, in one line
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise InputError("a process reading the traces was stopped before it finished "
+                         "(out of memory? try --workers 1)") from None
+    except KeyboardInterrupt:
+        # The workers are ended, not waited for: one the Ctrl-C ended while it was sending its
+        # result leaves the pool's thread waiting for the rest of it forever (the CLI exits
+        # without joining it), and one started after the Ctrl-C never got it.
+        for worker in multiprocessing.active_children():
+            worker.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return loaded
 
 
 def _start_worker(scratch_folder: Path) -> None:
