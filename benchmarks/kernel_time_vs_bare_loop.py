@@ -111,7 +111,7 @@ def main() -> None:
 
     from gemmscope import nsys_runner
     from gemmscope.attribution import launches_with_ranges
-    from gemmscope.profile import analyze_run
+    from gemmscope.profile_run import analyze_run
     from gemmscope.traces.read import read_trace
 
     report = Path(tempfile.mkdtemp(prefix="gemmscope-bench-")) / "bench.nsys-rep"

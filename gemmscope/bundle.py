@@ -50,7 +50,7 @@ from gemmscope import __version__, html_report, reports, scratch, te_ranges, ver
 from gemmscope.atomic import written_whole
 from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError
-from gemmscope.profile import RUN_TRACES, load_run
+from gemmscope.profile_run import RUN_TRACES, load_run
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace, trace_paths

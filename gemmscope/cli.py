@@ -487,19 +487,19 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
 
 def _run_report(run_dir: Path, keep: tuple[str, ...]):
     """A profile run directory's report, from its trace scrubbed; and the Redactor that scrubbed it."""
-    from gemmscope import html_report, profile
+    from gemmscope import html_report, profile_run
     from gemmscope.scrub import Redactor, scrub
     from gemmscope.traces.nsys import sqlite_export
 
-    trace = next((run_dir / name for name in profile.RUN_TRACES if (run_dir / name).exists()), None)
+    trace = next((run_dir / name for name in profile_run.RUN_TRACES if (run_dir / name).exists()), None)
     if trace is None:  # a run made with --no-nsys: no trace, its events only
         redactor = Redactor.of_exports([], keep)
-        return html_report.run_report(profile.load_run(run_dir), run_dir), redactor
+        return html_report.run_report(profile_run.load_run(run_dir), run_dir), redactor
     export = sqlite_export(trace)
     redactor = Redactor.of_exports([export], keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
     scrub(export, staging / "trace.sqlite", redactor)
-    return html_report.run_report(profile.load_run(staging), run_dir), redactor
+    return html_report.run_report(profile_run.load_run(staging), run_dir), redactor
 
 
 def _write_whole(out: Path, text: str) -> None:
@@ -662,11 +662,11 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
     machine without a GPU: the run shipped with gemmscope, re-derived from its trace."""
     import time
 
-    from gemmscope import profile
+    from gemmscope import gpu_profile, profile_run
 
     started = time.perf_counter()
     detail = _detail(quiet, verbose)
-    if not profile.gpu_available():
+    if not gpu_profile.gpu_available():
         asked = [f"--{name.replace('_', '-')}" for name, value in options.items() if value not in (None, False)]
         if asked or out or no_nsys:
             raise InputError(f"no CUDA GPU here: nothing can be profiled ({' '.join(asked + ['--out'] * bool(out))}"
@@ -674,15 +674,15 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
                              f"shipped with gemmscope ({EXAMPLE_RUN.name})")
         click.echo(f"gemmscope: no CUDA GPU here: showing the run shipped with gemmscope, "
                    f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
-        _emit(reports.profile_text(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail))
+        _emit(reports.profile_text(profile_run.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail))
         return
     precisions = _csv_choice(precisions, RECIPES, "precision")
-    modes = _csv_choice(modes, profile.MODES, "mode")
+    modes = _csv_choice(modes, profile_run.MODES, "mode")
     config, plan = plan_from_options(options)
     out = out or Path(time.strftime("gemmscope-run-%Y%m%d-%H%M%S"))
-    spec = profile.spec_for(config, plan, precisions, modes, iters, warmup)
-    run_dir = profile.run(spec, out, use_nsys=not no_nsys)
-    run = profile.load_run(run_dir)
+    spec = gpu_profile.spec_for(config, plan, precisions, modes, iters, warmup)
+    run_dir = gpu_profile.run(spec, out, use_nsys=not no_nsys)
+    run = profile_run.load_run(run_dir)
     wall_s = time.perf_counter() - started
     reports.write_profile_reports(run, run_dir, wall_s)
     _emit(reports.profile_text(run, run_dir, detail))

@@ -30,7 +30,7 @@ import pandas as pd
 from gemmscope import devices, kernels, plots, reports, verify
 from gemmscope.diagnosis import NO_STEPS, Diagnosis
 from gemmscope.errors import InputError
-from gemmscope.profile import ProfileRun
+from gemmscope.profile_run import ProfileRun
 from gemmscope.scrub import Redactor
 
 FORMATS = ("html", "markdown")

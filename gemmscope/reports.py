@@ -1207,7 +1207,7 @@ def profile_markdown(run, wall_s: float | None) -> str:
                  "arithmetic intensity (A, B and the BF16 output). speedup reason, the first that applies: the "
                  "kernel fell back; memory-bound (intensity below the ridge point); quantization or idle time "
                  "between kernels, where it costs the speedup more than the kernel's efficiency next to the BF16 "
-                 "kernel's; else the kernel's % of peak (rules: `gemmscope.profile.with_speed_figures`).\n")
+                 "kernel's; else the kernel's % of peak (rules: `gemmscope.profile_run.with_speed_figures`).\n")
     for title, frame in profile_summary_tables(run) + profile_pass_tables(run) + [_kernels_section(run)]:
         parts += [f"\n## {title}\n", markdown_table(frame)]
     return "\n".join(parts)

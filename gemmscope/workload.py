@@ -8,7 +8,7 @@ The trace is the record: each timed loop runs inside an NVTX range
 mark ``gemmscope.result|<same keys>|status=ok|e2e_ms=<median>|e2e_iqr_ms=…|e2e_mean_ms=…``
 (CUDA-event times per iteration); an entry that cannot run leaves only a mark with
 ``status=unsupported`` or ``status=failed`` and ``reason=<TE's message>`` (always last).
-`gemmscope.profile` reads all of it back from the trace alone.
+`gemmscope.profile_run` reads all of it back from the trace alone.
 
 Modes:
 - ``autocast``: what training does, quantization included: a ``te.Linear(k, n)`` forward on an

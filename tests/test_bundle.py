@@ -29,7 +29,7 @@ from gemmscope.bundle import bundle
 from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.html_report import csv_text
-from gemmscope.profile import load_run
+from gemmscope.profile_run import load_run
 from gemmscope.scrub import Redactor
 from gemmscope.traces.read import read_trace
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import diagnosis, plots, profile, reports
+from gemmscope import diagnosis, plots, profile_run, reports
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
 from gemmscope.cli import EXAMPLE_RUN, EXAMPLE_TRACE, main
 from gemmscope.kernels import decode
@@ -95,7 +95,7 @@ def checked():
 
 @pytest.fixture(scope="module")
 def run():
-    return profile.load_run(EXAMPLE_RUN)
+    return profile_run.load_run(EXAMPLE_RUN)
 
 
 @pytest.fixture(scope="module")

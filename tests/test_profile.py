@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gemmscope import profile, reports, run_marks
+from gemmscope import gpu_profile, profile_run, reports, run_marks
 from gemmscope.traces.read import read_trace
 
 from test_cli import gemmscope
@@ -31,7 +31,7 @@ class Reference:
 
 
 RUNS = {
-    "h200": Reference(Path(profile.__file__).parent / "examples" / "h200-codonfm-5b",
+    "h200": Reference(Path(profile_run.__file__).parent / "examples" / "h200-codonfm-5b",
                       {"fp8-current": 1.61, "fp8-delayed": 1.72, "fp8-block": 1.42}, 29.6),
     "h100": Reference(Path(__file__).parent / "fixtures" / "runs" / "h100-codonfm-5b",
                       {"fp8-current": 1.50, "fp8-delayed": 1.65, "fp8-block": 1.40}, 28.6),
@@ -45,7 +45,7 @@ def gpu(request) -> Reference:
 
 @pytest.fixture(scope="module")
 def run(gpu):
-    return profile.load_run(gpu.run_dir)
+    return profile_run.load_run(gpu.run_dir)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_blackwell_recipes_unsupported_with_te_reason_and_never_summed(run):
     assert blackwell["reason"].str.contains("compute capability 10.0 or higher required").all()
     assert blackwell["e2e_ms"].isna().all() and blackwell["verdict"].isna().all()
     layer = run.per_layer()
-    for mode in profile.MODES:
+    for mode in profile_run.MODES:
         for precision in ("mxfp8", "nvfp4"):
             assert math.isnan(layer.loc[(mode, precision), "e2e_ms"])
             assert run.speedups()[mode][precision] is None
@@ -210,14 +210,14 @@ def _measurements(run) -> pd.DataFrame:
 
 
 def test_unknown_gpu_is_named_unknown_and_gets_no_peak(run):
-    g = profile.with_speed_figures(_measurements(run), "NVIDIA GH200 480GB")
+    g = profile_run.with_speed_figures(_measurements(run), "NVIDIA GH200 480GB")
     assert g["peak_tflops"].isna().all() and g["pct_of_peak"].isna().all() and g["ridge"].isna().all()
     prequant_fp8 = g[(g["mode"] == "prequant") & (g["precision"] == "fp8-current")]
     assert prequant_fp8["speedup_reason"].str.endswith("TFLOP/s (GPU not in the device table: no peak)").all()
     mlp_down = g[(g["op"] == "mlp_down") & (g["pass"] == "fprop") & (g["precision"] == "fp8-current")
                  & (g["mode"] == "autocast")]
     assert mlp_down["speedup_reason"].str.startswith("quantization").all()  # what the trace says still holds
-    unknown = profile.ProfileRun(device={"name": "NVIDIA GH200 480GB", "sm": "sm90"}, plan=run.plan, gemms=g,
+    unknown = profile_run.ProfileRun(device={"name": "NVIDIA GH200 480GB", "sm": "sm90"}, plan=run.plan, gemms=g,
                                  memory=run.memory)
     assert reports.device_line(unknown).startswith("NVIDIA GH200 480GB is not in gemmscope's device table")
     assert reports.results_document(unknown, None)["device_figures"] is None
@@ -230,7 +230,7 @@ def test_fallback_and_memory_bound_rules(run):
     rows.loc[fallback, ["verdict", "kernel_precision"]] = ["FALLBACK", "bf16"]
     rows.loc[decode, "m"] = 16  # one token per sequence: the weights dominate what moves
     rows["flops"] = 2 * rows["m"] * rows["k"] * rows["n"]
-    g = profile.with_speed_figures(rows, run.device["name"])
+    g = profile_run.with_speed_figures(rows, run.device["name"])
     assert (g.loc[fallback, "speedup_reason"] == "kernel fell back to BF16").all()
     decode_rows = g[decode]
     assert decode_rows["speedup_reason"].str.match(r"memory-bound: intensity \d+ < ridge \d+ FLOP/B").all()
@@ -249,19 +249,19 @@ def test_run_without_trace_says_so(run, gpu):
     plan = next(n for n in marks if n.startswith(run_marks.PLAN_PREFIX))[len(run_marks.PLAN_PREFIX):]
     events = {"plan": json.loads(plan), "results": [n for n in marks if n.startswith(run_marks.RESULT_PREFIX)],
               "device": run.device}
-    g = profile.analyze_events(events).gemms
+    g = profile_run.analyze_events(events).gemms
     ran = g["status"] == "ok"
     assert g.loc[ran, "speedup_reason"].str.match(r"no trace: e2e at \d+ % of (BF16|FP8) peak").all()
     assert g.loc[ran, "pct_of_peak"].notna().all() and g.loc[ran, "kernel_tflops"].isna().all()
 
 
 def test_label_round_trip_keeps_free_text_reason():
-    fields = profile.parse_label("gemmscope.result|op=qkv|pass=fprop|precision=nvfp4|mode=autocast|m=1|k=2|n=3"
+    fields = profile_run.parse_label("gemmscope.result|op=qkv|pass=fprop|precision=nvfp4|mode=autocast|m=1|k=2|n=3"
                                  "|iters=5|status=failed|reason=RuntimeError: a|b=c")
     assert fields["reason"] == "RuntimeError: a|b=c" and fields["m"] == 1 and fields["status"] == "failed"
 
 
-@pytest.mark.skipif(profile.gpu_available(), reason="a GPU is here: profile would run for real")
+@pytest.mark.skipif(gpu_profile.gpu_available(), reason="a GPU is here: profile would run for real")
 def test_profile_without_gpu_shows_the_shipped_run():
     done = gemmscope("profile")
     assert done.returncode == 0, done.stderr

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
-from gemmscope import diagnosis, kernels, profile, recipes, reports, verify
+from gemmscope import diagnosis, kernels, profile_run, recipes, reports, verify
 from gemmscope.bundle import bundle
 from gemmscope.cli import main
 from gemmscope.traces.read import read_trace
@@ -23,7 +23,7 @@ TESTS = Path(__file__).parent
 GPU = TESTS / "fixtures" / "gpu"
 CORPUS = GPU / "corpus"
 HF_CONFIGS = TESTS / "fixtures" / "hf_configs"
-RUNS = {"h200-example": Path(profile.__file__).parent / "examples" / "h200-codonfm-5b",
+RUNS = {"h200-example": Path(profile_run.__file__).parent / "examples" / "h200-codonfm-5b",
         "h100": TESTS / "fixtures" / "runs" / "h100-codonfm-5b"}
 # analyze and verify: exit 1 (mismatches) and 4 (no recipe known, verify) still write the document.
 DOCUMENT_EXITS = (0, 1, 4)
@@ -92,7 +92,7 @@ def test_vocabularies_are_the_code_s():
     assert category_times <= set(common["per_rank"]["required"])
     assert category_times <= set(SCHEMAS["compare"]["properties"]["totals"]["required"])
     assert tuple(SCHEMAS["kernel"]["properties"]["kernels"]["items"]["properties"]["role"]["enum"]) == kernels.ROLES
-    assert tuple(SCHEMAS["profile-results"]["$defs"]["mode"]["enum"]) == profile.MODES
+    assert tuple(SCHEMAS["profile-results"]["$defs"]["mode"]["enum"]) == profile_run.MODES
 
 
 # --- analyze and verify on real traces ---------------------------------------------------------------
@@ -203,7 +203,7 @@ def test_shipped_example_results_json():
 
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_results_json_re_derived_from_the_trace(run):
-    document = reports.results_document(profile.load_run(RUNS[run]), None)
+    document = reports.results_document(profile_run.load_run(RUNS[run]), None)
     assert_valid(parse(json.dumps(document)), "profile-results")
 
 

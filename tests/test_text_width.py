@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import profile, reports
+from gemmscope import gpu_profile, profile_run, reports
 from gemmscope.cli import EXAMPLE_RUN, main
 from gemmscope.traces.read import read_trace
 
@@ -56,7 +56,7 @@ COMMANDS = {
                            0),
     "doctor": (["doctor"], 0),
 }
-NO_GPU = pytest.mark.skipif(profile.gpu_available(), reason="a GPU is here: profile would run for real")
+NO_GPU = pytest.mark.skipif(gpu_profile.gpu_available(), reason="a GPU is here: profile would run for real")
 
 
 def invoke(*args, code: int | None = None) -> str:
@@ -199,7 +199,7 @@ def test_kernel_names_each_in_full_under_the_table():
 def test_profile_fits_and_keeps_its_figures():
     text = invoke("profile", code=0)
     assert_fits(text)
-    run = profile.load_run(EXAMPLE_RUN)
+    run = profile_run.load_run(EXAMPLE_RUN)
     assert "autocast: fp8-delayed 1.66×" in text
     assert "Not in the tables below: mxfp8, nvfp4: no GEMM ran" in text
     for recipe in ("MXFP8", "NVFP4"):  # TE's reason once per recipe
