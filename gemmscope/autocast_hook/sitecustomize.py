@@ -793,6 +793,12 @@ def _write_trace(torch, profiler, folder: str) -> None:
     """At exit: stop the profiler and, in a process that used CUDA, write its trace, gzipped,
     through a name gemmscope does not read, so that a trace appears whole or not at all."""
     used_cuda = _used_cuda(torch)
+    if not _profiler_enabled():
+        # a profiler the program starts itself ends this one: its own traces are the ones to read
+        if used_cuda:
+            _note("torch.profiler was stopped by the program (does it run torch.profiler itself? Then check "
+                  "its traces with gemmscope verify --trace): no trace written")
+        return
     path = os.path.join(folder, torch_trace_name(os.getpid(), _rank()))
     plain, partial = f"{path}.plain.partial", f"{path}.partial"
     try:
