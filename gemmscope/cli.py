@@ -273,8 +273,8 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration, expect_map, allow, step_range,
                workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
-    """Run COMMAND (after --) under nsys (or torch.profiler: --profiler torch) with TE's NVTX
-    ranges and gemmscope's hook on, or read --trace, and check the precision of every GEMM per
+    """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on (or with
+    torch.profiler and the hook: --profiler torch), or read --trace, and check the precision of every GEMM per
     rank, layer, TE module and pass. Exit 1 on any non-allowed FALLBACK or when no GEMM ran (a
     COMMAND that ran no GPU kernel included), 3 when COMMAND failed, 4 when the recipe to check
     against is unknown (no --expect, and the run recorded no te.autocast recipe). The profiler's
