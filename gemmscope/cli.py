@@ -358,8 +358,9 @@ def _capture(command: list[str], out: Path | None, window: dict, profiler: str,
     out.mkdir(parents=True, exist_ok=True)
     hook = str(Path(__file__).parent / "autocast_hook")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
-    capture = _capture_torch if profiler == "torch" else _capture_nsys
-    return capture(command, out, kept, env, window, echo_profiler)
+    if profiler == "torch":
+        return _capture_torch(command, out, kept, env, echo_profiler)
+    return _capture_nsys(command, out, kept, env, window, echo_profiler)
 
 
 def _say_if_failed(done) -> dict:
@@ -402,8 +403,7 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
     return [nsys_runner.export_sqlite(report)], outcome
 
 
-def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, _window: dict,
-                   echo_kineto: bool) -> tuple[list[Path], dict]:
+def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_kineto: bool) -> tuple[list[Path], dict]:
     """The command with torch.profiler in each of its processes: the traces of those that used CUDA."""
     from gemmscope import torch_runner
 
