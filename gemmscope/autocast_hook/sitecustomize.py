@@ -786,22 +786,23 @@ def _start_profiler(torch) -> None:
 
 
 def _used_cuda(torch) -> bool:
+    """Looked up at exit: the tests stand a CPU process for one that used CUDA by replacing it."""
     return torch.cuda.is_initialized()
 
 
 def _write_trace(torch, profiler, folder: str) -> None:
     """At exit: stop the profiler and, in a process that used CUDA, write its trace, gzipped,
     through a name gemmscope does not read, so that a trace appears whole or not at all."""
-    used_cuda = _used_cuda(torch)
-    if not _profiler_enabled():
-        # a profiler the program starts itself ends this one: its own traces are the ones to read
-        if used_cuda:
-            _note("torch.profiler was stopped by the program (does it run torch.profiler itself? Then check "
-                  "its traces with gemmscope verify --trace): no trace written")
-        return
     path = os.path.join(folder, torch_trace_name(os.getpid(), _rank()))
     plain, partial = f"{path}.plain.partial", f"{path}.partial"
     try:
+        used_cuda = _used_cuda(torch)
+        if not _profiler_enabled():
+            # a profiler the program starts itself ends this one: its own traces are the ones to read
+            if used_cuda:
+                _note("torch.profiler was stopped by the program (does it run torch.profiler itself? Then check "
+                      "its traces with gemmscope verify --trace): no trace written")
+            return
         if used_cuda:
             try:
                 torch.cuda.synchronize()  # kernels still running are in the trace too
@@ -815,7 +816,7 @@ def _write_trace(torch, profiler, folder: str) -> None:
         with open(plain, "rb") as source, gzip.open(partial, "wb", compresslevel=1) as target:
             shutil.copyfileobj(source, target, 1 << 20)
         os.replace(partial, path)
-    except Exception as exc:
+    except Exception as exc:  # never break the program being checked, nor its exit
         _note(f"torch.profiler trace not written ({type(exc).__name__}: {exc})")
     finally:
         for leftover in (plain, partial):
