@@ -27,6 +27,8 @@ from gemmscope.recipes import RECIPES
 from gemmscope.traces.read import read_trace, trace_paths
 
 EXAMPLE_TRACE = Path(__file__).parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
+# What `verify -- COMMAND` can capture with.
+PROFILERS = ("nsys", "torch")
 
 
 class _Interrupted(Exception):
@@ -260,6 +262,11 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
               help="Check existing traces instead of running a command: files, folders or globs "
                    "(one per rank, or one holding every rank); repeatable.")
 @click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a private temporary folder, removed on exit).")
+@click.option("--profiler", type=click.Choice(PROFILERS),
+              help="What captures COMMAND: nsys (the default), or torch: torch.profiler, started by "
+                   "gemmscope's hook in every process of COMMAND that imports torch, for machines without "
+                   "nsys; each process that used CUDA writes a trace (one per rank), read as --trace reads "
+                   "one. No capture window (--capture-range, --delay, --duration) with torch.")
 @click.option("--capture-range", metavar="NVTX_RANGE",
               help="Collect only the first instance of this NVTX range of COMMAND (e.g. a range your "
                    "training loop pushes around steps 10-12): a long job costs a small trace. "
@@ -271,34 +278,40 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
 @_format_option()
 @_detail_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_map, allow, step_range, workers,
-               scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
-    """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
-    --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
-    Exit 1 on any non-allowed FALLBACK or when no GEMM ran (a COMMAND that ran no GPU kernel
-    included), 3 when COMMAND failed, 4 when the recipe to check against is unknown (no --expect,
-    and the run recorded no te.autocast recipe). nsys's own output is shown with --verbose or when
-    nsys fails."""
+def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration, expect_map, allow, step_range,
+               workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
+    """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on (or with
+    torch.profiler and the hook: --profiler torch), or read --trace, and check the precision of every GEMM per
+    rank, layer, TE module and pass. Exit 1 on any non-allowed FALLBACK or when no GEMM ran (a
+    COMMAND that ran no GPU kernel included), 3 when COMMAND failed, 4 when the recipe to check
+    against is unknown (no --expect, and the run recorded no te.autocast recipe). The profiler's
+    own output is shown with --verbose or when nsys fails."""
     if trace_args and command and not click.get_current_context().meta.get(_DOUBLE_DASH):
         trace_args, command = trace_args + tuple(Path(c) for c in command), ()
     if trace_args and command:
         raise InputError("give either --trace FILE or a command after --, not both")
     window = {"nvtx_range": capture_range, "delay_s": delay, "duration_s": duration}
-    if trace_args and any(v is not None for v in window.values()):
-        raise InputError("--capture-range, --delay and --duration choose what a command's capture holds: "
+    if trace_args and (profiler or any(v is not None for v in window.values())):
+        raise InputError("--profiler, --capture-range, --delay and --duration choose how a command is captured: "
                          "they do not apply to --trace")
+    profiler = profiler or "nsys"
+    if profiler == "torch" and any(v is not None for v in window.values()):
+        raise InputError("--capture-range, --delay and --duration are nsys's capture window: --profiler torch "
+                         "records each process from its import of torch to its exit (give no window, or use nsys)")
     detail = _detail(quiet, verbose)
     _make_dir(plots_dir)
     outcome = None
     if trace_args:
         paths = trace_paths(trace_args)
     elif command:
-        path, outcome = _capture(list(command), out, window, echo_nsys=verbose)
-        paths = [path] if path is not None else []
+        paths, outcome = _capture(list(command), out, window, profiler, echo_profiler=verbose)
         _progress(3, "checking the GEMMs")
     else:
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
     failed_command = outcome is not None and outcome["exit_code"] != 0
+    if not paths and not failed_command:  # torch.profiler: no process of the command used CUDA
+        _exit_no_gemm_ran("the command exited 0 and used no CUDA (no process of it wrote a torch.profiler trace)",
+                          expect)
     result = None
     try:
         if paths:
@@ -340,46 +353,77 @@ def _progress(stage: int, what: str) -> None:
     click.echo(f"gemmscope: [{stage}/{_STAGES}] {what}", err=True)
 
 
-def _capture(command: list[str], out: Path | None, window: dict, echo_nsys: bool) -> tuple[Path | None, dict]:
-    """Run `command` under nsys; the trace's SQLite export (None when nsys wrote none) and what
-    the JSON reports of the run (`exit_code`, `capture_window`). A command that failed is said
-    first, with its exit status and last stderr lines."""
-    from gemmscope import nsys_runner
-
+def _capture(command: list[str], out: Path | None, window: dict, profiler: str,
+             echo_profiler: bool) -> tuple[list[Path], dict]:
+    """Run `command` under `profiler` (PROFILERS) with gemmscope's hook; the traces to read (none
+    when the run left none) and what the JSON reports of the run (`exit_code`, `capture_window`,
+    `profiler`). A command that failed is said first, with its exit status and last stderr lines."""
     # Without --out, the capture (the program's environment and output included) lives in the
     # private scratch folder, removed when gemmscope exits.
     kept = out is not None
     out = out or Path(tempfile.mkdtemp(dir=scratch.folder()))
     out.mkdir(parents=True, exist_ok=True)
-    report = out / "trace.nsys-rep"
     hook = str(Path(__file__).parent / "autocast_hook")
-    env = dict(os.environ, NVTE_NVTX_ENABLED="1",
-               PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
+    if profiler == "torch":
+        return _capture_torch(command, out, kept, env, echo_profiler)
+    return _capture_nsys(command, out, kept, env, window, echo_profiler)
+
+
+def _say_if_failed(done) -> dict:
+    """What the JSON reports of how the command ended; a failure said at once."""
+    if done.returncode != 0:
+        tail = "".join(f"\n    {line}" for line in done.stderr_tail)
+        click.echo(f"gemmscope: the command failed (exit {done.returncode})"
+                   f"{'; its last lines on stderr:' + tail if tail else ', printing nothing on stderr'}", err=True)
+    return {"exit_code": done.returncode}
+
+
+def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: dict,
+                  echo_nsys: bool) -> tuple[list[Path], dict]:
+    """The command under nsys, with TE's NVTX ranges on: its trace's SQLite export."""
+    from gemmscope import nsys_runner
+
+    report = out / "trace.nsys-rep"
+    env["NVTE_NVTX_ENABLED"] = "1"
     if window["nvtx_range"] is not None:  # a range pushed with a plain string, not a registered one
         env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
     seen = nsys_runner.describe_window(**window)
     _progress(1, f"running the command under nsys{f', collecting {seen}' if seen else ''}"
                  f"{'' if echo_nsys else ' (nsys output: --verbose)'}")
     done = nsys_runner.profile(command, report, env, nsys_runner.capture_window_flags(**window), echo_nsys)
-    outcome = {"exit_code": done.returncode, "capture_window": {k: v for k, v in window.items() if v is not None} or None}
-    if done.returncode != 0:
-        tail = "".join(f"\n    {line}" for line in done.stderr_tail)
-        click.echo(f"gemmscope: the command failed (exit {done.returncode})"
-                   f"{'; its last lines on stderr:' + tail if tail else ', printing nothing on stderr'}", err=True)
+    outcome = {**_say_if_failed(done), "capture_window": {k: v for k, v in window.items() if v is not None} or None,
+               "profiler": "nsys"}
     if not report.exists():
-        if not echo_nsys and done.nsys_text:
-            click.echo("\n".join(done.nsys_text), err=True)
+        if not echo_nsys and done.profiler_text:
+            click.echo("\n".join(done.profiler_text), err=True)
         if done.returncode == 0:
             raise InputError(f"nsys wrote no report for {' '.join(command)}")
         # a command that failed is reported as such even when it left nothing to read
         click.echo("gemmscope: nsys wrote no report for the failed command", err=True)
-        return None, outcome
+        return [], outcome
     # The command line itself stays out of reports: it may hold secrets.
     if seen:
         click.echo(f"gemmscope: the trace holds {seen}; the command ran to its own end", err=True)
     # a trace in the scratch folder is gone when gemmscope exits: its path is said only when kept
     _progress(2, f"exporting the trace to SQLite{f' ({report})' if kept else ''}")
-    return nsys_runner.export_sqlite(report), outcome
+    return [nsys_runner.export_sqlite(report)], outcome
+
+
+def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_kineto: bool) -> tuple[list[Path], dict]:
+    """The command with torch.profiler in each of its processes: the traces of those that used CUDA."""
+    from gemmscope import torch_runner
+
+    _progress(1, "running the command under torch.profiler, in each of its processes that imports torch"
+                 f"{'' if echo_kineto else ' (Kineto output: --verbose)'}")
+    done = torch_runner.profile(command, out, env, echo_kineto)
+    outcome = {**_say_if_failed(done), "capture_window": None, "profiler": "torch"}
+    traces = torch_runner.traces(out)
+    if not traces and done.returncode != 0:
+        click.echo("gemmscope: it wrote no torch.profiler trace: no process of it used CUDA before it ended", err=True)
+    _progress(2, f"{len(traces)} torch.profiler trace{'s' * (len(traces) != 1)} written, one per process that "
+                 f"used CUDA{f' ({out})' if kept else ''}")
+    return traces, outcome
 
 
 @main.command("diagnose")

@@ -17,6 +17,10 @@ gemmscope_protocol.py beside this file):
 While torch.profiler records, each of these is also a ``record_function`` range, so that a PyTorch
 profiler (Kineto) trace, which holds no NVTX, carries the same records.
 
+Where gemmscope captures with torch.profiler instead of nsys (TORCH_TRACE_FOLDER set), the hook
+starts the profiler as torch is imported and writes the trace when the process exits, if it used
+CUDA (a launcher such as torchrun's writes none).
+
 Modules are recognised by what they are, not by their class name: a subclass of a TE module
 (Megatron-Core's TELayerNormColumnParallelLinear ...) is that TE module, and a subclass of a TE
 recipe (Megatron-Core's TEDelayedScaling) is recorded as the TE recipe it derives from.
@@ -26,7 +30,9 @@ and the trace falls back to TE's own NVTX ranges. The interpreter's own sitecust
 still run afterwards.
 """
 
+import atexit
 import functools
+import gzip
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -34,6 +40,7 @@ import inspect
 import itertools
 import math
 import os
+import shutil
 import sys
 import threading
 
@@ -45,8 +52,10 @@ from gemmscope_protocol import (
     PROCESS_PREFIX,
     SOFTWARE_PREFIX,
     TORCH_GEMM_PREFIX,
+    TORCH_TRACE_FOLDER,
     UNKNOWN,
     format_record,
+    torch_trace_name,
 )
 
 _QUANTIZATION = "transformer_engine.pytorch.quantization"
@@ -144,9 +153,15 @@ def _patch_quantization(quantization_module) -> None:
     _mark_process(torch)
 
 
+def _rank() -> str:
+    """The process's rank as its launcher (torchrun, mpirun, SLURM) set it, or UNKNOWN."""
+    env = os.environ
+    return env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", env.get("SLURM_PROCID", UNKNOWN)))
+
+
 def _mark_process(torch) -> None:
     env = os.environ
-    rank = env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", env.get("SLURM_PROCID", UNKNOWN)))
+    rank = _rank()
     local_rank = env.get("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("SLURM_LOCALID", UNKNOWN)))
     world_size = env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", env.get("SLURM_NTASKS", UNKNOWN)))
     _mark(torch, format_record(PROCESS_PREFIX, {
@@ -732,9 +747,75 @@ def _patch_torch(torch) -> None:
     function.apply = classmethod(_recording_apply(torch, function.apply.__func__))
 
 
+# --- capturing with torch.profiler -------------------------------------------------------------
+
+def _start_profiler(torch) -> None:
+    """Where gemmscope captures with torch.profiler (TORCH_TRACE_FOLDER names the folder): record
+    CPU and CUDA activity with operator shapes from now on, as a user's own torch.profiler run
+    does, and write the trace at exit (_write_trace). A failure costs the trace, never the program."""
+    folder = os.environ.get(TORCH_TRACE_FOLDER)
+    if not folder:
+        return
+    try:
+        from torch.profiler import ProfilerActivity, profile, supported_activities
+
+        # CUDA where this torch can trace it: asking for it elsewhere only warns
+        activities = [a for a in (ProfilerActivity.CPU, ProfilerActivity.CUDA) if a in supported_activities()]
+        profiler = profile(activities=activities, record_shapes=True)
+        profiler.start()
+    except Exception as exc:
+        _note(f"torch.profiler could not start ({type(exc).__name__}: {exc}): this process is not captured")
+        return
+    atexit.register(_write_trace, torch, profiler, folder)
+
+
+def _used_cuda(torch) -> bool:
+    """Looked up at exit: the tests stand a CPU process for one that used CUDA by replacing it."""
+    return torch.cuda.is_initialized()
+
+
+def _write_trace(torch, profiler, folder: str) -> None:
+    """At exit: stop the profiler and, in a process that used CUDA, write its trace, gzipped,
+    through a name gemmscope does not read, so that a trace appears whole or not at all."""
+    path = os.path.join(folder, torch_trace_name(os.getpid(), _rank()))
+    plain, partial = f"{path}.plain.partial", f"{path}.partial"
+    try:
+        used_cuda = _used_cuda(torch)
+        if not _profiler_enabled():
+            # a profiler the program starts itself ends this one: its own traces are the ones to read
+            if used_cuda:
+                _note("torch.profiler was stopped by the program (does it run torch.profiler itself? Then check "
+                      "its traces with gemmscope verify --trace): no trace written")
+            return
+        if used_cuda:
+            try:
+                torch.cuda.synchronize()  # kernels still running are in the trace too
+            except Exception:  # a CUDA error ended the program: what finished is still written
+                pass
+        profiler.stop()
+        if not used_cuda:
+            return
+        profiler.export_chrome_trace(plain)
+        # level 1: a trace is read once; a long run's is hundreds of MB
+        with open(plain, "rb") as source, gzip.open(partial, "wb", compresslevel=1) as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+        os.replace(partial, path)
+    except Exception as exc:  # never break the program being checked, nor its exit
+        _note(f"torch.profiler trace not written ({type(exc).__name__}: {exc})")
+    finally:
+        for leftover in (plain, partial):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+
+
+def _patch_and_profile_torch(torch) -> None:
+    _patch_torch(torch)
+    _start_profiler(torch)
+
+
 # --- installing the patches on import ---------------------------------------------------------
 
-_PATCHES = {"torch": _patch_torch, _QUANTIZATION: _patch_quantization, _GEMM: _patch_gemm}
+_PATCHES = {"torch": _patch_and_profile_torch, _QUANTIZATION: _patch_quantization, _GEMM: _patch_gemm}
 
 
 class _PatchingLoader(importlib.abc.Loader):
