@@ -25,7 +25,12 @@ def run() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("gemmscope: interrupted\n")
         sys.exit(ExitCode.INTERRUPTED)
-    main()
+    try:
+        main()
+    finally:
+        # Done: a result, or a failure said. A Ctrl-C from here on, during the exit itself, is
+        # ignored: it would end a finished run by the signal (status -2, no message).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":
