@@ -227,7 +227,13 @@ def _write_plots(directory: Path | None, result: verify.Verification, diagnosis:
 def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=()) -> verify.Verification:
     loaded = loading.load(paths, workers, scheduler)
     _say_lacking([item.trace for item in loaded if item.trace is not None])
-    return verify.check(loaded, expect, allow, expect_map)
+    result = verify.check(loaded, expect, allow, expect_map)
+    if result.without_kernels:
+        names = [t["trace"] for t in result.without_kernels]
+        which = names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]}, …)"
+        click.echo(f"gemmscope: note: {which}: the process ran and launched no GPU kernel (its CUDA calls were "
+                   "captured); nothing in it to check", err=True)
+    return result
 
 
 def _say_lacking(traces) -> None:

@@ -118,6 +118,7 @@ def summary_document(result: Verification) -> dict:
         "ranks": sorted(int(r) for r in g["rank"].dropna().unique()) if len(g) else [],
         "rank_comparison": frame_records(result.rank_comparison),
         "unreadable_traces": _plain(result.unreadable),
+        "traces_without_kernels": _plain(result.without_kernels),
         "autotuning_gemm_launches": len(result.autotuning),
         "autotuning_gemm_time_ns": int(result.autotuning["duration_ns"].sum()) if len(result.autotuning) else 0,
     }

@@ -150,6 +150,8 @@ class Verification:
     ranges: EnclosingRanges = field(default_factory=EnclosingRanges.empty)  # NVTX ranges around each kernel_row
     memops: pd.DataFrame = field(default_factory=pd.DataFrame)  # memcpy / memset, with trace and rank
     unreadable: list[dict] = field(default_factory=list)  # traces that could not be read: trace, rank, error
+    # traces of processes that ran and launched no GPU kernel, beside others that did: trace, rank
+    without_kernels: list[dict] = field(default_factory=list)
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     groups: pd.DataFrame = field(default_factory=pd.DataFrame)
     rank_comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -215,7 +217,10 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     docstring), and inside the NVTX ranges `expect_map` names (parse_expect_map) against their own
     recipe. A trace that
     could not be read is reported in `unreadable` and the others are checked; when none could,
-    the first reason is the error."""
+    the first reason is the error. A trace whose process ran and launched no GPU kernel (its CUDA
+    calls captured), beside traces that did, is no failure: a job's processes that only touch
+    CUDA (torch.compile's workers, a launcher) have nothing to check; it is listed in
+    `without_kernels`."""
     items = [traces] if isinstance(traces, (Trace, LoadedTrace)) else list(traces)
     loaded = [item if isinstance(item, LoadedTrace) else attribute(item) for item in items]
     usable = [item for item in loaded if item.error is None]
@@ -223,8 +228,11 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         if loaded and all(item.no_kernels for item in loaded):
             raise NoGpuKernels(loaded[0].error, cuda_traced=all(item.cuda_traced for item in loaded))
         raise InputError(loaded[0].error if loaded else "no trace to check")
+    idle = [item.error is not None and item.no_kernels and item.cuda_traced for item in loaded]
+    without_kernels = [{"trace": item.path.name, "rank": _rank_in_name(item.path)}
+                       for item, no_kernel in zip(loaded, idle) if no_kernel]
     unreadable = [{"trace": item.path.name, "rank": _rank_in_name(item.path), "error": item.error}
-                  for item in loaded if item.error is not None]
+                  for item, no_kernel in zip(loaded, idle) if item.error is not None and not no_kernel]
     traces = [item.trace for item in usable]
     expect_map = tuple(expect_map)
     expected = resolve_expected(traces, expect)
@@ -271,7 +279,7 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         _judge(gemms, _sm(traces), allow, ranges)
     result = Verification(expected=expected, strict=expect is not None, gemms=gemms, tails_ns=tails_ns,
                           traces=traces, kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
-                          expect_map=expect_map, autotuning=autotuned)
+                          without_kernels=without_kernels, expect_map=expect_map, autotuning=autotuned)
     if expect_map:
         result.ranges_checked = ranges_checked(gemms, ranges, traces, expect_map)
     result.summary = summarize(gemms, expected)

@@ -279,3 +279,31 @@ def test_plain_torch_profiler_capture_tells_backward_by_autograds_thread():
     passes = Counter(gemms["te_pass"])
     assert passes["fprop"] == per_pass
     assert passes["backward"] + passes["dgrad"] + passes["wgrad"] == 2 * per_pass
+
+
+MIXED = GPU_KINETO / "verify_torch_train_small_mixed"
+
+
+def test_a_process_that_launched_no_kernel_is_no_failure():
+    """What verify --profiler torch wrote on an H100 for the mixed small training run: the
+    program's trace and one of a process that only asked CUDA for its devices. The program's
+    GEMMs are all checked, as many per precision as the program itself counted, and the check
+    passes; the other trace is named as having launched nothing, not as unreadable."""
+    done = gemmscope("verify", "--format", "json", "--trace", *sorted(str(p) for p in MIXED.glob("trace.*.json.gz")))
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)["summary"]
+    expected = json.loads((MIXED / "expected.json").read_text())
+    counts = {precision: sum(sum(per_pass.values()) for per_pass in expected[precision].values())
+              for precision in ("fp8", "bf16")}
+    assert summary["gemm_launches"] == counts["fp8"] + counts["bf16"] == 81
+    assert summary["coverage"]["gemm_launches"] == counts["bf16"] and summary["mismatches"] == 0
+    assert summary["unreadable_traces"] == []
+    assert summary["traces_without_kernels"] == [{"trace": "trace.538.json.gz", "rank": None}]
+    assert "trace.538.json.gz: the process ran and launched no GPU kernel" in done.stderr
+
+
+def test_a_trace_without_kernels_alone_is_still_no_gemm_ran():
+    """The same trace on its own: nothing ran at all, which is exit 1 (no GEMM ran), not a pass."""
+    done = gemmscope("verify", "--expect", "fp8-current", "--trace", str(MIXED / "trace.538.json.gz"))
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "ran no GPU kernel" in done.stderr

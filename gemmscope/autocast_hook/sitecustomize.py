@@ -761,7 +761,10 @@ def _start_profiler(torch) -> None:
 
         # CUDA where this torch can trace it: asking for it elsewhere only warns
         activities = [a for a in (ProfilerActivity.CPU, ProfilerActivity.CUDA) if a in supported_activities()]
-        profiler = profile(activities=activities, record_shapes=True)
+        # acc_events: one cycle (no schedule) either way; without it torch warns in every
+        # process, in the program's own output, that a cycle's end clears the events
+        accumulate = {"acc_events": True} if "acc_events" in inspect.signature(profile).parameters else {}
+        profiler = profile(activities=activities, record_shapes=True, **accumulate)
         profiler.start()
     except Exception as exc:
         _note(f"torch.profiler could not start ({type(exc).__name__}: {exc}): this process is not captured")
