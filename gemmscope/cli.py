@@ -397,7 +397,21 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
     seen = nsys_runner.describe_window(**window)
     _progress(1, f"running the command under nsys{f', collecting {seen}' if seen else ''}"
                  f"{'' if echo_nsys else ' (nsys output: --verbose)'}")
-    done = nsys_runner.profile(command, report, env, nsys_runner.capture_window_flags(**window), echo_nsys)
+    exported: list[Path | InputError] = []
+
+    def export_once_written() -> None:
+        # at a window's end nsys returns with its report while the program may run on for long:
+        # the export is done meanwhile, not after it (an error in it said once the program ends)
+        if report.exists():
+            # a trace in the scratch folder is gone when gemmscope exits: its path is said only when kept
+            _progress(2, f"exporting the trace to SQLite{f' ({report})' if kept else ''}")
+            try:
+                exported.append(nsys_runner.export_sqlite(report))
+            except InputError as exc:
+                exported.append(exc)
+
+    done = nsys_runner.profile(command, report, env, nsys_runner.capture_window_flags(**window), echo_nsys,
+                               once_written=export_once_written)
     outcome = {**_say_if_failed(done), "capture_window": {k: v for k, v in window.items() if v is not None} or None,
                "profiler": "nsys"}
     if not report.exists():
@@ -411,9 +425,11 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
     # The command line itself stays out of reports: it may hold secrets.
     if seen:
         click.echo(f"gemmscope: the trace holds {seen}; the command ran to its own end", err=True)
-    # a trace in the scratch folder is gone when gemmscope exits: its path is said only when kept
-    _progress(2, f"exporting the trace to SQLite{f' ({report})' if kept else ''}")
-    return [nsys_runner.export_sqlite(report)], outcome
+    if not exported:  # written after nsys returned: never seen, but not to be read as nothing
+        export_once_written()
+    if isinstance(exported[0], InputError):
+        raise exported[0]
+    return [exported[0]], outcome
 
 
 def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_kineto: bool) -> tuple[list[Path], dict]:

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from gemmscope import relay
@@ -144,12 +145,15 @@ _RECORD_EXIT_STATUS = 'status_file=$1; shift; "$@"; status=$?; printf %s "$statu
 
 
 def profile(command: list[str], report: Path, env: dict[str, str] | None = None,
-            window: list[str] = (), echo_nsys: bool = False) -> relay.Capture:
+            window: list[str] = (), echo_nsys: bool = False,
+            once_written: Callable[[], None] = lambda: None) -> relay.Capture:
     """Run `command` under nsys profile, writing `report` (.nsys-rep), with the capture
     `window` flags (capture_window_flags), until the program itself ends (a window may end
     first). Its output goes to stderr, so that stdout holds only gemmscope's report (e.g. clean
     JSON); nsys's own text too with `echo_nsys`, else it is held in the result. The program's
-    own exit status is returned for the caller to judge."""
+    own exit status is returned for the caller to judge. `once_written` is called as soon as nsys
+    returns, its report written: at a window's end the program may still run for long, and
+    work on the report (its export) need not wait for it."""
     nsys = require_nsys()
     report = Path(report)
     report.parent.mkdir(parents=True, exist_ok=True)
@@ -161,7 +165,7 @@ def profile(command: list[str], report: Path, env: dict[str, str] | None = None,
         capture = relay.run(
             [nsys, "profile", *PROFILE_FLAGS, *window, "--force-overwrite=true", "-o", str(report.with_suffix("")),
              "sh", "-c", _RECORD_EXIT_STATUS, "sh", str(status_file), *command],
-            env, _NSYS_OWN_TEXT, echo_nsys, ended=status_file.exists)
+            env, _NSYS_OWN_TEXT, echo_nsys, ended=status_file.exists, once_returned=once_written)
         own = status_file.read_text().strip() if status_file.exists() else ""
         if own.isdigit():  # else nsys's own status stands
             capture.returncode = int(own)

@@ -75,17 +75,19 @@ class _Relay:
 
 
 def run(argv: list[str], env: dict[str, str] | None, own_text: re.Pattern, echo_profiler: bool,
-        ended: Callable[[], bool] = lambda: True) -> Capture:
+        ended: Callable[[], bool] = lambda: True, once_returned: Callable[[], None] = lambda: None) -> Capture:
     """Run `argv`, its output to stderr (so that stdout holds only gemmscope's report, e.g. clean
     JSON) but the lines `own_text` matches, the profiler's, unless `echo_profiler`. Returns how
     `argv` ended and what was seen. `ended`: whether the profiled program has ended
     once `argv` has (nsys may return at a window's end while the program runs on, holding the
-    streams); the streams are then read to their end for a moment more."""
+    streams); the streams are then read to their end for a moment more. `once_returned` is
+    called as soon as `argv` returns, while the program may run on (its output still relayed)."""
     running = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     profiler_text: list[str] = []
     relays = [_Relay(running.stdout, own_text, echo_profiler, False, profiler_text),
               _Relay(running.stderr, own_text, echo_profiler, True, profiler_text)]
     status = running.wait()
+    once_returned()
     while any(r.thread.is_alive() for r in relays) and not ended():
         time.sleep(0.1)
     for relay in relays:

@@ -409,16 +409,19 @@ def test_verify_prints_no_nsys_progress_bar(nsys_bin, tmp_path):
     assert "[1/1] [" in verbose.stderr and "Generated:" in verbose.stderr
 
 
-# Runs past a 1 s window, then ends on its own with a status of its own.
-_OUTLIVES_THE_WINDOW = "import time, sys; time.sleep(4); print('ran to its own end', file=sys.stderr); sys.exit(6)"
+# Runs well past a 1 s window, then ends on its own with a status of its own.
+_OUTLIVES_THE_WINDOW = "import time, sys; time.sleep(10); print('ran to its own end', file=sys.stderr); sys.exit(6)"
 
 
 def test_a_capture_window_bounds_the_trace_not_the_run(nsys_bin, tmp_path):
     """--duration ends collection, never the program (nsys's default would SIGTERM it): the
-    program runs to its own end and its exit status is its own; the window is said in words."""
+    program runs to its own end and its exit status is its own; the window is said in words.
+    The window's trace is exported while the program runs on, not after it."""
     done = gemmscope("verify", "--expect", "bf16", "--delay", "0.5", "--duration", "1", "--out", tmp_path,
                      "--format", "json", "--", sys.executable, "-c", _OUTLIVES_THE_WINDOW, timeout=300)
     assert "ran to its own end" in done.stderr, done.stderr[-2000:]
+    exported, ended = done.stderr.index("gemmscope: [2/3] exporting"), done.stderr.index("ran to its own end")
+    assert exported < ended and (tmp_path / "trace.sqlite").is_file()
     assert done.returncode == 3 and "the command failed (exit 6)" in done.stderr
     assert "the trace holds from 0.5 s after the start to 1.5 s; the command ran to its own end" in done.stderr
     assert "{" not in done.stderr  # no Python dict for the window
