@@ -12,7 +12,7 @@ and the script prints per tool the median and interquartile range of the wall se
 the peak resident memory (ru_maxrss), and the kernels each found (they must agree).
 
     pip install 'gemmscope[benchmark]'     # HolisticTraceAnalysis
-    python benchmarks/kineto_vs_hta.py [--seed PATH] [--grow 1,20] [--rounds 5]
+    python benchmarks/kineto_vs_hta.py [--seed PATH] [--grow 1,20] [--rounds 5] [--readers gemmscope,HTA]
 """
 
 from __future__ import annotations
@@ -64,24 +64,27 @@ def grown(seed: Path, factor: int, out: Path) -> Path:
     ids = [v for e in events for k, v in (e.get("args") or {}).items()
            if k in ("correlation", "External id") and isinstance(v, int)]
     id_step = max(ids, default=0) + 1
-    copies = []
-    for copy in range(factor):
-        for event in events:
-            if copy and event.get("ph") == "M":
-                continue  # process and thread names once
-            event = dict(event)
-            if copy and isinstance(event.get("ts"), (int, float)):
-                event["ts"] = event["ts"] + copy * span
-            args = event.get("args")
-            if copy and args:
-                event["args"] = {k: v + copy * id_step if k in ("correlation", "External id") and isinstance(v, int)
-                                 else v for k, v in args.items()}
-            copies.append(event)
-    doc = dict(doc, traceEvents=copies, gemmscope_replicas=factor)
     path = out / f"grown{factor}" / "rank0.json.gz"
     path.parent.mkdir()
-    with gzip.open(path, "wt") as f:
-        json.dump(doc, f)
+    # written a copy at a time, never held whole: a 1 GB trace is 80 copies of the default seed
+    head = json.dumps(dict(doc, traceEvents=[], gemmscope_replicas=factor))
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        f.write(head[:head.index('"traceEvents": [') + len('"traceEvents": [')])
+        first = True
+        for copy in range(factor):
+            for event in events:
+                if copy and event.get("ph") == "M":
+                    continue  # process and thread names once
+                event = dict(event)
+                if copy and isinstance(event.get("ts"), (int, float)):
+                    event["ts"] = event["ts"] + copy * span
+                args = event.get("args")
+                if copy and args:
+                    event["args"] = {k: v + copy * id_step if k in ("correlation", "External id") and isinstance(v, int)
+                                     else v for k, v in args.items()}
+                f.write(("" if first else ", ") + json.dumps(event))
+                first = False
+        f.write(head[head.index('"traceEvents": [') + len('"traceEvents": ['):])
     return path
 
 
@@ -103,15 +106,18 @@ def main() -> None:
     parser.add_argument("--seed", type=Path, default=DEFAULT_SEED)
     parser.add_argument("--grow", default="1,20", help="comma-separated factors")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--readers", default="gemmscope,HTA",
+                        help="comma-separated: gemmscope, HTA (HTA holds a 1 GB trace's events many times over)")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         for factor in map(int, options.grow.split(",")):
             path = grown(options.seed, factor, Path(scratch))
             raw = sum(len(chunk) for chunk in iter(lambda f=gzip.open(path, "rb"): f.read(1 << 24), b""))
-            results = {"gemmscope": [], "HTA": []}
+            readers = {"gemmscope": (GEMMSCOPE, path), "HTA": (HTA, path.parent)}
+            results = {name: [] for name in options.readers.split(",")}
             for _ in range(options.rounds):
-                results["gemmscope"].append(run(GEMMSCOPE, path))
-                results["HTA"].append(run(HTA, path.parent))
+                for name, runs in results.items():
+                    runs.append(run(*readers[name]))
             print(f"\n{options.seed.name} × {factor}: {path.stat().st_size / 2**20:.1f} MiB gzip, "
                   f"{raw / 2**20:.1f} MiB JSON; {options.rounds} runs each, median [IQR]")
             print(f"{'reader':10} {'seconds':>24} {'peak RSS MiB':>28} {'kernels':>8}")
