@@ -20,7 +20,14 @@ from typing import NoReturn
 import click
 import pandas as pd
 
-from gemmscope import diagnose, kernels, loading, reports, scratch, shapes, verify
+from gemmscope import diagnose, kernels, loading, scratch, shapes, verify
+from gemmscope.report import documents, render, terminal
+from gemmscope.report.comparison import comparison_report
+from gemmscope.report.markdown import markdown_table
+from gemmscope.report.model import redacted
+from gemmscope.report.profile_run import is_run_dir, profile_report, write_profile_reports
+from gemmscope.report.tables import write_tables
+from gemmscope.report.verification import diagnosis_report, verification_report
 from gemmscope.errors import EXIT_INTERRUPTED, InputError, NoGpuKernels
 from gemmscope.trace_parser import read_trace, trace_paths
 
@@ -74,7 +81,11 @@ def main() -> None:
     """Is the precision Transformer Engine was asked for the precision that ran?"""
 
 
-def _format_option(formats=reports.FORMATS):
+# analyze's and verify's formats: jsonl streams the launches, the others render the report.
+TRACE_FORMATS = ("table", "json", "jsonl", "csv", "markdown")
+
+
+def _format_option(formats=TRACE_FORMATS):
     return click.option("--format", "fmt", type=click.Choice(formats), default="table", show_default=True)
 
 
@@ -171,7 +182,7 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
             raise
         _exit_no_gemm_ran(str(exc), expect)
     diagnosis = diagnose.diagnose(result, step_range)
-    _print_result(result, fmt, lambda: reports.analysis_document(result, None, diagnosis, per_launch), diagnosis,
+    _print_result(result, fmt, lambda: documents.analysis_document(result, None, diagnosis, per_launch), diagnosis,
                   _detail(quiet, verbose))
     _write_plots(plots_dir, result, diagnosis)
     sys.exit(EXIT_MISMATCH if result.failed else 0)
@@ -189,11 +200,11 @@ def _print_result(result: verify.Verification, fmt: str, document, diagnosis: di
     """analyze's and verify's output: JSONL streamed a line at a time, any other format at once
     (`document`: makes the JSON document, which JSONL does without)."""
     if fmt == "jsonl":
-        for line in reports.launch_lines(result):
+        for line in documents.launch_lines(result):
             sys.stdout.write(line)
         sys.stdout.flush()
         return
-    _emit(reports.render_verification(result, fmt, document(), diagnosis, detail))
+    _emit(render(verification_report(result, diagnosis, document(), detail), fmt))
 
 
 def _make_dir(directory: Path | None, option: str = "--plots") -> None:
@@ -310,7 +321,7 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
         click.echo(f"gemmscope: nothing to check in what it ran: {exc}", err=True)
     if result is not None:
         diagnosis = diagnose.diagnose(result, step_range)
-        _print_result(result, fmt, lambda: reports.verification_document(result, outcome, diagnosis, per_launch),
+        _print_result(result, fmt, lambda: documents.verification_document(result, outcome, diagnosis, per_launch),
                       diagnosis, detail)
         _write_plots(plots_dir, result, diagnosis)
     if failed_command:
@@ -391,7 +402,7 @@ def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str |
         if not exc.cuda_traced:
             raise
         _exit_no_gemm_ran(str(exc), expect)
-    _emit(reports.diagnosis_text(result, diagnose.diagnose(result, step_range)))
+    _emit(render(diagnosis_report(result, diagnose.diagnose(result, step_range)), "table"))
 
 
 @main.command("compare")
@@ -404,7 +415,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
     lost time against BASE, per category and per module/pass, which GEMM kernels changed, and
     each run's findings. The differences add up to the difference in GPU window."""
     runs = [verify.check([read_trace(p)], None, ()) for p in (base, new)]
-    _emit(reports.render_comparison(diagnose.compare(*runs, step_range=step_range), fmt))
+    _emit(render(comparison_report(diagnose.compare(*runs, step_range=step_range)), fmt))
 
 
 @main.command("report")
@@ -432,13 +443,11 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
     TARGETS: the H200 run shipped with gemmscope. Made from the traces scrubbed, and redacted as
     scrub and bundle are (stderr says what was taken out). Exit 0 once written; the verdict is in
     the file."""
-    from gemmscope import html_report
-
     _make_dir(tables_dir, "--tables")
     if not targets:
         targets = (EXAMPLE_RUN,)
         click.echo(f"(nothing given: reporting the bundled run {EXAMPLE_RUN.name})", err=True)
-    if any(html_report.is_run_dir(t) for t in targets):
+    if any(is_run_dir(t) for t in targets):
         if len(targets) > 1:
             raise InputError("give one profile run directory, or traces, not both")
         if expect or expect_map or allow or step_range:
@@ -449,16 +458,16 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
         paths = trace_paths(targets)
         redactor, traces = _scrubbed(paths, keep)
         result = verify.check(traces, expect, allow, expect_map)
-        report = html_report.traces_report(result, diagnose.diagnose(result, step_range))
-    report = html_report.redacted(report, redactor)
-    text = html_report.render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
+        report = verification_report(result, diagnose.diagnose(result, step_range))
+    report = redacted(report, redactor)
+    text = render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
     if str(out) == "-":
         _emit(text)
     else:
         _write_whole(out, text)
         click.echo(f"wrote {out}", err=True)
     if tables_dir is not None:
-        written = html_report.write_tables(report.tables, tables_dir)
+        written = write_tables(report.tables, tables_dir)
         click.echo(f"wrote {len(written)} tables (CSV) into {tables_dir}", err=True)
     _say_redacted(redactor)
 
@@ -480,19 +489,19 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
 
 def _run_report(run_dir: Path, keep: tuple[str, ...]):
     """A profile run directory's report, from its trace scrubbed; and the Redactor that scrubbed it."""
-    from gemmscope import html_report, profile
+    from gemmscope import profile
     from gemmscope.scrub import Redactor, scrub
     from gemmscope.trace_parser import sqlite_export
 
     trace = next((run_dir / name for name in profile.RUN_TRACES if (run_dir / name).exists()), None)
     if trace is None:  # a run made with --no-nsys: no trace, its events only
         redactor = Redactor.of_exports([], keep)
-        return html_report.run_report(profile.load_run(run_dir), run_dir), redactor
+        return profile_report(profile.load_run(run_dir), run_dir), redactor
     export = sqlite_export(trace)
     redactor = Redactor.of_exports([export], keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
     scrub(export, staging / "trace.sqlite", redactor)
-    return html_report.run_report(profile.load_run(staging), run_dir), redactor
+    return profile_report(profile.load_run(staging), run_dir), redactor
 
 
 def _write_whole(out: Path, text: str) -> None:
@@ -552,13 +561,13 @@ def shapes_cmd(fmt: str, **options) -> None:
     config, plan = plan_from_options(options)
     frame = shapes.plan_frame(plan)
     if fmt == "json":
-        _emit(json.dumps(reports.shapes_document(plan), indent=2) + "\n")
+        _emit(json.dumps(documents.shapes_document(plan), indent=2) + "\n")
     elif fmt == "csv":
         _emit(frame.to_csv(index=False))
     elif fmt == "markdown":
-        _emit(reports.markdown_table(frame))
+        _emit(markdown_table(frame))
     else:
-        _emit(reports.table_text(f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs", frame))
+        _emit(terminal.table_text(f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs", frame))
 
 
 @main.command("kernel")
@@ -568,9 +577,9 @@ def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
     """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout."""
     frame = kernels.decode_frame(pd.Series(list(names)))
     if fmt == "json":
-        _emit(json.dumps(reports.kernels_document(frame), indent=2) + "\n")
+        _emit(json.dumps(documents.kernels_document(frame), indent=2) + "\n")
     else:
-        _emit(reports.kernels_text(frame))
+        _emit(terminal.kernels_text(frame))
 
 
 @main.command("scrub")
@@ -621,7 +630,7 @@ def doctor(canary: bool) -> None:
     from gemmscope import doctor as doctor_checks
 
     checked = doctor_checks.checks()
-    _emit(reports.table_text("gemmscope doctor", checked, wrap={"detail"}))
+    _emit(terminal.table_text("gemmscope doctor", checked, wrap={"detail"}))
     if canary:
         if missing := doctor_checks.canary_missing(checked):
             raise InputError(f"--canary cannot run here: {missing}")
@@ -671,7 +680,8 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
                              f"shipped with gemmscope ({EXAMPLE_RUN.name})")
         click.echo(f"gemmscope: no CUDA GPU here: showing the run shipped with gemmscope, "
                    f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
-        _emit(reports.profile_text(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail))
+        _emit(render(profile_report(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail=detail, written_to=EXAMPLE_RUN),
+                     "table"))
         return
     precisions = _csv_choice(precisions, verify.RECIPES, "precision")
     modes = _csv_choice(modes, profile.MODES, "mode")
@@ -681,6 +691,6 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
     run_dir = profile.run(spec, out, use_nsys=not no_nsys)
     run = profile.load_run(run_dir)
     wall_s = time.perf_counter() - started
-    reports.write_profile_reports(run, run_dir, wall_s)
-    _emit(reports.profile_text(run, run_dir, detail))
+    write_profile_reports(run, run_dir, wall_s)
+    _emit(render(profile_report(run, run_dir, detail=detail, written_to=run_dir), "table"))
     click.echo(f"gemmscope: run directory {run_dir} ({wall_s:.1f} s)", err=True)

@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from gemmscope.autocast_hook.gemmscope_protocol import PROCESS_PREFIX
-from gemmscope.reports import summary_document
+from gemmscope.report.documents import summary_document
 from gemmscope.trace_parser import launches_with_ranges, read_trace
 from gemmscope.verify import check
 from nsys_export import DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gemmscope.errors import InputError
-from gemmscope.reports import summary_document
+from gemmscope.report.documents import summary_document
 from gemmscope.trace_parser import read_trace
 from gemmscope.verify import RECIPES, check, verdict
 
