@@ -110,8 +110,9 @@ def main() -> None:
     import numpy as np
 
     from gemmscope import nsys_runner
-    from gemmscope.profile import analyze_run
-    from gemmscope.trace_parser import launches_with_ranges, read_trace
+    from gemmscope.attribution import launches_with_ranges
+    from gemmscope.profile_run import analyze_run
+    from gemmscope.traces.read import read_trace
 
     report = Path(tempfile.mkdtemp(prefix="gemmscope-bench-")) / "bench.nsys-rep"
     env = dict(os.environ, CUBLASLT_WORKSPACE_SIZE=CUBLASLT_WORKSPACE_KIB)

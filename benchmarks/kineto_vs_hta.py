@@ -33,7 +33,7 @@ DEFAULT_SEED = REPO / "tests" / "fixtures" / "kineto" / "hta_v100_train_rank0.js
 GEMMSCOPE = """
 import json, resource, sys, time
 t = time.perf_counter()
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 trace = read_trace(sys.argv[1])
 seconds = time.perf_counter() - t
 print(json.dumps({"seconds": seconds, "kernels": len(trace.kernels),

@@ -14,8 +14,8 @@ functions=("$@")
 if [ ${#functions[@]} -eq 0 ]; then
   functions=(
     # attribution: which NVTX ranges enclose a launch, and each process's rank
-    'gemmscope.trace_parser.x__enclosing_ranges__*' 'gemmscope.trace_parser.x__parents__*'
-    'gemmscope.trace_parser.x__innermost__*' 'gemmscope.trace_parser.x__ranks__*'
+    'gemmscope.attribution.x__enclosing_ranges__*' 'gemmscope.attribution.x__parents__*'
+    'gemmscope.attribution.x__innermost__*' 'gemmscope.attribution.x__ranks__*'
     # verify: a trace's rank from its file name, the verdict per GEMM
     'gemmscope.verify.x__fill_ranks__*' 'gemmscope.verify.x__rank_in_name__*' 'gemmscope.verify.x_verdict__*'
     # kernels: how a name's operand types and scales make a precision

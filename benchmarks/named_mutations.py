@@ -18,15 +18,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (what the mistake is, file, text, replacement, tests that must catch it)
 MUTATIONS = (
-    ("a push/pop range starting at the launch no longer contains it", "gemmscope/trace_parser.py",
+    ("a push/pop range starting at the launch no longer contains it", "gemmscope/attribution.py",
      "(r_start[ids[np.maximum(at, 0)]] <= lo)", "(r_start[ids[np.maximum(at, 0)]] < lo)", "tests/test_attribution.py"),
-    ("'still open' tested against the launch's start", "gemmscope/trace_parser.py",
+    ("'still open' tested against the launch's start", "gemmscope/attribution.py",
      "(r_end[ids[np.maximum(at, 0)]] < hi)", "(r_end[ids[np.maximum(at, 0)]] < lo)", "tests/test_attribution.py"),
-    ("start/end ranges not checked against the launch's end", "gemmscope/trace_parser.py",
+    ("start/end ranges not checked against the launch's end", "gemmscope/attribution.py",
      "inside = inside[t1[inside] <= r_end[row]]", "pass", "tests/test_attribution.py"),
-    ("start/end ranges of one process applied to another's launches", "gemmscope/trace_parser.py",
+    ("start/end ranges of one process applied to another's launches", "gemmscope/attribution.py",
      "mine = order[launch_pid[order] == pid]", "mine = order", "tests/test_attribution.py"),
-    ("push/pop stacks of all domains of a thread as one", "gemmscope/trace_parser.py",
+    ("push/pop stacks of all domains of a thread as one", "gemmscope/attribution.py",
      'push_pop.groupby(["global_tid", push_pop["domain"].fillna("")], sort=False)',
      'push_pop.groupby(["global_tid", push_pop["global_tid"]], sort=False)', "tests/test_attribution.py"),
     ("the rank in a per-rank file's name ignored", "gemmscope/verify.py",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from gemmscope.errors import EXIT_INTERRUPTED
+from gemmscope.errors import ExitCode
 
 
 def _exit_on(signum: int, _frame) -> None:
@@ -24,8 +24,13 @@ def run() -> None:
         from gemmscope.cli import main
     except KeyboardInterrupt:
         sys.stderr.write("gemmscope: interrupted\n")
-        sys.exit(EXIT_INTERRUPTED)
-    main()
+        sys.exit(ExitCode.INTERRUPTED)
+    try:
+        main()
+    finally:
+        # Done: a result, or a failure said. A Ctrl-C from here on, during the exit itself, is
+        # ignored: it would end a finished run by the signal (status -2, no message).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -46,18 +46,21 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, NamedTuple
 
-
-from gemmscope import __version__, diagnose, scratch, te_ranges, verify
+from gemmscope import __version__, scratch, te_ranges, verify
+from gemmscope.atomic import written_whole
+from gemmscope.diagnosis import diagnose
+from gemmscope.errors import InputError
+from gemmscope.jsonable import frame_records
+from gemmscope.profile_run import RUN_TRACES, load_run
 from gemmscope.report import render
-from gemmscope.report.documents import SCHEMA_VERSION, analysis_document, frame_records
+from gemmscope.report.documents import SCHEMA_VERSION, analysis_document
 from gemmscope.report.model import Report, redacted
 from gemmscope.report.profile_run import is_run_dir, profile_report
 from gemmscope.report.tables import csv_text
 from gemmscope.report.verification import verification_report
-from gemmscope.errors import InputError
-from gemmscope.profile import RUN_TRACES, load_run
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
-from gemmscope.trace_parser import KINETO_SUFFIXES, TRACE_SUFFIXES, Trace, read_trace, trace_paths
+from gemmscope.traces.model import Trace
+from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace, trace_paths
 
 
 class Bundle(NamedTuple):
@@ -161,7 +164,7 @@ def _analyze_traces(staged: dict[str, Path], expect: str | None, allow: tuple[st
     launch)."""
     traces = [dataclasses.replace(read_trace(path), path=Path(member)) for member, path in staged.items()]
     result = verify.check(traces, expect, allow, expect_map)
-    diagnosis = diagnose.diagnose(result, step_range)
+    diagnosis = diagnose(result, step_range)
     return verification_report(result, diagnosis, analysis_document(result, None, diagnosis, per_launch=True))
 
 
@@ -235,14 +238,8 @@ def _json(document: Any) -> str:
 def _write_zip(out: Path, texts: dict[str, str], files: dict[str, Path], redactor: Redactor) -> None:
     """The zip, through a temporary name: a failure leaves nothing half-written. Every text
     member is redacted here, the one place they all pass."""
-    partial = out.with_name(out.name + ".partial")
-    try:
-        with zipfile.ZipFile(partial, "w") as archive:
-            for name, text in texts.items():
-                archive.writestr(name, redactor(text), compress_type=zipfile.ZIP_DEFLATED)
-            for name, path in files.items():
-                archive.write(path, name, compress_type=zipfile.ZIP_STORED)  # already xz- or gzip-compressed
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    partial.replace(out)
+    with written_whole(out) as partial, zipfile.ZipFile(partial, "w") as archive:
+        for name, text in texts.items():
+            archive.writestr(name, redactor(text), compress_type=zipfile.ZIP_DEFLATED)
+        for name, path in files.items():
+            archive.write(path, name, compress_type=zipfile.ZIP_STORED)  # already xz- or gzip-compressed

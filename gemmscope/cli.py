@@ -1,15 +1,13 @@
 """The `gemmscope` command: a thin click layer over the library.
 
-Exit codes: 0 fine, 1 a check found mismatches (or a recipe was asked for and no GEMM ran), 2 bad
-input or usage, or what the system refused (one line on stderr), 3 the command `verify` profiled
-exited non-zero (the verdicts on what it ran are still printed), 4 `verify` could not tell which
-recipe to check against, 130 interrupted (Ctrl-C).
+Exit codes: errors.ExitCode (3, COMMAND_FAILED: the verdicts on what the command ran are still
+printed).
 """
 
 from __future__ import annotations
 
-import json
 import dataclasses
+import json
 import os
 import sqlite3
 import sys
@@ -20,7 +18,12 @@ from typing import NoReturn
 import click
 import pandas as pd
 
-from gemmscope import diagnose, kernels, loading, scratch, shapes, verify
+from gemmscope import kernels, loading, scratch, shapes, verify
+from gemmscope.atomic import written_whole
+from gemmscope.comparison import compare
+from gemmscope.diagnosis import Diagnosis, diagnose
+from gemmscope.errors import ExitCode, InputError, NoGpuKernels
+from gemmscope.recipes import RECIPES
 from gemmscope.report import documents, render, terminal
 from gemmscope.report.comparison import comparison_report
 from gemmscope.report.markdown import markdown_table
@@ -28,11 +31,11 @@ from gemmscope.report.model import redacted
 from gemmscope.report.profile_run import is_run_dir, profile_report, write_profile_reports
 from gemmscope.report.tables import write_tables
 from gemmscope.report.verification import diagnosis_report, verification_report
-from gemmscope.errors import EXIT_INTERRUPTED, InputError, NoGpuKernels
-from gemmscope.trace_parser import read_trace, trace_paths
+from gemmscope.traces.read import read_trace, trace_paths
 
 EXAMPLE_TRACE = Path(__file__).parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
-EXIT_MISMATCH, EXIT_COMMAND_FAILED, EXIT_RECIPE_UNKNOWN = 1, 3, 4
+# What `verify -- COMMAND` can capture with.
+PROFILERS = ("nsys", "torch")
 
 
 class _Interrupted(Exception):
@@ -57,7 +60,13 @@ class _Group(click.Group):
             return super().main(*args, **kwargs)
         except (_Interrupted, KeyboardInterrupt, click.Abort):
             click.echo("gemmscope: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            # Out at once, joining no thread: a worker the Ctrl-C ended while it was sending its
+            # result leaves the process pool's thread (loading.load) waiting forever, and a normal
+            # exit joins it. The scratch folder goes first, as an exit handler would remove it.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            scratch.remove()
+            os._exit(ExitCode.INTERRUPTED)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
@@ -72,7 +81,7 @@ class _Group(click.Group):
 
 def _fail(message: str) -> NoReturn:
     click.echo(f"gemmscope: error: {' '.join(message.split())}", err=True)
-    sys.exit(2)
+    sys.exit(ExitCode.BAD_INPUT)
 
 
 @click.group(cls=_Group)
@@ -159,7 +168,7 @@ def _emit(text: str) -> None:
 
 @main.command()
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
+@click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
 @_check_options
 @_format_option()
 @_detail_options
@@ -181,21 +190,21 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
         if not exc.cuda_traced:
             raise
         _exit_no_gemm_ran(str(exc), expect)
-    diagnosis = diagnose.diagnose(result, step_range)
+    diagnosis = diagnose(result, step_range)
     _print_result(result, fmt, lambda: documents.analysis_document(result, None, diagnosis, per_launch), diagnosis,
                   _detail(quiet, verbose))
     _write_plots(plots_dir, result, diagnosis)
-    sys.exit(EXIT_MISMATCH if result.failed else 0)
+    sys.exit(ExitCode.MISMATCH if result.failed else ExitCode.OK)
 
 
 def _exit_no_gemm_ran(said: str, expect: str | None) -> None:
     """A run that launched no GPU kernel (captured with CUDA tracing): nothing ran at any recipe,
     which fails a check (exit 1), unlike a capture blind to kernels (bad input, exit 2)."""
     click.echo(f"gemmscope: {said}: no GEMM ran{f' at {expect}' if expect else ''}", err=True)
-    sys.exit(EXIT_MISMATCH)
+    sys.exit(ExitCode.MISMATCH)
 
 
-def _print_result(result: verify.Verification, fmt: str, document, diagnosis: diagnose.Diagnosis,
+def _print_result(result: verify.Verification, fmt: str, document, diagnosis: Diagnosis,
                   detail: str) -> None:
     """analyze's and verify's output: JSONL streamed a line at a time, any other format at once
     (`document`: makes the JSON document, which JSONL does without)."""
@@ -216,7 +225,7 @@ def _make_dir(directory: Path | None, option: str = "--plots") -> None:
             raise InputError(f"cannot make the {option} folder {directory}: {exc.strerror}") from None
 
 
-def _write_plots(directory: Path | None, result: verify.Verification, diagnosis: diagnose.Diagnosis) -> None:
+def _write_plots(directory: Path | None, result: verify.Verification, diagnosis: Diagnosis) -> None:
     """--plots DIR: the trace plots as PNG files, named on stderr."""
     if directory is None:
         return
@@ -258,12 +267,17 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
 
 @main.command("verify", cls=_VerifyCommand,
               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--expect", type=click.Choice(verify.RECIPES),
+@click.option("--expect", type=click.Choice(RECIPES),
               help="Recipe every GEMM should run at; default: the recipe the run's te.autocast asked for.")
 @click.option("--trace", "trace_args", multiple=True, type=click.Path(path_type=Path),
               help="Check existing traces instead of running a command: files, folders or globs "
                    "(one per rank, or one holding every rank); repeatable.")
 @click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a private temporary folder, removed on exit).")
+@click.option("--profiler", type=click.Choice(PROFILERS),
+              help="What captures COMMAND: nsys (the default), or torch: torch.profiler, started by "
+                   "gemmscope's hook in every process of COMMAND that imports torch, for machines without "
+                   "nsys; each process that used CUDA writes a trace (one per rank), read as --trace reads "
+                   "one. No capture window (--capture-range, --delay, --duration) with torch.")
 @click.option("--capture-range", metavar="NVTX_RANGE",
               help="Collect only the first instance of this NVTX range of COMMAND (e.g. a range your "
                    "training loop pushes around steps 10-12): a long job costs a small trace. "
@@ -275,34 +289,40 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
 @_format_option()
 @_detail_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_map, allow, step_range, workers,
-               scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
-    """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on, or read
-    --trace, and check the precision of every GEMM per rank, layer, TE module and pass.
-    Exit 1 on any non-allowed FALLBACK or when no GEMM ran (a COMMAND that ran no GPU kernel
-    included), 3 when COMMAND failed, 4 when the recipe to check against is unknown (no --expect,
-    and the run recorded no te.autocast recipe). nsys's own output is shown with --verbose or when
-    nsys fails."""
+def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration, expect_map, allow, step_range,
+               workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
+    """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on (or with
+    torch.profiler and the hook: --profiler torch), or read --trace, and check the precision of every GEMM per
+    rank, layer, TE module and pass. Exit 1 on any non-allowed FALLBACK or when no GEMM ran (a
+    COMMAND that ran no GPU kernel included), 3 when COMMAND failed, 4 when the recipe to check
+    against is unknown (no --expect, and the run recorded no te.autocast recipe). The profiler's
+    own output is shown with --verbose or when nsys fails."""
     if trace_args and command and not click.get_current_context().meta.get(_DOUBLE_DASH):
         trace_args, command = trace_args + tuple(Path(c) for c in command), ()
     if trace_args and command:
         raise InputError("give either --trace FILE or a command after --, not both")
     window = {"nvtx_range": capture_range, "delay_s": delay, "duration_s": duration}
-    if trace_args and any(v is not None for v in window.values()):
-        raise InputError("--capture-range, --delay and --duration choose what a command's capture holds: "
+    if trace_args and (profiler or any(v is not None for v in window.values())):
+        raise InputError("--profiler, --capture-range, --delay and --duration choose how a command is captured: "
                          "they do not apply to --trace")
+    profiler = profiler or "nsys"
+    if profiler == "torch" and any(v is not None for v in window.values()):
+        raise InputError("--capture-range, --delay and --duration are nsys's capture window: --profiler torch "
+                         "records each process from its import of torch to its exit (give no window, or use nsys)")
     detail = _detail(quiet, verbose)
     _make_dir(plots_dir)
     outcome = None
     if trace_args:
         paths = trace_paths(trace_args)
     elif command:
-        path, outcome = _capture(list(command), out, window, echo_nsys=verbose)
-        paths = [path] if path is not None else []
+        paths, outcome = _capture(list(command), out, window, profiler, echo_profiler=verbose)
         _progress(3, "checking the GEMMs")
     else:
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
     failed_command = outcome is not None and outcome["exit_code"] != 0
+    if not paths and not failed_command:  # torch.profiler: no process of the command used CUDA
+        _exit_no_gemm_ran("the command exited 0 and used no CUDA (no process of it wrote a torch.profiler trace)",
+                          expect)
     result = None
     try:
         if paths:
@@ -320,7 +340,7 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
             raise
         click.echo(f"gemmscope: nothing to check in what it ran: {exc}", err=True)
     if result is not None:
-        diagnosis = diagnose.diagnose(result, step_range)
+        diagnosis = diagnose(result, step_range)
         _print_result(result, fmt, lambda: documents.verification_document(result, outcome, diagnosis, per_launch),
                       diagnosis, detail)
         _write_plots(plots_dir, result, diagnosis)
@@ -328,12 +348,12 @@ def verify_cmd(expect, trace_args, out, capture_range, delay, duration, expect_m
         if result is not None:  # after a long report, the reason for the exit status once more
             click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
                        "a pass, whatever ran before it", err=True)
-        sys.exit(EXIT_COMMAND_FAILED)
+        sys.exit(ExitCode.COMMAND_FAILED)
     if not result.checked and not expect_map:
         click.echo("gemmscope: no recipe to check against: the run recorded no enabled te.autocast "
                    "recipe; pass --expect RECIPE (e.g. --expect bf16)", err=True)
-        sys.exit(EXIT_RECIPE_UNKNOWN)
-    sys.exit(EXIT_MISMATCH if result.failed else 0)
+        sys.exit(ExitCode.RECIPE_UNKNOWN)
+    sys.exit(ExitCode.MISMATCH if result.failed else ExitCode.OK)
 
 
 # How many stages `verify -- COMMAND` goes through, each announced on one line.
@@ -344,51 +364,82 @@ def _progress(stage: int, what: str) -> None:
     click.echo(f"gemmscope: [{stage}/{_STAGES}] {what}", err=True)
 
 
-def _capture(command: list[str], out: Path | None, window: dict, echo_nsys: bool) -> tuple[Path | None, dict]:
-    """Run `command` under nsys; the trace's SQLite export (None when nsys wrote none) and what
-    the JSON reports of the run (`exit_code`, `capture_window`). A command that failed is said
-    first, with its exit status and last stderr lines."""
-    from gemmscope import nsys_runner
-
+def _capture(command: list[str], out: Path | None, window: dict, profiler: str,
+             echo_profiler: bool) -> tuple[list[Path], dict]:
+    """Run `command` under `profiler` (PROFILERS) with gemmscope's hook; the traces to read (none
+    when the run left none) and what the JSON reports of the run (`exit_code`, `capture_window`,
+    `profiler`). A command that failed is said first, with its exit status and last stderr lines."""
     # Without --out, the capture (the program's environment and output included) lives in the
     # private scratch folder, removed when gemmscope exits.
     kept = out is not None
     out = out or Path(tempfile.mkdtemp(dir=scratch.folder()))
     out.mkdir(parents=True, exist_ok=True)
-    report = out / "trace.nsys-rep"
     hook = str(Path(__file__).parent / "autocast_hook")
-    env = dict(os.environ, NVTE_NVTX_ENABLED="1",
-               PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
+    if profiler == "torch":
+        return _capture_torch(command, out, kept, env, echo_profiler)
+    return _capture_nsys(command, out, kept, env, window, echo_profiler)
+
+
+def _say_if_failed(done) -> dict:
+    """What the JSON reports of how the command ended; a failure said at once."""
+    if done.returncode != 0:
+        tail = "".join(f"\n    {line}" for line in done.stderr_tail)
+        click.echo(f"gemmscope: the command failed (exit {done.returncode})"
+                   f"{'; its last lines on stderr:' + tail if tail else ', printing nothing on stderr'}", err=True)
+    return {"exit_code": done.returncode}
+
+
+def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: dict,
+                  echo_nsys: bool) -> tuple[list[Path], dict]:
+    """The command under nsys, with TE's NVTX ranges on: its trace's SQLite export."""
+    from gemmscope import nsys_runner
+
+    report = out / "trace.nsys-rep"
+    env["NVTE_NVTX_ENABLED"] = "1"
     if window["nvtx_range"] is not None:  # a range pushed with a plain string, not a registered one
         env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
     seen = nsys_runner.describe_window(**window)
     _progress(1, f"running the command under nsys{f', collecting {seen}' if seen else ''}"
                  f"{'' if echo_nsys else ' (nsys output: --verbose)'}")
     done = nsys_runner.profile(command, report, env, nsys_runner.capture_window_flags(**window), echo_nsys)
-    outcome = {"exit_code": done.returncode, "capture_window": {k: v for k, v in window.items() if v is not None} or None}
-    if done.returncode != 0:
-        tail = "".join(f"\n    {line}" for line in done.stderr_tail)
-        click.echo(f"gemmscope: the command failed (exit {done.returncode})"
-                   f"{'; its last lines on stderr:' + tail if tail else ', printing nothing on stderr'}", err=True)
+    outcome = {**_say_if_failed(done), "capture_window": {k: v for k, v in window.items() if v is not None} or None,
+               "profiler": "nsys"}
     if not report.exists():
-        if not echo_nsys and done.nsys_text:
-            click.echo("\n".join(done.nsys_text), err=True)
+        if not echo_nsys and done.profiler_text:
+            click.echo("\n".join(done.profiler_text), err=True)
         if done.returncode == 0:
             raise InputError(f"nsys wrote no report for {' '.join(command)}")
         # a command that failed is reported as such even when it left nothing to read
         click.echo("gemmscope: nsys wrote no report for the failed command", err=True)
-        return None, outcome
+        return [], outcome
     # The command line itself stays out of reports: it may hold secrets.
     if seen:
         click.echo(f"gemmscope: the trace holds {seen}; the command ran to its own end", err=True)
     # a trace in the scratch folder is gone when gemmscope exits: its path is said only when kept
     _progress(2, f"exporting the trace to SQLite{f' ({report})' if kept else ''}")
-    return nsys_runner.export_sqlite(report), outcome
+    return [nsys_runner.export_sqlite(report)], outcome
+
+
+def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_kineto: bool) -> tuple[list[Path], dict]:
+    """The command with torch.profiler in each of its processes: the traces of those that used CUDA."""
+    from gemmscope import torch_runner
+
+    _progress(1, "running the command under torch.profiler, in each of its processes that imports torch"
+                 f"{'' if echo_kineto else ' (Kineto output: --verbose)'}")
+    done = torch_runner.profile(command, out, env, echo_kineto)
+    outcome = {**_say_if_failed(done), "capture_window": None, "profiler": "torch"}
+    traces = torch_runner.traces(out)
+    if not traces and done.returncode != 0:
+        click.echo("gemmscope: it wrote no torch.profiler trace: no process of it used CUDA before it ended", err=True)
+    _progress(2, f"{len(traces)} torch.profiler trace{'s' * (len(traces) != 1)} written, one per process that "
+                 f"used CUDA{f' ({out})' if kept else ''}")
+    return traces, outcome
 
 
 @main.command("diagnose")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="Recipe the GEMMs should run at.")
+@click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
 def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str | None) -> None:
     """Where the GPU time of traces went and why low precision does or does not pay: the verdict,
@@ -402,7 +453,7 @@ def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str |
         if not exc.cuda_traced:
             raise
         _exit_no_gemm_ran(str(exc), expect)
-    _emit(render(diagnosis_report(result, diagnose.diagnose(result, step_range)), "table"))
+    _emit(render(diagnosis_report(result, diagnose(result, step_range)), "table"))
 
 
 @main.command("compare")
@@ -415,7 +466,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
     lost time against BASE, per category and per module/pass, which GEMM kernels changed, and
     each run's findings. The differences add up to the difference in GPU window."""
     runs = [verify.check([read_trace(p)], None, ()) for p in (base, new)]
-    _emit(render(comparison_report(diagnose.compare(*runs, step_range=step_range)), fmt))
+    _emit(render(comparison_report(compare(*runs, step_range=step_range)), fmt))
 
 
 @main.command("report")
@@ -424,7 +475,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
               help="File to write ('-': standard output).")
 @click.option("--format", "fmt", type=click.Choice(("html", "markdown")),
               help="Default: markdown for an output ending in .md, else html.")
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="Traces: recipe the GEMMs should run at.")
+@click.option("--expect", type=click.Choice(RECIPES), help="Traces: recipe the GEMMs should run at.")
 @_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Traces: mismatches allowed (see analyze); repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="Traces: NVTX range that marks one training step (see analyze).")
@@ -458,7 +509,7 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
         paths = trace_paths(targets)
         redactor, traces = _scrubbed(paths, keep)
         result = verify.check(traces, expect, allow, expect_map)
-        report = verification_report(result, diagnose.diagnose(result, step_range))
+        report = verification_report(result, diagnose(result, step_range))
     report = redacted(report, redactor)
     text = render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
     if str(out) == "-":
@@ -476,7 +527,7 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
     """The traces scrubbed (in the private scratch folder) and read back under their own names,
     redacted; and the Redactor that scrubbed them."""
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import trace_source
+    from gemmscope.traces.read import trace_source
 
     exports = [trace_source(path) for path in paths]
     redactor = Redactor.of_exports(exports, keep)
@@ -489,32 +540,28 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
 
 def _run_report(run_dir: Path, keep: tuple[str, ...]):
     """A profile run directory's report, from its trace scrubbed; and the Redactor that scrubbed it."""
-    from gemmscope import profile
+    from gemmscope import profile_run
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import sqlite_export
+    from gemmscope.traces.nsys import sqlite_export
 
-    trace = next((run_dir / name for name in profile.RUN_TRACES if (run_dir / name).exists()), None)
+    trace = next((run_dir / name for name in profile_run.RUN_TRACES if (run_dir / name).exists()), None)
     if trace is None:  # a run made with --no-nsys: no trace, its events only
         redactor = Redactor.of_exports([], keep)
-        return profile_report(profile.load_run(run_dir), run_dir), redactor
+        return profile_report(profile_run.load_run(run_dir), run_dir), redactor
     export = sqlite_export(trace)
     redactor = Redactor.of_exports([export], keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
     scrub(export, staging / "trace.sqlite", redactor)
-    return profile_report(profile.load_run(staging), run_dir), redactor
+    return profile_report(profile_run.load_run(staging), run_dir), redactor
 
 
 def _write_whole(out: Path, text: str) -> None:
     """`text` as the file `out`, through a temporary name: it appears whole or not at all."""
-    partial = out.with_name(out.name + ".partial")
     try:
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(out)
-    except BaseException as exc:
-        partial.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise InputError(f"cannot write {out}: {exc.strerror}") from None
-        raise
+        with written_whole(out) as partial:
+            partial.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror}") from None
 
 
 # --- shapes / kernel / scrub / doctor ------------------------------------------------------------
@@ -590,7 +637,7 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
     """Copy a trace without the environment, command line, user and host names nsys recorded,
     and with every text in it redacted (README: Redaction; stderr says what was taken out)."""
     from gemmscope.scrub import Redactor, scrub
-    from gemmscope.trace_parser import trace_source
+    from gemmscope.traces.read import trace_source
 
     redactor = Redactor.of_exports([trace_source(trace)], keep)
     click.echo(f"wrote {scrub(trace, out, redactor)}")
@@ -600,7 +647,7 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
 @main.command("bundle")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="The zip to write.")
-@click.option("--expect", type=click.Choice(verify.RECIPES), help="For traces: as analyze's --expect.")
+@click.option("--expect", type=click.Choice(RECIPES), help="For traces: as analyze's --expect.")
 @_expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="For traces: as analyze's --allow; repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
@@ -636,7 +683,7 @@ def doctor(canary: bool) -> None:
             raise InputError(f"--canary cannot run here: {missing}")
         flagged = doctor_checks.canary()
         click.echo(flagged.message)
-        sys.exit(0 if flagged.ok else 1)
+        sys.exit(ExitCode.OK if flagged.ok else ExitCode.MISMATCH)
 
 
 # --- profile -----------------------------------------------------------------------------------
@@ -654,7 +701,7 @@ def _csv_choice(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, .
 
 @main.command("profile")
 @config_options
-@click.option("--precisions", default=",".join(verify.RECIPES), show_default=True)
+@click.option("--precisions", default=",".join(RECIPES), show_default=True)
 @click.option("--modes", default="autocast,prequant", show_default=True)
 @click.option("--iters", type=click.IntRange(min=2), default=100, show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True)
@@ -668,11 +715,11 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
     machine without a GPU: the run shipped with gemmscope, re-derived from its trace."""
     import time
 
-    from gemmscope import profile
+    from gemmscope import gpu_profile, profile_run
 
     started = time.perf_counter()
     detail = _detail(quiet, verbose)
-    if not profile.gpu_available():
+    if not gpu_profile.gpu_available():
         asked = [f"--{name.replace('_', '-')}" for name, value in options.items() if value not in (None, False)]
         if asked or out or no_nsys:
             raise InputError(f"no CUDA GPU here: nothing can be profiled ({' '.join(asked + ['--out'] * bool(out))}"
@@ -680,16 +727,16 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
                              f"shipped with gemmscope ({EXAMPLE_RUN.name})")
         click.echo(f"gemmscope: no CUDA GPU here: showing the run shipped with gemmscope, "
                    f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
-        _emit(render(profile_report(profile.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail=detail, written_to=EXAMPLE_RUN),
-                     "table"))
+        _emit(render(profile_report(profile_run.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail=detail,
+                                    written_to=EXAMPLE_RUN), "table"))
         return
-    precisions = _csv_choice(precisions, verify.RECIPES, "precision")
-    modes = _csv_choice(modes, profile.MODES, "mode")
+    precisions = _csv_choice(precisions, RECIPES, "precision")
+    modes = _csv_choice(modes, profile_run.MODES, "mode")
     config, plan = plan_from_options(options)
     out = out or Path(time.strftime("gemmscope-run-%Y%m%d-%H%M%S"))
-    spec = profile.spec_for(config, plan, precisions, modes, iters, warmup)
-    run_dir = profile.run(spec, out, use_nsys=not no_nsys)
-    run = profile.load_run(run_dir)
+    spec = gpu_profile.spec_for(config, plan, precisions, modes, iters, warmup)
+    run_dir = gpu_profile.run(spec, out, use_nsys=not no_nsys)
+    run = profile_run.load_run(run_dir)
     wall_s = time.perf_counter() - started
     write_profile_reports(run, run_dir, wall_s)
     _emit(render(profile_report(run, run_dir, detail=detail, written_to=run_dir), "table"))

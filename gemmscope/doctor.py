@@ -73,7 +73,7 @@ def canary() -> CanaryResult:
     from pathlib import Path
 
     from gemmscope import verify
-    from gemmscope.trace_parser import read_trace
+    from gemmscope.traces.read import read_trace
 
     report = Path(tempfile.mkdtemp(dir=scratch.folder())) / "canary.nsys-rep"
     done = nsys_runner.profile([sys.executable, "-m", "gemmscope.workload", "canary"], report,

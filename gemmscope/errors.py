@@ -1,7 +1,18 @@
-"""The one error type user-facing code raises for bad input: the CLI prints it as one line, exit 2."""
+"""The one error type user-facing code raises for bad input (the CLI prints it as one line, exit
+2), and the exit codes the `gemmscope` command gives."""
 
-# The exit status of a run stopped by Ctrl-C (SIGINT), as shells report it: 128 + 2.
-EXIT_INTERRUPTED = 130
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What the `gemmscope` command's exit status says (README: Exit codes)."""
+
+    OK = 0
+    MISMATCH = 1  # a check found mismatches, or a recipe was asked for and no GEMM ran
+    BAD_INPUT = 2  # bad input or usage, or what the system refused: one line on stderr
+    COMMAND_FAILED = 3  # the command `verify` profiled exited non-zero
+    RECIPE_UNKNOWN = 4  # `verify` could not tell which recipe to check against
+    INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it: 128 + 2
 
 
 class InputError(Exception):

@@ -485,7 +485,7 @@ def _arch(name: str) -> str | None:
     return _CUBLAS_GENERATIONS[match[3]] if match[3] else f"sm{match[1] or match[2]}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def decode(name: str) -> KernelInfo:
     """Classify one kernel name, short (nvjet_sm90_tst_...) or demangled (void ns::kernel<...>(...))."""
     text = name.strip()

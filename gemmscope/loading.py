@@ -1,6 +1,6 @@
 """Reading many traces at once: one per rank of a job, each read and attributed in its own worker.
 
-`load` reads each trace and joins its launches (trace_parser.read_trace + launches) in a worker:
+`load` reads each trace and joins its launches (traces.read.read_trace + attribution.launches) in a worker:
 in this process for one trace, in a local process pool for several, or on a Dask cluster when
 given a scheduler address (the engine Nsight Systems' own multi-report recipes use). A trace that
 cannot be read is kept as an error for its rank; it never drops the others.
@@ -8,52 +8,22 @@ cannot be read is kept as an error for its rank; it never drops the others.
 
 from __future__ import annotations
 
-import dataclasses
+import multiprocessing
 import os
 import signal
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
 from gemmscope import scratch
-from gemmscope.errors import EXIT_INTERRUPTED, InputError
-from gemmscope.trace_parser import EnclosingRanges, Trace, launches_with_ranges, read_trace
-
-
-@dataclass
-class LoadedTrace:
-    """One trace read and attributed, or why it could not be."""
-
-    path: Path
-    trace: Trace | None = None
-    launches: pd.DataFrame | None = None
-    ranges: EnclosingRanges | None = None  # the NVTX ranges around each of `launches`
-    error: str | None = None
-    no_kernels: bool = False  # read, but it holds no GPU kernel
-    cuda_traced: bool = False  # its CUDA API calls were captured: with no_kernels, the program launched none
-
-
-def attribute(trace: Trace) -> LoadedTrace:
-    """A trace already read, with its launches attributed (or why it has nothing to attribute)."""
-    if trace.kernels.empty:
-        cuda_traced = bool(trace.meta.get("cuda_api_traced"))
-        error = (trace.meta.get("no_kernels")  # a reader that can tell why says so (a CPU-only torch.profiler trace)
-                 or (f"{trace.path} ran no GPU kernel: its CUDA calls were captured, and none launched one"
-                     if cuda_traced else f"{trace.path} holds no GPU kernels: was it captured with --trace=cuda, on a GPU?"))
-        return LoadedTrace(trace.path, error=error, no_kernels=True, cuda_traced=cuda_traced)
-    frame, ranges = launches_with_ranges(trace)
-    # `frame` holds every kernel with the call that launched it: the trace's own frames of them
-    # are let go (a long trace's are hundreds of MB), their columns kept.
-    trace = dataclasses.replace(trace, kernels=trace.kernels.iloc[:0].copy(), api_calls=trace.api_calls.iloc[:0].copy())
-    return LoadedTrace(trace.path, trace, frame, ranges)
+from gemmscope.attribution import LoadedTrace, attribute
+from gemmscope.errors import ExitCode, InputError
+from gemmscope.traces.read import read_trace
 
 
 def load_one(path: Path, threads: int = 2) -> LoadedTrace:
-    """One trace read (trace_parser.read_trace's `threads`) and attributed."""
+    """One trace read (traces.read.read_trace's `threads`) and attributed."""
     try:
         return attribute(read_trace(path, threads))
     except InputError as exc:
@@ -81,19 +51,30 @@ def load(paths: Sequence[Path], workers: int | None = None, scheduler: str | Non
     workers = min(len(paths), workers or os.cpu_count() or 1)
     if workers <= 1:
         return [load_one(p, threads) for p in paths]
-    with ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(scratch.folder(),)) as pool:
-        # submit, not map: on Ctrl-C map cancels what has not finished, and the pool, finding its
-        # workers gone, then fails to set their futures (a traceback from its own thread).
-        futures = [pool.submit(load_one, path, threads) for path in paths]
-        try:
-            return [future.result() for future in futures]
-        except BrokenProcessPool:  # a worker was killed (out of memory, a signal): say so, in one line
-            raise InputError("a process reading the traces was stopped before it finished "
-                             "(out of memory? try --workers 1)") from None
+    pool = ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(scratch.folder(),))
+    # submit, not map: on Ctrl-C map cancels what has not finished, and the pool, finding its
+    # workers gone, then fails to set their futures (a traceback from its own thread).
+    futures = [pool.submit(load_one, path, threads) for path in paths]
+    try:
+        loaded = [future.result() for future in futures]
+    except BrokenProcessPool:  # a worker was killed (out of memory, a signal): say so, in one line
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise InputError("a process reading the traces was stopped before it finished "
+                         "(out of memory? try --workers 1)") from None
+    except KeyboardInterrupt:
+        # The workers are ended, not waited for: one the Ctrl-C ended while it was sending its
+        # result leaves the pool's thread waiting for the rest of it forever (the CLI exits
+        # without joining it), and one started after the Ctrl-C never got it.
+        for worker in multiprocessing.active_children():
+            worker.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return loaded
 
 
 def _start_worker(scratch_folder: Path) -> None:
     """A worker process: the parent's scratch folder (which the parent removes), and Ctrl-C ends
     it at once and quietly: the parent, interrupted too, says so once."""
     scratch.adopt(scratch_folder)
-    signal.signal(signal.SIGINT, lambda _signum, _frame: os._exit(EXIT_INTERRUPTED))
+    signal.signal(signal.SIGINT, lambda _signum, _frame: os._exit(ExitCode.INTERRUPTED))

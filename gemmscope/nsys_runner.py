@@ -7,13 +7,9 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import threading
-import time
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from gemmscope import relay
 from gemmscope.errors import InputError
 
 # Where nsys lives when it is not on PATH: Nsight Systems' own installs, the CUDA toolkit, and
@@ -145,65 +141,10 @@ _NSYS_OWN_TEXT = re.compile("|".join((
 # Runs the command and writes its own exit status to a file: with --kill=none nsys may return at
 # the end of a window while the program runs on, and its status is then not the program's.
 _RECORD_EXIT_STATUS = 'status_file=$1; shift; "$@"; status=$?; printf %s "$status" > "$status_file"; exit $status'
-# How many of the program's last stderr lines a failed run is reported with.
-STDERR_TAIL_LINES = 8
-
-
-@dataclass
-class Capture:
-    """How a command run under nsys ended: its own exit status, its last stderr lines, and what
-    nsys printed (held back unless echoed)."""
-
-    returncode: int
-    stderr_tail: list[str] = field(default_factory=list)
-    nsys_text: list[str] = field(default_factory=list)
-
-
-class _Relay:
-    """Copies one of nsys's output streams to gemmscope's stderr as it comes, a piece (up to a
-    newline or carriage return, so the program's own progress bars still redraw) at a time,
-    holding back nsys's own text (`echo_nsys`: copied too) and keeping the program's last lines."""
-
-    def __init__(self, stream, echo_nsys: bool, keep_tail: bool, nsys_text: list[str]):
-        self.stream, self.echo_nsys, self.keep_tail, self.nsys_text = stream, echo_nsys, keep_tail, nsys_text
-        self.tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
-        self.line, self.redrawn = "", False  # the program's line being written, for the tail
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        pending, after_nsys = b"", False
-        while chunk := os.read(self.stream.fileno(), 65536):
-            pieces = re.split(rb"(?<=[\r\n])", pending + chunk)
-            pending = pieces.pop()  # not ended yet
-            for piece in pieces:
-                after_nsys = self._piece(piece.decode(errors="replace"), after_nsys)
-        if pending:
-            self._piece(pending.decode(errors="replace"), after_nsys)
-        if self.line.strip():
-            self.tail.append(self.line.rstrip())
-
-    def _piece(self, piece: str, after_nsys: bool) -> bool:
-        text = piece.rstrip("\r\n")
-        own = _NSYS_OWN_TEXT.fullmatch(text) is not None or (after_nsys and not text.strip())
-        if own and text.strip():
-            self.nsys_text.append(text)
-        if not own or self.echo_nsys:
-            sys.stderr.write(piece)
-            sys.stderr.flush()
-        if not own and self.keep_tail:
-            # after a carriage return the line is redrawn: the tail keeps its last drawing
-            self.line = text if self.redrawn else self.line + text
-            self.redrawn = piece.endswith("\r")
-            if piece.endswith("\n"):
-                if self.line.strip():
-                    self.tail.append(self.line.rstrip())
-                self.line = ""
-        return own
 
 
 def profile(command: list[str], report: Path, env: dict[str, str] | None = None,
-            window: list[str] = (), echo_nsys: bool = False) -> Capture:
+            window: list[str] = (), echo_nsys: bool = False) -> relay.Capture:
     """Run `command` under nsys profile, writing `report` (.nsys-rep), with the capture
     `window` flags (capture_window_flags), until the program itself ends (a window may end
     first). Its output goes to stderr, so that stdout holds only gemmscope's report (e.g. clean
@@ -215,22 +156,15 @@ def profile(command: list[str], report: Path, env: dict[str, str] | None = None,
     status_file = report.with_name(f".{report.stem}.exit-status")
     status_file.unlink(missing_ok=True)
     try:
-        running = subprocess.Popen(
-            [nsys, "profile", *PROFILE_FLAGS, *window, "--force-overwrite=true", "-o", str(report.with_suffix("")),
-             "sh", "-c", _RECORD_EXIT_STATUS, "sh", str(status_file), *command],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
-        nsys_text: list[str] = []
-        relays = [_Relay(running.stdout, echo_nsys, False, nsys_text),
-                  _Relay(running.stderr, echo_nsys, True, nsys_text)]
-        nsys_status = running.wait()
         # The program holds the streams until it ends, also when nsys returned at a window's end;
         # one that hands them to a daemon of its own has ended once its status is written.
-        while any(r.thread.is_alive() for r in relays) and not status_file.exists():
-            time.sleep(0.1)
-        for relay in relays:
-            relay.thread.join(timeout=2)
+        capture = relay.run(
+            [nsys, "profile", *PROFILE_FLAGS, *window, "--force-overwrite=true", "-o", str(report.with_suffix("")),
+             "sh", "-c", _RECORD_EXIT_STATUS, "sh", str(status_file), *command],
+            env, _NSYS_OWN_TEXT, echo_nsys, ended=status_file.exists)
         own = status_file.read_text().strip() if status_file.exists() else ""
-        return Capture(int(own) if own.isdigit() else nsys_status, list(relays[1].tail), nsys_text)
+        if own.isdigit():  # else nsys's own status stands
+            capture.returncode = int(own)
+        return capture
     finally:
         status_file.unlink(missing_ok=True)

@@ -27,9 +27,10 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import devices
-from gemmscope.diagnose import CATEGORIES, Diagnosis, device_name, gemm_group_throughput
+from gemmscope.diagnosis import CATEGORIES, Diagnosis, device_name, gemm_group_throughput
 from gemmscope.errors import InputError
-from gemmscope.profile import ProfileRun, recipe_precision
+from gemmscope.profile_run import ProfileRun
+from gemmscope.recipes import recipe_precision
 from gemmscope.verify import Verification
 
 DPI = 110

@@ -18,15 +18,23 @@ import tempfile
 from pathlib import Path
 
 _folder: Path | None = None
+_owner: int | None = None  # the process that made _folder
 
 
 def folder() -> Path:
     """This process's scratch folder (0700), made on first use and removed at exit."""
-    global _folder
+    global _folder, _owner
     if _folder is None:
-        _folder = Path(tempfile.mkdtemp(prefix="gemmscope-"))
-        atexit.register(_remove, _folder, os.getpid())
+        _folder, _owner = Path(tempfile.mkdtemp(prefix="gemmscope-")), os.getpid()
+        atexit.register(_remove, _folder, _owner)
     return _folder
+
+
+def remove() -> None:
+    """Remove the scratch folder now, if this process made it (for an exit that runs no exit
+    handlers); an adopted one is its parent's."""
+    if _folder is not None and _owner is not None:
+        _remove(_folder, _owner)
 
 
 def adopt(path: str | Path) -> None:

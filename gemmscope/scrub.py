@@ -36,9 +36,11 @@ from typing import Any
 import pandas as pd
 
 from gemmscope import scratch
+from gemmscope.atomic import written_whole
 from gemmscope.errors import InputError
-from gemmscope import kineto_parser
-from gemmscope.trace_parser import Trace, trace_source
+from gemmscope.traces import kineto
+from gemmscope.traces.model import Trace
+from gemmscope.traces.read import trace_source
 
 REDACTED = "[redacted]"
 
@@ -212,8 +214,8 @@ class Redactor:
         of the machine that writes what is shared)."""
         secret_values, paths, names = [], [], _local_names()
         for export in exports:
-            if kineto_parser.is_kineto(Path(export)):
-                names += kineto_parser.recorded_names(Path(export))
+            if kineto.is_kineto(Path(export)):
+                names += kineto.recorded_names(Path(export))
                 continue
             with closing(sqlite3.connect(f"file:{export}?mode=ro", uri=True)) as conn:
                 removed, recorded_names = _recorded(conn)
@@ -282,7 +284,7 @@ def _recorded(conn: sqlite3.Connection) -> tuple[list[str], list[str]]:
                           if v]
                 removed += values
                 names += values if pattern in _NAME_KEYS else []
-    for table, key, value, pattern in _DELETE:
+    for table, key, _value, pattern in _DELETE:
         if table in tables:
             removed += [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,)) if v]
     if "StringIds" in tables:
@@ -337,22 +339,18 @@ def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None 
     check_output(out, (source, given), "scrub")
     if redactor is None:
         redactor = Redactor.of_exports([source])
-    if kineto_parser.is_kineto(source):
+    if kineto.is_kineto(source):
         return _scrub_kineto(source, out, redactor)
     work = Path(tempfile.mkdtemp(dir=scratch.folder())) / "scrubbing.sqlite"
-    partial = out.with_name(out.name + ".partial")
     try:
         shutil.copyfile(source, work)
         with closing(sqlite3.connect(work)) as conn:
             _scrub_export(conn, redactor)
-        if out.suffix == ".xz":
-            partial.write_bytes(lzma.compress(work.read_bytes(), preset=9))
-        else:
-            shutil.copyfile(work, partial)
-        partial.replace(out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+        with written_whole(out) as partial:
+            if out.suffix == ".xz":
+                partial.write_bytes(lzma.compress(work.read_bytes(), preset=9))
+            else:
+                shutil.copyfile(work, partial)
     finally:
         shutil.rmtree(work.parent, ignore_errors=True)
     return out
@@ -361,13 +359,8 @@ def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None 
 def _scrub_kineto(source: Path, out: Path, redactor: Redactor) -> Path:
     """A torch.profiler trace with every string of it (keys too) redacted, through a temporary
     name: `out` appears whole, or not at all."""
-    partial = out.with_name(out.name + ".partial" + (".gz" if out.name.endswith(".gz") else ""))
-    try:
-        kineto_parser.write_redacted(source, partial, redactor.document)
-        partial.replace(out)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    with written_whole(out, ".gz" if out.name.endswith(".gz") else "") as partial:
+        kineto.write_redacted(source, partial, redactor.document)
     return out
 
 
@@ -380,7 +373,7 @@ def _scrub_export(conn: sqlite3.Connection, redactor: Redactor) -> None:
                 redactor.counts[NSYS_RECORD] += conn.execute(
                     f"UPDATE {table} SET {value} = ? WHERE {key} LIKE ? AND {value} IS NOT ?",
                     (REDACTED, pattern, REDACTED)).rowcount
-    for table, key, value, pattern in _DELETE:
+    for table, key, _value, pattern in _DELETE:
         if table in tables:
             redactor.counts[NSYS_RECORD] += conn.execute(f"DELETE FROM {table} WHERE {key} LIKE ?", (pattern,)).rowcount
     env_strings = [string_id for string_id, value in conn.execute("SELECT id, value FROM StringIds")

@@ -27,8 +27,8 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     AUTOCAST_PREFIX,
     GEMM_PREFIX,
     PROCESS_PREFIX,
-    TORCH_GEMM_PREFIX,
     SOFTWARE_PREFIX,
+    TORCH_GEMM_PREFIX,
     UNKNOWN,
     parse_record,
 )

@@ -47,42 +47,20 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import kernels, te_ranges
+from gemmscope.attribution import EnclosingRanges, LoadedTrace, attribute, first_matching_pattern, name_matches
 from gemmscope.errors import InputError, NoGpuKernels
-from gemmscope.loading import LoadedTrace, attribute
-from gemmscope.trace_parser import EnclosingRanges, Trace, first_matching_pattern, name_matches
+from gemmscope.recipes import (
+    EXPECTED_SUBSTITUTIONS,
+    HIGH_PRECISIONS,
+    RECIPE_BY_CLASS,
+    RECIPE_PRECISIONS,
+    RECIPES,
+    RESCALED,
+)
+from gemmscope.traces.model import Trace
 
-RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
-
-# The GEMM precisions each recipe runs (kernel precisions as `kernels` names them).
-RECIPE_PRECISIONS = {
-    "bf16": {"bf16"},
-    "fp8-delayed": {"fp8"},
-    "fp8-current": {"fp8"},
-    "fp8-block": {"fp8-block"},
-    "mxfp8": {"mxfp8"},
-    "nvfp4": {"nvfp4"},
-}
 # Verdicts of a mapped range (ranges_checked) that fail the check.
 RANGE_FAILURES = ("FALLBACK", "NO GEMM", "NOT FOUND")
-# (what was asked, dispatched precision): lowest SM generation where it is by design: TE runs FP8
-# block scaling as MXFP8 on sm100+; PyTorch runs an FP32 GEMM in TF32 when the program allows it
-# (torch.backends.cuda.matmul.allow_tf32).
-EXPECTED_SUBSTITUTIONS = {("fp8-block", "mxfp8"): 100, ("fp32", "tf32"): 0}
-# A row-wise float8 request that torchao runs as a tensor-wise _scaled_mm plus a rescale of its
-# own (float8_ops.addmm_float8_unwrapped, when use_fast_accum is off; the hook records the scaling
-# as "rowwise-rescaled"): the tensor-wise kernel is what that request runs.
-RESCALED = ("fp8-rowwise", "fp8", "rowwise-rescaled")
-# Precisions a GEMM asked for that are high precision: GEMMs asked so are coverage, not dispatch.
-HIGH_PRECISIONS = ("bf16", "fp16", "fp32", "tf32", "fp64")
-
-# TE recipe classes as the autocast hook records them (`gemmscope.autocast(recipe=<class>)`).
-RECIPE_BY_CLASS = {
-    "DelayedScaling": "fp8-delayed",
-    "Float8CurrentScaling": "fp8-current",
-    "Float8BlockScaling": "fp8-block",
-    "MXFP8BlockScaling": "mxfp8",
-    "NVFP4BlockScaling": "nvfp4",
-}
 # A rank named in a per-rank trace's file name (nsys -o rank%q{RANK}, trace_rank3.sqlite, ...).
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
@@ -271,7 +249,7 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     autotuning = autotuning_launches(all_kernels)
     gemms = all_kernels[(all_kernels["role"] == "gemm").to_numpy() & ~autotuning].rename_axis("kernel_row").reset_index()
     autotuned = all_kernels[(all_kernels["role"] == "gemm").to_numpy() & autotuning]
-    is_te = gemms["via_te"].to_numpy(dtype=bool) | gemms["te_module"].notna().to_numpy()
+    is_te = launched_by_te(gemms)
     gemms["origin"] = np.where(is_te, "te", "outside-te")
     gemms["module"] = module_labels(gemms["te_module"], is_te)
     gemms["layer_number"] = layer_numbers(gemms["layer"])
@@ -463,6 +441,14 @@ _LAYER_NUMBER = r"(?:^|\.)(\d+)(?:\.|$)"
 def layer_numbers(paths: pd.Series) -> pd.Series:
     """The layer number each module path names (NA where none)."""
     return pd.to_numeric(paths.astype("string").str.extract(_LAYER_NUMBER, expand=False)).astype("Int64")
+
+
+def launched_by_te(launches: pd.DataFrame) -> np.ndarray:
+    """Per launch, whether TE launched it: inside TE's GEMM ranges or the hook's record of a TE
+    GEMM call (`via_te`), or in a module TE's own ranges name; a module the hook's record of a
+    torch GEMM names (`recorded`, not via TE) is the program's, not TE's."""
+    named_by_te = launches["te_module"].notna() & ~launches["recorded"].astype(bool)
+    return launches["via_te"].to_numpy(dtype=bool) | named_by_te.to_numpy()
 
 
 def module_labels(te_module: pd.Series, in_te: np.ndarray) -> pd.Series:

@@ -8,7 +8,7 @@ The trace is the record: each timed loop runs inside an NVTX range
 mark ``gemmscope.result|<same keys>|status=ok|e2e_ms=<median>|e2e_iqr_ms=…|e2e_mean_ms=…``
 (CUDA-event times per iteration); an entry that cannot run leaves only a mark with
 ``status=unsupported`` or ``status=failed`` and ``reason=<TE's message>`` (always last).
-`gemmscope.profile` reads all of it back from the trace alone.
+`gemmscope.profile_run` reads all of it back from the trace alone.
 
 Modes:
 - ``autocast``: what training does, quantization included: a ``te.Linear(k, n)`` forward on an
@@ -26,9 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from gemmscope.profile import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
-from gemmscope.verify import RECIPES
-
+from gemmscope.recipes import RECIPES
+from gemmscope.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ Each block below is self-contained; add new fixtures as blocks of their own furt
 # ------------------------------------------------------------------------------------------------
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -126,12 +127,11 @@ def cpu_traces_expected() -> dict:
 #   gpu_expected(name)   -> dict loaded from <name>.expected.json
 #   gpu_sqlite(name)     -> Path of a decompressed copy in a session temporary folder, for tests
 #                           that need a plain .sqlite file (scrub, truncated copies); do not modify
-#   gpu_trace(name)      -> gemmscope.trace_parser.Trace of it, read once per session
-#   gpu_launches(name)   -> a copy of trace_parser.launches() of it, computed once per session
+#   gpu_trace(name)      -> gemmscope.traces.model.Trace of it, read once per session
+#   gpu_launches(name)   -> a copy of attribution.launches() of it, computed once per session
 #
 # gemmscope is imported inside the fixtures, so collecting unrelated tests never depends on it.
 # ------------------------------------------------------------------------------------------------
-import lzma
 
 GPU_FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures" / "gpu"
 
@@ -170,7 +170,7 @@ def gpu_sqlite(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def gpu_trace():
-    from gemmscope.trace_parser import read_trace
+    from gemmscope.traces.read import read_trace
 
     cache: dict = {}
 
@@ -184,7 +184,7 @@ def gpu_trace():
 
 @pytest.fixture(scope="session")
 def gpu_launches(gpu_trace):
-    from gemmscope.trace_parser import launches
+    from gemmscope.attribution import launches
 
     cache: dict = {}
 

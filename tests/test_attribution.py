@@ -14,10 +14,12 @@ import shutil
 
 import pytest
 
+from gemmscope.attribution import launches_with_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import PROCESS_PREFIX
 from gemmscope.report.documents import summary_document
-from gemmscope.trace_parser import launches_with_ranges, read_trace
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
+
 from nsys_export import DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport
 
 MAIN, OTHER = 1000, 2000  # two processes

@@ -30,17 +30,13 @@ HOOK_DIR = Path(gemmscope.__file__).resolve().parent / "autocast_hook"
 
 @contextlib.contextmanager
 def _torch_patched_by(hook, torch):
-    """hook._patch_torch(torch) for the duration: the calls it replaces, Function.apply and its
-    global module hooks are put back afterwards, so the rest of the suite sees torch as it was."""
+    """hook._patch_torch(torch) for the duration: the calls it replaces and Function.apply are put
+    back afterwards, so the rest of the suite sees torch as it was."""
     owners = [(torch.Tensor if where == "torch.Tensor" else sys.modules[where], attribute)
               for where, attribute, *_ in hook._TORCH_GEMM_CALLS]
     owners.append((torch.autograd.Function, "apply"))
     missing = object()
     saved = [(owner, attribute, vars(owner).get(attribute, missing)) for owner, attribute in owners]
-    module_lib = torch.nn.modules.module
-    hook_tables = (module_lib._global_forward_pre_hooks, module_lib._global_forward_hooks,
-                   module_lib._global_forward_hooks_always_called)
-    hooks_before = [dict(table) for table in hook_tables]
     hook._patch_torch(torch)
     try:
         yield
@@ -50,9 +46,6 @@ def _torch_patched_by(hook, torch):
                 delattr(owner, attribute)
             else:
                 setattr(owner, attribute, value)
-        for table, before in zip(hook_tables, hooks_before):
-            table.clear()
-            table.update(before)
 
 
 @pytest.fixture(scope="module")
@@ -376,7 +369,16 @@ def test_innermost_running_module_owns_a_gemm_and_its_parent_again_after(torch, 
         ("matmul", "Attention", "0")]
 
 
-def test_an_exception_inside_forward_leaves_the_module_stack(hook, torch, nvtx):
+def test_the_hook_leaves_module_calls_on_their_fast_path(hook, torch):
+    """No global module hook: with one, every module call of the program would run nn.Module's
+    slow path (the hook's cost on a launch-bound training step); the module around a GEMM is read
+    from the calling frames instead."""
+    module_lib = torch.nn.modules.module
+    assert not (module_lib._global_forward_pre_hooks or module_lib._global_forward_hooks
+                or module_lib._global_backward_pre_hooks or module_lib._global_backward_hooks)
+
+
+def test_an_exception_inside_forward_leaves_the_module(hook, torch, nvtx):
     nn = torch.nn
 
     class Failing(nn.Module):
@@ -397,7 +399,6 @@ def test_an_exception_inside_forward_leaves_the_module_stack(hook, torch, nvtx):
     Outer()(torch.randn(2, 8))
     assert [_layer_of(g) for g in nvtx.torch_gemms() if g["pass"] == "fprop"] == [
         ("Failing", "failing"), ("Outer", None)]
-    assert hook._thread.modules == []
 
 
 def test_modules_running_on_one_thread_do_not_own_another_threads_gemms(torch, nvtx):
@@ -688,7 +689,6 @@ def test_torch_compile_tracing_records_nothing(hook, torch, nvtx, compiling):
     model = _two_block_model(torch)
     compiling(model, backend="eager")(torch.randn(3, 8))
     assert nvtx.torch_gemms() == []
-    assert hook._thread.__dict__.get("modules", []) == []
 
 
 def test_gemms_inductor_generated_code_calls_are_not_recorded(hook, torch, nvtx, compiling):
@@ -789,3 +789,73 @@ def test_process_mark_names_the_launchers_rank(hook, torch, nvtx, monkeypatch, e
     read = te_ranges.parse(label)
     assert (read["kind"], read["rank"]) == (te_ranges.PROCESS, rank)
     assert parse_record(hook.PROCESS_PREFIX, label)["pid"] == str(os.getpid())
+
+
+# --- TE GEMM calls: which TE module made them, forward and backward ---------------------------
+
+def _te_model(torch, hook):
+    """Stand-ins defined in TE's modules (what the hook knows TE by): a Linear whose autograd
+    Function calls TE's general_gemm, recorded by the hook as on TE's import, with TE's layouts
+    (fprop TN, dgrad NN, wgrad NT); a framework's subclass of it (Megatron's TERowParallelLinear)
+    in blocks of a model. The products are einsums, which the hook does not record."""
+    def general_gemm(A, B, out_dtype=None, layout="TN", grad=False):
+        return None
+
+    gemm = hook._recording("general_gemm", general_gemm, torch)
+
+    class _Linear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, inp, weight):
+            ctx.save_for_backward(inp, weight)
+            gemm(weight, inp, layout="TN")
+            return torch.einsum("mk,nk->mn", inp, weight)
+
+        @staticmethod
+        def backward(ctx, grad):
+            inp, weight = ctx.saved_tensors
+            gemm(weight, grad, layout="NN")
+            gemm(inp, grad, layout="NT")
+            return torch.einsum("mn,nk->mk", grad, weight), torch.einsum("mn,mk->nk", grad, inp)
+
+    _Linear.__module__ = "transformer_engine.pytorch.module.linear"
+    te_linear = type("Linear", (torch.nn.Module,), {
+        "__module__": "transformer_engine.pytorch.module.linear",
+        "__init__": lambda self: (torch.nn.Module.__init__(self),
+                                  setattr(self, "weight", torch.nn.Parameter(torch.randn(8, 8)))) and None,
+        "forward": lambda self, x: _Linear.apply(x, self.weight)})
+    framework_linear = type("TERowParallelLinear", (te_linear,), {"__module__": "megatron.core.extensions"})
+    block = type("Block", (torch.nn.Module,), {
+        "__init__": lambda self: (torch.nn.Module.__init__(self), setattr(self, "proj", framework_linear())) and None,
+        "forward": lambda self, x: self.proj(x)})
+    return torch.nn.Sequential(block(), block())
+
+
+def test_te_gemms_name_their_module_forward_from_the_stack_backward_from_the_node(hook, torch, nvtx, monkeypatch):
+    """Each TE GEMM names the TE module (by its TE base class, a framework's subclass too) and its
+    path: in the forward pass the innermost running module; in the backward pass the module whose
+    Function's node runs, stamped at apply -- neither reads the calling frames."""
+    model = _te_model(torch, hook)
+    monkeypatch.setattr(hook, "_calling_frames", lambda *args: pytest.fail("calling frames read"))
+    model(torch.randn(4, 8, requires_grad=True)).sum().backward()
+    records = [te_ranges.parse(label) for label in nvtx.pushed()]
+    assert all(r["kind"] == te_ranges.HOOK_GEMM for r in records)
+    assert [(r["layer"], r["pass"]) for r in records] == [
+        ("0.proj", "fprop"), ("1.proj", "fprop"),
+        ("1.proj", "dgrad"), ("1.proj", "wgrad"), ("0.proj", "dgrad"), ("0.proj", "wgrad")]
+    assert {r["module"] for r in records} == {te_ranges.parse(
+        hook.format_record(hook.GEMM_PREFIX, {"module": "Linear"}))["module"]}
+    assert nvtx.balanced()
+
+
+def test_te_gemm_of_an_unstamped_node_falls_back_to_the_calling_frames(hook, torch, nvtx, monkeypatch):
+    """A backward whose Function's apply stamped nothing (the forward ran outside every module):
+    the calling frames are read, and with no TE frame among them the GEMM's module is unknown."""
+    model = _te_model(torch, hook)
+    read = []
+    frames = hook._calling_frames
+    monkeypatch.setattr(hook, "_calling_frames", lambda *args: read.append(True) or frames(*args))
+    linear = model[0].proj
+    linear.forward(torch.randn(4, 8, requires_grad=True)).sum().backward()  # forward, not __call__: no module hook
+    records = [r for r in map(te_ranges.parse, nvtx.pushed()) if r["kind"] == te_ranges.HOOK_GEMM]
+    assert [r["pass"] for r in records] == ["fprop", "dgrad", "wgrad"] and len(read) == 3
+    assert {r["layer"] for r in records} == {None}

@@ -9,7 +9,7 @@ from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -28,18 +28,19 @@ from gemmscope import verify
 from gemmscope.bundle import bundle
 from gemmscope.cli import main
 from gemmscope.errors import InputError
-from gemmscope.profile import load_run
+from gemmscope.profile_run import load_run
 from gemmscope.report import render
 from gemmscope.report.documents import results_document
 from gemmscope.report.profile_run import profile_report
 from gemmscope.report.tables import csv_text
 from gemmscope.scrub import Redactor
-from gemmscope.trace_parser import read_trace
-from schema_check import assert_valid
+from gemmscope.traces.read import read_trace
 
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+from schema_check import assert_valid
 from sqlite_text import all_text
 from test_tables import EVERY_TRACE_REPORT, RUN_REPORT, read, records
+
+CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 
 GPU_TRACE = Path(__file__).parent / "fixtures" / "gpu" / "corpus" / "fsdp_fp8_1gpu.sqlite.xz"
 RUN_DIR = Path(__file__).parent / "fixtures" / "runs" / "h100-codonfm-5b"

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gemmscope.attribution import launches_with_ranges
 from gemmscope.cli import main
-from gemmscope.trace_parser import launches_with_ranges, read_trace
+from gemmscope.traces.read import read_trace
 
 REPO = Path(__file__).resolve().parent.parent
 GEMM_FIELDS = {"kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges", "te_module", "te_pass"}
@@ -28,13 +29,13 @@ def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
-def gemmscope(*args, timeout=120):
-    """Run the command as a user would, in a fresh interpreter."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(
-        [sys.executable, "-c", "from gemmscope.cli import main; main()", *map(str, args)],
-        capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout,
-    )
+def gemmscope(*args, timeout=120, cwd=REPO, env=None):
+    """Run the command as a user would, in a fresh interpreter (`python -m gemmscope`): every test
+    that starts the CLI as a process starts it here. `env`: variables set on top of this one's."""
+    env = {**os.environ, **(env or {})}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "gemmscope", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
 
 
 def assert_one_line_error(done):

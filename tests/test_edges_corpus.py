@@ -3,16 +3,16 @@
 trace is not committed yet, and runs, unchanged, once it is."""
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from gemmscope import diagnose
-from gemmscope.trace_parser import read_trace
+from gemmscope import diagnosis
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
+
+from test_cli import gemmscope
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 REPO = Path(__file__).resolve().parent.parent
@@ -33,10 +33,10 @@ def test_compiled_model_counts_only_its_own_gemms_per_step():
     assert len(result.autotuning) > 0
     assert result.autotuning["name"].str.startswith("triton_").any()  # the Triton candidates, benchmarked
     assert not result.gemms["name"].str.fullmatch(r"triton_(?:b?mm|mm_persistent\w*)").any()
-    found = diagnose.diagnose(result)
+    found = diagnosis.diagnose(result)
     assert found.step_range == expected["step_range"]
     per_step = sum(expected["gemms_per_step"].values())
-    launched = Counter(diagnose.launching_step(result.gemms, found.steps))
+    launched = Counter(diagnosis.launching_step(result.gemms, found.steps))
     assert all(launched[step] == per_step for step in range(1, expected["steps"]))
 
 
@@ -44,8 +44,7 @@ def test_mxfp8_benchmark_that_skips_on_hopper_ran_nothing():
     """TE's GroupedLinear benchmark asked for MXFP8 on Hopper skips and exits 0: no GEMM ran at
     mxfp8 (exit 1), said as such, not as a capture made without CUDA tracing (exit 2)."""
     path = captured("grouped_linear_mxfp8_hopper")
-    done = subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", "analyze", str(path),
-                           "--expect", "mxfp8"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = gemmscope("analyze", path, "--expect", "mxfp8", timeout=300)
     assert done.returncode == 1, done.stderr
     assert "captured with --trace=cuda" not in done.stderr
 

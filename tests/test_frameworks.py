@@ -12,17 +12,16 @@ the parser.
 
 import json
 import lzma
-import os
 import sqlite3
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
+
+from test_cli import gemmscope as run_gemmscope
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "fixtures" / "gpu" / "corpus"
@@ -30,9 +29,7 @@ PASSES = ("fprop", "dgrad", "wgrad")
 
 
 def gemmscope(*args):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    return run_gemmscope(*args, timeout=300)
 
 
 def verify_json(name: str, *options: str) -> tuple[int, dict]:
@@ -226,3 +223,35 @@ def test_a_dispatch_mismatch_fails_fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_pa
     mismatches = json.loads(done.stdout)["mismatches"]
     assert mismatches and {m["cause"] for m in mismatches} == {"kernel-differs"}
     assert {(m["requested"], m["precision"]) for m in mismatches} == {("fp8", "bf16")}
+
+
+def test_plain_megatron_capture_is_checked_strictly_never_passed_silently():
+    """Megatron-Core GPT under a plain `nsys profile` (no hook, no TE ranges): nothing says what a
+    GEMM asked. Without --expect there is no recipe to check against (exit 4, never a pass);
+    with --expect fp8-current the strict check flags exactly the output layer's BF16 GEMMs
+    (3 passes × 3 steps), and the 144 TE GEMMs are FP8 and OK."""
+    tree = expected("megatron_gpt_fp8-tensorwise")
+    plain = CORPUS / "megatron_gpt_fp8-tensorwise_plain.sqlite.xz"
+    assert gemmscope("verify", "--trace", plain).returncode == 4
+    code, doc = verify_json("megatron_gpt_fp8-tensorwise_plain", "--expect", "fp8-current")
+    assert code == 1 and doc["summary"]["mode"] != "per-gemm"
+    assert len(doc["mismatches"]) == 3 * tree["steps"]
+    assert {m["precision"] for m in doc["mismatches"]} == {"bf16"}
+    assert {m["cause"] for m in doc["mismatches"]} == {"outside-te"}
+    result = check(read_trace(plain), "fp8-current")
+    ok = result.gemms[result.gemms["verdict"] == "OK"]
+    assert len(ok) == 4 * 4 * 3 * tree["steps"] and set(ok["precision"]) == {"fp8"}
+    # no hook, no TE ranges: forward or backward is told by the thread that launched the GEMM
+    assert Counter(ok["te_pass"].isin(["dgrad", "wgrad", "backward"])) == {True: 96, False: 48}
+
+
+def test_plain_torchao_rowwise_capture_is_checked_strictly():
+    """torchao rowwise under a plain `nsys profile`: --expect fp8-current (TE's tensor-wise
+    recipe) flags the row-wise forward GEMMs and the BF16 head, never a silent pass; the
+    backward GEMMs torchao runs tensor-wise (use_fast_accum off) are FP8 and OK."""
+    tree = expected("torchao_rowwise")
+    code, doc = verify_json("torchao_rowwise_plain", "--expect", "fp8-current")
+    assert code == 1
+    converted = sum(linear["float8"] for linear in tree["linears"])
+    flagged = Counter(m["precision"] for m in doc["mismatches"])
+    assert flagged == {"fp8-rowwise": converted * tree["steps"], "bf16": 3 * tree["steps"]}

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gemmscope.cli import main
+
 from sqlite_text import all_text
 
 SOURCE = Path(__file__).parent / "fixtures" / "gpu" / "te_linear_bf16.sqlite.xz"

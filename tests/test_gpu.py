@@ -4,13 +4,14 @@ They run the real commands: the canary, a small profile at every recipe and mode
 on the small TE training script of the fixtures (mixed and clean)."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from gemmscope import nsys_runner
+
+from test_cli import gemmscope as run_gemmscope
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 
@@ -36,8 +37,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_why_not is not None, reason=f
 
 
 def gemmscope(*args, cwd=None):
-    return subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", *args],
-                          capture_output=True, text=True, cwd=cwd, timeout=580)
+    return run_gemmscope(*args, cwd=cwd, timeout=580)
 
 
 def test_canary_is_flagged():
@@ -71,11 +71,13 @@ def test_small_profile_every_recipe_and_mode(tmp_path):
         assert results["speedups"]["autocast"]["nvfp4"] is None
 
 
+@pytest.mark.parametrize("profiler", ["nsys", "torch"])
 @pytest.mark.parametrize("scenario", ["mixed", "clean"])
-def test_verify_small_training_run(tmp_path, scenario):
+def test_verify_small_training_run(tmp_path, scenario, profiler):
     """Without --expect each GEMM is checked against what it asked: the BF16 GEMMs (a layer
-    outside autocast, a torch.nn.Linear) are coverage, not mismatches, and the run passes."""
-    done = gemmscope("verify", "--format", "json", "--per-launch", "--out", str(tmp_path), "--",
+    outside autocast, a torch.nn.Linear) are coverage, not mismatches, and the run passes;
+    captured by nsys or by torch.profiler alike."""
+    done = gemmscope("verify", "--profiler", profiler, "--format", "json", "--per-launch", "--out", str(tmp_path), "--",
                      sys.executable, str(FIXTURES / "train_small_te.py"), "--scenario", scenario,
                      "--expected-out", str(tmp_path / "expected.json"))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -88,6 +90,7 @@ def test_verify_small_training_run(tmp_path, scenario):
     assert report["summary"]["gemm_launches"] == bf16 + fp8
     assert report["summary"]["mismatches"] == 0
     assert report["summary"]["coverage"]["gemm_launches"] == bf16
+    assert report["meta"]["command"]["profiler"] == profiler
 
 
 CORPUS = FIXTURES / "corpus"
@@ -113,11 +116,14 @@ def test_verify_of_a_crashing_command_fails(tmp_path):
     assert json.loads(done.stdout)["meta"]["command"]["exit_code"] == 1
 
 
-def test_verify_transformer_layer_stack(tmp_path):
+@pytest.mark.parametrize("profiler", ["nsys", "torch"])
+def test_verify_transformer_layer_stack(tmp_path, profiler):
     """te.TransformerLayer stack under DDP and FP8 block scaling, layer 2 outside autocast and a
     plain torch LM head: every GEMM has module and pass; with --expect the flagged ones are
-    exactly that layer's and the head's."""
-    done = gemmscope("verify", "--expect", "fp8-block", "--format", "json", "--per-launch", "--out", str(tmp_path),
+    exactly that layer's and the head's. With torch.profiler, torchrun's launcher writes no trace,
+    its worker one, named for its rank."""
+    done = gemmscope("verify", "--profiler", profiler, "--expect", "fp8-block", "--format", "json", "--per-launch",
+                     "--out", str(tmp_path),
                      "--", "torchrun", "--standalone", "--nproc-per-node", "1", str(CORPUS / "te_stack.py"),
                      "--expected-out", str(tmp_path / "expected.json"))
     assert done.returncode == 1, done.stderr[-2000:]
@@ -125,7 +131,9 @@ def test_verify_transformer_layer_stack(tmp_path):
     expected = json.loads((tmp_path / "expected.json").read_text())
     assert report["summary"]["expected"] == expected["recipe"]
     groups = report["summary"]["groups"]
-    assert all(g["pass"] in ("fprop", "dgrad", "wgrad") for g in groups)
+    assert all(g["pass"] in ("fprop", "dgrad", "wgrad") and g["module"] for g in groups)
+    if profiler == "torch":
+        assert [t.name.split(".")[1] for t in tmp_path.glob("trace.*.json.gz")] == ["rank0"]
     flagged = {g["layer"] for g in groups if g["verdict"] == "FALLBACK"}
     layer = f"layers.{expected['outside_layer']}."
     head = {name for name in flagged if not name.startswith(layer)}

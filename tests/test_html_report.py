@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope.cli import EXAMPLE_RUN, main
+
 from test_cli import assert_one_line_error, gemmscope
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"

@@ -14,7 +14,8 @@ import pytest
 
 from gemmscope import kernels, te_ranges
 from gemmscope.loading import load_one
-from gemmscope.trace_parser import read_trace, trace_paths
+from gemmscope.traces.read import read_trace, trace_paths
+
 from test_cli import assert_one_line_error, gemmscope, invoke
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kineto"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gemmscope import loading
-from gemmscope.diagnose import diagnose
+from gemmscope.diagnosis import diagnose
 from gemmscope.verify import check
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"

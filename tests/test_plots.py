@@ -16,13 +16,14 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import diagnose, plots, profile
-from gemmscope.report.profile_run import write_profile_reports
+from gemmscope import diagnosis, plots, profile_run
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
 from gemmscope.cli import EXAMPLE_RUN, EXAMPLE_TRACE, main
 from gemmscope.kernels import decode
-from gemmscope.trace_parser import read_trace
+from gemmscope.report.profile_run import write_profile_reports
+from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
+
 from test_cli import assert_one_line_error, gemmscope
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
@@ -95,7 +96,7 @@ def checked():
 
 @pytest.fixture(scope="module")
 def run():
-    return profile.load_run(EXAMPLE_RUN)
+    return profile_run.load_run(EXAMPLE_RUN)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +149,7 @@ def test_kernel_tflops_per_gemm_and_recipe_against_the_peak(run, recorded):
 # --- traces: time per step ----------------------------------------------------------------------------
 
 def test_time_per_step_adds_up_to_the_breakdown_and_matches_the_export(checked):
-    found = diagnose.diagnose(checked(LARGE))
+    found = diagnosis.diagnose(checked(LARGE))
     steps = found.step_times
     exported = per_step_launches(LARGE)
     assert [name for name, _, _ in exported] == [f"step {i}" for i in range(8)]
@@ -157,7 +158,7 @@ def test_time_per_step_adds_up_to_the_breakdown_and_matches_the_export(checked):
     assert list(steps["kernel_launches"]) == [launches for _, launches, _ in exported[1:]]
     gemm_ns = steps["gemm_ns"] + steps["gemm-fallback_ns"]
     assert list(gemm_ns) == [ns for _, _, ns in exported[1:]]
-    columns = [c for c in diagnose.STEP_COLUMNS if c.endswith("_ns") or c == "kernel_launches"]
+    columns = [c for c in diagnosis.STEP_COLUMNS if c.endswith("_ns") or c == "kernel_launches"]
     assert (steps[columns].sum() == found.breakdown[columns].iloc[0]).all()
     plot = plots.steps_plot(found)
     assert plot.data is steps and plot.png.startswith(PNG)
@@ -165,10 +166,10 @@ def test_time_per_step_adds_up_to_the_breakdown_and_matches_the_export(checked):
 
 def test_time_per_step_of_two_ranks_adds_up_per_rank(checked):
     """Two ranks in one trace, cut by a range each rank pushes three times (--step-range)."""
-    found = diagnose.diagnose(checked("te_stack_fp8-block_2gpu"), "gemmscope.autocast(recipe=Float8BlockScaling)")
+    found = diagnosis.diagnose(checked("te_stack_fp8-block_2gpu"), "gemmscope.autocast(recipe=Float8BlockScaling)")
     steps = found.step_times
     assert sorted(steps["rank"].astype(str)) == ["0", "0", "1", "1"] and set(steps["step"]) == {1, 2}
-    columns = [c for c in diagnose.STEP_COLUMNS if c.endswith("_ns") or c == "kernel_launches"]
+    columns = [c for c in diagnosis.STEP_COLUMNS if c.endswith("_ns") or c == "kernel_launches"]
     per_rank = steps.groupby(steps["rank"].astype(str))[columns].sum()
     assert (per_rank.to_numpy() == found.breakdown.set_index(found.breakdown["rank"].astype(str))
             .loc[per_rank.index, columns].to_numpy()).all()
@@ -176,7 +177,7 @@ def test_time_per_step_of_two_ranks_adds_up_per_rank(checked):
 
 
 def test_no_steps_no_step_plot(checked):
-    found = diagnose.diagnose(checked("fsdp_small_fp8_1gpu"))
+    found = diagnosis.diagnose(checked("fsdp_small_fp8_1gpu"))
     assert found.step_times.empty and plots.steps_plot(found) is None
 
 

@@ -3,20 +3,18 @@ the H200 run shipped in the package, and an H100 run kept with the tests."""
 
 import json
 import math
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-import pandas as pd
-
-from gemmscope import profile
+from gemmscope import gpu_profile, profile_run, run_marks
 from gemmscope.report.documents import results_document
 from gemmscope.report.profile_run import device_line, write_profile_reports
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 
+from test_cli import gemmscope
 
 # Dense peaks read off NVIDIA's H100 and H200 pages (figures "with sparsity", halved) and their
 # memory bandwidths, written out here so the test does not read them from gemmscope's table.
@@ -35,7 +33,7 @@ class Reference:
 
 
 RUNS = {
-    "h200": Reference(Path(profile.__file__).parent / "examples" / "h200-codonfm-5b",
+    "h200": Reference(Path(profile_run.__file__).parent / "examples" / "h200-codonfm-5b",
                       {"fp8-current": 1.61, "fp8-delayed": 1.72, "fp8-block": 1.42}, 29.6),
     "h100": Reference(Path(__file__).parent / "fixtures" / "runs" / "h100-codonfm-5b",
                       {"fp8-current": 1.50, "fp8-delayed": 1.65, "fp8-block": 1.40}, 28.6),
@@ -49,7 +47,7 @@ def gpu(request) -> Reference:
 
 @pytest.fixture(scope="module")
 def run(gpu):
-    return profile.load_run(gpu.run_dir)
+    return profile_run.load_run(gpu.run_dir)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +82,7 @@ def test_blackwell_recipes_unsupported_with_te_reason_and_never_summed(run):
     assert blackwell["reason"].str.contains("compute capability 10.0 or higher required").all()
     assert blackwell["e2e_ms"].isna().all() and blackwell["verdict"].isna().all()
     layer = run.per_layer()
-    for mode in profile.MODES:
+    for mode in profile_run.MODES:
         for precision in ("mxfp8", "nvfp4"):
             assert math.isnan(layer.loc[(mode, precision), "e2e_ms"])
             assert run.speedups()[mode][precision] is None
@@ -214,14 +212,14 @@ def _measurements(run) -> pd.DataFrame:
 
 
 def test_unknown_gpu_is_named_unknown_and_gets_no_peak(run):
-    g = profile.with_speed_figures(_measurements(run), "NVIDIA GH200 480GB")
+    g = profile_run.with_speed_figures(_measurements(run), "NVIDIA GH200 480GB")
     assert g["peak_tflops"].isna().all() and g["pct_of_peak"].isna().all() and g["ridge"].isna().all()
     prequant_fp8 = g[(g["mode"] == "prequant") & (g["precision"] == "fp8-current")]
     assert prequant_fp8["speedup_reason"].str.endswith("TFLOP/s (GPU not in the device table: no peak)").all()
     mlp_down = g[(g["op"] == "mlp_down") & (g["pass"] == "fprop") & (g["precision"] == "fp8-current")
                  & (g["mode"] == "autocast")]
     assert mlp_down["speedup_reason"].str.startswith("quantization").all()  # what the trace says still holds
-    unknown = profile.ProfileRun(device={"name": "NVIDIA GH200 480GB", "sm": "sm90"}, plan=run.plan, gemms=g,
+    unknown = profile_run.ProfileRun(device={"name": "NVIDIA GH200 480GB", "sm": "sm90"}, plan=run.plan, gemms=g,
                                  memory=run.memory)
     assert device_line(unknown).startswith("NVIDIA GH200 480GB is not in gemmscope's device table")
     assert results_document(unknown, None)["device_figures"] is None
@@ -234,7 +232,7 @@ def test_fallback_and_memory_bound_rules(run):
     rows.loc[fallback, ["verdict", "kernel_precision"]] = ["FALLBACK", "bf16"]
     rows.loc[decode, "m"] = 16  # one token per sequence: the weights dominate what moves
     rows["flops"] = 2 * rows["m"] * rows["k"] * rows["n"]
-    g = profile.with_speed_figures(rows, run.device["name"])
+    g = profile_run.with_speed_figures(rows, run.device["name"])
     assert (g.loc[fallback, "speedup_reason"] == "kernel fell back to BF16").all()
     decode_rows = g[decode]
     assert decode_rows["speedup_reason"].str.match(r"memory-bound: intensity \d+ < ridge \d+ FLOP/B").all()
@@ -250,25 +248,24 @@ def test_idle_gaps_are_named_only_where_they_outweigh_quantization(run):
 def test_run_without_trace_says_so(run, gpu):
     trace = read_trace(gpu.run_dir / "trace.sqlite.xz")
     marks = trace.nvtx.loc[trace.nvtx["kind"] == "mark", "name"].dropna()
-    plan = next(n for n in marks if n.startswith(profile.PLAN_PREFIX))[len(profile.PLAN_PREFIX):]
-    events = {"plan": json.loads(plan), "results": [n for n in marks if n.startswith(profile.RESULT_PREFIX)],
+    plan = next(n for n in marks if n.startswith(run_marks.PLAN_PREFIX))[len(run_marks.PLAN_PREFIX):]
+    events = {"plan": json.loads(plan), "results": [n for n in marks if n.startswith(run_marks.RESULT_PREFIX)],
               "device": run.device}
-    g = profile.analyze_events(events).gemms
+    g = profile_run.analyze_events(events).gemms
     ran = g["status"] == "ok"
     assert g.loc[ran, "speedup_reason"].str.match(r"no trace: e2e at \d+ % of (BF16|FP8) peak").all()
     assert g.loc[ran, "pct_of_peak"].notna().all() and g.loc[ran, "kernel_tflops"].isna().all()
 
 
 def test_label_round_trip_keeps_free_text_reason():
-    fields = profile.parse_label("gemmscope.result|op=qkv|pass=fprop|precision=nvfp4|mode=autocast|m=1|k=2|n=3"
+    fields = profile_run.parse_label("gemmscope.result|op=qkv|pass=fprop|precision=nvfp4|mode=autocast|m=1|k=2|n=3"
                                  "|iters=5|status=failed|reason=RuntimeError: a|b=c")
     assert fields["reason"] == "RuntimeError: a|b=c" and fields["m"] == 1 and fields["status"] == "failed"
 
 
-@pytest.mark.skipif(profile.gpu_available(), reason="a GPU is here: profile would run for real")
+@pytest.mark.skipif(gpu_profile.gpu_available(), reason="a GPU is here: profile would run for real")
 def test_profile_without_gpu_shows_the_shipped_run():
-    done = subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", "profile"],
-                          capture_output=True, text=True)
+    done = gemmscope("profile")
     assert done.returncode == 0, done.stderr
     assert "no CUDA GPU here" in done.stderr
     assert "codonfm-5b on NVIDIA H200" in done.stdout and "1.66x" in done.stdout

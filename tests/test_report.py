@@ -11,16 +11,17 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import diagnose, verify
+from gemmscope import verify
 from gemmscope.bundle import bundle
 from gemmscope.cli import EXAMPLE_RUN, main
+from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError
-from gemmscope.profile import load_run
+from gemmscope.profile_run import load_run
 from gemmscope.report import render
 from gemmscope.report.documents import analysis_document
 from gemmscope.report.profile_run import profile_report
 from gemmscope.report.verification import verification_report
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 # A trace checked against a recipe its first and last layers do not run: mismatches, allowed ones, findings.
@@ -41,7 +42,7 @@ def headings(markdown: str) -> list[str]:
 @pytest.fixture(scope="module")
 def checked():
     result = verify.check([read_trace(MIXED)], "fp8-current", ("output_layer",))
-    return result, diagnose.diagnose(result)
+    return result, diagnose(result)
 
 
 def test_one_markdown_for_analyze_report_and_bundle(tmp_path, checked):

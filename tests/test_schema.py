@@ -10,11 +10,12 @@ import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
-from gemmscope import diagnose, kernels, profile, verify
-from gemmscope.report import documents
+from gemmscope import diagnosis, kernels, profile_run, recipes, verify
 from gemmscope.bundle import bundle
 from gemmscope.cli import main
-from gemmscope.trace_parser import read_trace
+from gemmscope.report import documents
+from gemmscope.traces.read import read_trace
+
 from schema_check import REGISTRY, SCHEMAS, assert_valid
 
 DOCUMENT_KINDS = {"analyze", "verify", "compare", "shapes", "kernel", "profile-results", "environment"}
@@ -23,7 +24,7 @@ TESTS = Path(__file__).parent
 GPU = TESTS / "fixtures" / "gpu"
 CORPUS = GPU / "corpus"
 HF_CONFIGS = TESTS / "fixtures" / "hf_configs"
-RUNS = {"h200-example": Path(profile.__file__).parent / "examples" / "h200-codonfm-5b",
+RUNS = {"h200-example": Path(profile_run.__file__).parent / "examples" / "h200-codonfm-5b",
         "h100": TESTS / "fixtures" / "runs" / "h100-codonfm-5b"}
 # analyze and verify: exit 1 (mismatches) and 4 (no recipe known, verify) still write the document.
 DOCUMENT_EXITS = (0, 1, 4)
@@ -85,14 +86,14 @@ def test_schema_version_is_the_code_s():
 
 def test_vocabularies_are_the_code_s():
     common = SCHEMAS["common"]["$defs"]
-    assert tuple(common["recipe"]["enum"]) == verify.RECIPES
+    assert tuple(common["recipe"]["enum"]) == recipes.RECIPES
     assert tuple(common["kernel_precision"]["enum"]) == kernels.PRECISIONS
-    assert tuple(common["category"]["enum"]) == diagnose.CATEGORIES
-    category_times = {f"{category}_ns" for category in diagnose.CATEGORIES}
+    assert tuple(common["category"]["enum"]) == diagnosis.CATEGORIES
+    category_times = {f"{category}_ns" for category in diagnosis.CATEGORIES}
     assert category_times <= set(common["per_rank"]["required"])
     assert category_times <= set(SCHEMAS["compare"]["properties"]["totals"]["required"])
     assert tuple(SCHEMAS["kernel"]["properties"]["kernels"]["items"]["properties"]["role"]["enum"]) == kernels.ROLES
-    assert tuple(SCHEMAS["profile-results"]["$defs"]["mode"]["enum"]) == profile.MODES
+    assert tuple(SCHEMAS["profile-results"]["$defs"]["mode"]["enum"]) == profile_run.MODES
 
 
 # --- analyze and verify on real traces ---------------------------------------------------------------
@@ -148,7 +149,7 @@ def test_verify_json_of_a_command_gemmscope_ran(gpu_trace):
     result = verify.check([gpu_trace("nn_linear_in_fp8_autocast")], "fp8-current")
     for window in (None, {"nvtx_range": "step 3"}, {"delay_s": 2.0, "duration_s": 5.0}):
         command = {"exit_code": 1, "capture_window": window}
-        document = documents.verification_document(result, command, diagnose.diagnose(result), per_launch=True)
+        document = documents.verification_document(result, command, diagnosis.diagnose(result), per_launch=True)
         assert_valid(parse(json.dumps(document)), "verify")
 
 
@@ -203,7 +204,7 @@ def test_shipped_example_results_json():
 
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_results_json_re_derived_from_the_trace(run):
-    document = documents.results_document(profile.load_run(RUNS[run]), None)
+    document = documents.results_document(profile_run.load_run(RUNS[run]), None)
     assert_valid(parse(json.dumps(document)), "profile-results")
 
 

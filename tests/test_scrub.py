@@ -17,7 +17,8 @@ import gemmscope
 from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.scrub import REDACTED, Redactor, command_lines, scrub
-from gemmscope.trace_parser import read_trace
+from gemmscope.traces.read import read_trace
+
 from sqlite_text import all_text
 
 GPU_DIR = Path(__file__).parent / "fixtures" / "gpu"

@@ -3,9 +3,6 @@ import dataclasses
 import io
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +23,8 @@ from gemmscope.shapes import (
     preset,
     resolve_config,
 )
+
+from test_cli import gemmscope
 
 REPO = Path(__file__).resolve().parent.parent
 HF_CONFIGS = Path(__file__).parent / "fixtures" / "hf_configs"
@@ -566,11 +565,7 @@ def test_cli_shapes_prints_nemotron_h_mamba_ops():
 
 def test_cli_shapes_unmodelled_field_is_one_line_exit_2(tmp_path):
     path = write_json(tmp_path, json.dumps({**hf_dict("deepseek-v3"), "model_type": "kimi_k2"}))
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    done = subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()",
-                           "shapes", "--config", str(path)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120,
-                          env={**os.environ, "PYTHONPATH": pythonpath})
+    done = gemmscope("shapes", "--config", path)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("gemmscope: error: ")
     assert "'n_routed_experts' changes the GEMMs" in done.stderr and "kimi_k2" in done.stderr

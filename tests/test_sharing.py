@@ -3,7 +3,6 @@ nowhere in what report (HTML, Markdown, tables), bundle (every member, the trace
 and scrub write, and the output says how many of each kind went; no unscrubbed copy of a trace
 is left behind, nor one readable by other users; failures are one line with their exit code."""
 
-import json
 import lzma
 import os
 import secrets
@@ -22,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope.cli import main
+
 from sqlite_text import all_text
 
 GPU_DIR = Path(__file__).parent / "fixtures" / "gpu"
@@ -208,11 +208,17 @@ def test_names_too_long_are_one_line(command, tmp_path):
         _one_line(gemmscope(command, str(GPU_DIR / "te_linear_bf16.sqlite.xz"), "-o", long_name), 2)
 
 
-def _interrupted_after(seconds: float, *args: str) -> subprocess.CompletedProcess:
+def _interrupted_after(seconds: float, *args: str, group: bool = True) -> subprocess.CompletedProcess:
+    """`gemmscope ARGS` sent SIGINT after `seconds`: as Ctrl-C does, to every process of its group,
+    or (`group` False) to the CLI's own process alone, as a worker started after a Ctrl-C finds it."""
     process = subprocess.Popen([sys.executable, "-m", "gemmscope", *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     time.sleep(seconds)
-    os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C does: to every process of the group
+    if group:
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        process.send_signal(signal.SIGINT)
+    # the pipes close when every process that holds them has ended: a worker left behind hangs this
     stdout, stderr = process.communicate(timeout=120)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
@@ -225,6 +231,18 @@ def test_ctrl_c_is_interrupted_exit_130_also_in_workers(seconds, tmp_path):
     if done.returncode in (0, 1):
         pytest.skip("the analysis finished before the interrupt")
     _one_line(done, 130, "gemmscope: interrupted")
+
+
+def test_ctrl_c_the_workers_never_got_ends_them_too():
+    """SIGINT to the CLI alone while two workers read traces: it exits 130 at once and leaves no
+    worker behind reading the rest (they hold its output pipes: the wait below would time out)."""
+    traces = [str(p) for p in sorted((GPU_DIR / "corpus").glob("*.sqlite.xz"))]
+    started = time.perf_counter()
+    done = _interrupted_after(2.5, "analyze", "--expect", "fp8-current", "--workers", "2", *traces, group=False)
+    if done.returncode in (0, 1):
+        pytest.skip("the analysis finished before the interrupt")
+    _one_line(done, 130, "gemmscope: interrupted")
+    assert time.perf_counter() - started < 60
 
 
 def test_bundle_interrupted_leaves_nothing(tmp_path):
@@ -253,7 +271,7 @@ def test_doctor_canary_without_torch_or_a_gpu_is_one_line():
 
 
 def test_profile_of_a_model_without_a_gpu_says_so():
-    from gemmscope.profile import gpu_available
+    from gemmscope.gpu_profile import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is here")

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from gemmscope.cli import EXAMPLE_RUN, main
 from gemmscope.report.tables import TABLE_FILES
+
 from test_cli import assert_one_line_error, gemmscope
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"

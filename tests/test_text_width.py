@@ -7,21 +7,20 @@ the terminal's width or on COLUMNS; `profile` also runs in a fresh interpreter w
 wider, as a user's shell would."""
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import profile
-from gemmscope.report import terminal
+from gemmscope import gpu_profile, profile_run
 from gemmscope.cli import EXAMPLE_RUN, main
-from gemmscope.trace_parser import read_trace
+from gemmscope.report import terminal
+from gemmscope.traces.read import read_trace
+
+from test_cli import gemmscope
 
 TESTS = Path(__file__).parent
 GPU = TESTS / "fixtures" / "gpu"
@@ -58,7 +57,7 @@ COMMANDS = {
                            0),
     "doctor": (["doctor"], 0),
 }
-NO_GPU = pytest.mark.skipif(profile.gpu_available(), reason="a GPU is here: profile would run for real")
+NO_GPU = pytest.mark.skipif(gpu_profile.gpu_available(), reason="a GPU is here: profile would run for real")
 
 
 def invoke(*args, code: int | None = None) -> str:
@@ -201,7 +200,7 @@ def test_kernel_names_each_in_full_under_the_table():
 def test_profile_fits_and_keeps_its_figures():
     text = invoke("profile", code=0)
     assert_fits(text)
-    run = profile.load_run(EXAMPLE_RUN)
+    run = profile_run.load_run(EXAMPLE_RUN)
     assert "autocast: fp8-delayed 1.66×" in text
     assert "Not in the tables below: mxfp8, nvfp4: no GEMM ran" in text
     for recipe in ("MXFP8", "NVFP4"):  # TE's reason once per recipe
@@ -229,8 +228,7 @@ def test_profile_verbose_fits_and_has_throughput():
 
 @NO_GPU
 def test_profile_in_a_shell_with_wider_columns():
-    done = subprocess.run([sys.executable, "-c", "from gemmscope.cli import main; main()", "profile"],
-                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"}, timeout=300)
+    done = gemmscope("profile", env={"COLUMNS": "250"}, timeout=300)
     assert done.returncode == 0, done.stderr
     assert_fits(done.stdout)
     assert done.stdout == invoke("profile")

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from gemmscope.errors import InputError
+from gemmscope.recipes import RECIPES
 from gemmscope.report.documents import summary_document
-from gemmscope.trace_parser import read_trace
-from gemmscope.verify import RECIPES, check, verdict
+from gemmscope.traces.read import read_trace
+from gemmscope.verify import check, verdict
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 
@@ -294,7 +295,7 @@ def _without_the_hooks_rank_marks(gpu_path: Path, tmp_path: Path, one_gpu: bool 
 
 
 def test_several_processes_without_the_hook_are_ranked_by_their_gpu(tmp_path):
-    from gemmscope import diagnose
+    from gemmscope import diagnosis
 
     original = CORPUS / "fsdp_fp8_2gpu.sqlite.xz"
     hooked = check([read_trace(original)]).gemms
@@ -304,7 +305,7 @@ def test_several_processes_without_the_hook_are_ranked_by_their_gpu(tmp_path):
     # processes sharing one GPU: no rank can be named, and the two stay two timelines, by process
     shared = check([read_trace(_without_the_hooks_rank_marks(original, tmp_path, one_gpu=True))])
     assert shared.gemms["rank"].isna().all()
-    labels = sorted(diagnose.diagnose(shared).breakdown["rank"].astype(str))
+    labels = sorted(diagnosis.diagnose(shared).breakdown["rank"].astype(str))
     pids = sorted(str(p) for p in (shared.gemms["global_pid"] // (1 << 24) & 0xFFFFFF).unique())
     assert labels == [f"process {pid}" for pid in pids] and len(labels) == 2
 

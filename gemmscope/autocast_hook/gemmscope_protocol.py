@@ -34,6 +34,11 @@ A record is a prefix followed by ``key=value`` fields separated by ``|``:
 - ``gemmscope.software|torch=…|cuda=…|transformer_engine=…|cublaslt=…``: a mark once per process,
   at its first TE GEMM call, with the versions a bug report needs and no nsys table records
   (``cuda``: the CUDA torch was built with; ``cublaslt``: the cuBLASLt TE loaded).
+
+``gemmscope verify --profiler torch`` captures with torch.profiler instead of nsys: it names a
+folder in TORCH_TRACE_FOLDER, and the hook, in every process of the command that imports torch,
+records from then on and, at the process's exit, writes the trace there (torch_trace_name) if the
+process used CUDA.
 """
 
 AUTOCAST_PREFIX = "gemmscope.autocast(recipe="
@@ -62,6 +67,20 @@ SCALINGS = ("tensorwise", "rowwise", "rowwise-rescaled", "blockwise", "mx")
 OPERAND_TYPES = (
     "bf16", "fp16", "fp32", "fp8-delayed", "fp8-current", "fp8", "fp8-block", "mxfp8", "nvfp4", "fp4",
 )
+
+
+# The environment variable naming the folder torch.profiler traces are written into.
+TORCH_TRACE_FOLDER = "GEMMSCOPE_TORCH_TRACE_FOLDER"
+
+
+def torch_trace_name(pid: int, rank: str) -> str:
+    """A process's torch.profiler trace: its rank in the name where a launcher set one (gemmscope
+    reads a rank from a name such as rank3), its pid always (a rank may run more than one process)."""
+    return f"trace.{'' if rank == UNKNOWN else f'rank{rank}.'}{pid}.json.gz"
+
+
+# Every name torch_trace_name gives, as a glob pattern.
+TORCH_TRACE_GLOB = "trace.*.json.gz"
 
 
 def format_record(prefix: str, fields: dict) -> str:

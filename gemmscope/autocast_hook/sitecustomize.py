@@ -17,6 +17,10 @@ gemmscope_protocol.py beside this file):
 While torch.profiler records, each of these is also a ``record_function`` range, so that a PyTorch
 profiler (Kineto) trace, which holds no NVTX, carries the same records.
 
+Where gemmscope captures with torch.profiler instead of nsys (TORCH_TRACE_FOLDER set), the hook
+starts the profiler as torch is imported and writes the trace when the process exits, if it used
+CUDA (a launcher such as torchrun's writes none).
+
 Modules are recognised by what they are, not by their class name: a subclass of a TE module
 (Megatron-Core's TELayerNormColumnParallelLinear ...) is that TE module, and a subclass of a TE
 recipe (Megatron-Core's TEDelayedScaling) is recorded as the TE recipe it derives from.
@@ -26,7 +30,9 @@ and the trace falls back to TE's own NVTX ranges. The interpreter's own sitecust
 still run afterwards.
 """
 
+import atexit
 import functools
+import gzip
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -34,6 +40,7 @@ import inspect
 import itertools
 import math
 import os
+import shutil
 import sys
 import threading
 
@@ -45,8 +52,10 @@ from gemmscope_protocol import (
     PROCESS_PREFIX,
     SOFTWARE_PREFIX,
     TORCH_GEMM_PREFIX,
+    TORCH_TRACE_FOLDER,
     UNKNOWN,
     format_record,
+    torch_trace_name,
 )
 
 _QUANTIZATION = "transformer_engine.pytorch.quantization"
@@ -74,10 +83,10 @@ def te_base_class(cls: type) -> str | None:
 
 
 # Per Python class: (its TE base class or None, whether a GEMM's record may name it straight from
-# the module stack). te_base_class walks an MRO; GEMM calls and module calls are a hot path.
+# the running modules). te_base_class walks an MRO; GEMM calls and module calls are a hot path.
 _TE_CLASSES: dict = {}
-# te.ops: the fuser runs its operations without calling them as modules, so the module stack
-# shows only what holds them; which operation made a GEMM is read from the calling frames.
+# te.ops: the fuser runs its operations without calling them as modules, so the running modules
+# show only what holds them; which operation made a GEMM is read from the calling TE frames.
 _TE_OPS_PACKAGE = _TE_PACKAGE + ".pytorch.ops"
 
 
@@ -144,9 +153,15 @@ def _patch_quantization(quantization_module) -> None:
     _mark_process(torch)
 
 
+def _rank() -> str:
+    """The process's rank as its launcher (torchrun, mpirun, SLURM) set it, or UNKNOWN."""
+    env = os.environ
+    return env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", env.get("SLURM_PROCID", UNKNOWN)))
+
+
 def _mark_process(torch) -> None:
     env = os.environ
-    rank = env.get("RANK", env.get("OMPI_COMM_WORLD_RANK", env.get("SLURM_PROCID", UNKNOWN)))
+    rank = _rank()
     local_rank = env.get("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("SLURM_LOCALID", UNKNOWN)))
     world_size = env.get("WORLD_SIZE", env.get("OMPI_COMM_WORLD_SIZE", env.get("SLURM_NTASKS", UNKNOWN)))
     _mark(torch, format_record(PROCESS_PREFIX, {
@@ -172,46 +187,35 @@ def _mark_software(torch) -> None:
 
 # --- which module: layer paths ----------------------------------------------------------------
 
-# Per thread: `modules`, the modules whose forward runs; `node`, the backward nodes running
-# (_watch_backward); `pending`, per autograd.Function.apply running, [the record of a GEMM awaiting
-# the Function's node (_await_backward_node), the TE module record that node is to keep]; `profiled`,
-# per record range open, its torch.profiler handle (_push).
+# Per thread: `node`, the backward nodes running (_watch_backward); `pending`, per
+# autograd.Function.apply running, [the record of a GEMM awaiting the Function's node
+# (_await_backward_node), the TE module record that node is to keep]; `profiled`, per record range
+# open, its torch.profiler handle (_push).
 _thread = threading.local()
-# On `node`, above a backward node: a module's forward runs inside it (activation checkpointing
-# recomputes the forward there), so the GEMMs are that module's forward ones.
-_FORWARD_IN_BACKWARD = None
+_CALL_IMPL = None  # nn.Module._call_impl's code, once torch is imported
 
 
-def _running_modules() -> list:
-    modules = _thread.__dict__.get("modules")
-    if modules is None:
-        modules = _thread.modules = []
-    return modules
-
-
-def _enter_module(module, _args) -> None:
-    """Global forward pre-hook: names the model's modules (_name_tree) and keeps, per thread, the
-    modules whose forward is running, so a GEMM knows the innermost one. Not while torch.compile
-    traces: what it compiles runs no hook."""
-    if _compiling():
-        return
-    if "_gemmscope_path" not in module.__dict__:
-        _name_tree(module)
-    _running_modules().append(module)
-    running = _thread.__dict__.get("node")
-    if running:
-        running.append(_FORWARD_IN_BACKWARD)
-
-
-def _leave_module(module, _args, _output) -> None:
-    if _compiling():
-        return
-    modules = _running_modules()
-    if modules and modules[-1] is module:
-        modules.pop()
-    running = _thread.__dict__.get("node")
-    if running and running[-1] is _FORWARD_IN_BACKWARD:
-        running.pop()
+def _running_module(frame):
+    """The innermost module whose forward runs on this thread, read from the frames that call a
+    GEMM (None outside every module): every module call runs nn.Module._call_impl, whose `self` is
+    the module. Read at the GEMM call, not kept by module hooks: global module hooks would put every
+    module call of the program on nn.Module's slow path. The model's modules are named (_name_tree)
+    from the outermost running module the first time one without a path makes a GEMM."""
+    innermost = None
+    while frame is not None:
+        if frame.f_code is _CALL_IMPL:
+            module = frame.f_locals["self"]
+            if innermost is None:
+                innermost = module
+                if "_gemmscope_path" in module.__dict__:
+                    return innermost
+            outermost = module
+        frame = frame.f_back
+    if innermost is not None:
+        _name_tree(outermost)
+        if "_gemmscope_path" not in innermost.__dict__:  # run by a module that does not hold it
+            _name_tree(innermost)
+    return innermost
 
 
 def _compiling() -> bool:
@@ -222,10 +226,9 @@ _is_compiling = None  # torch.compiler.is_compiling, once torch is imported
 
 
 def _name_tree(module) -> None:
-    """The first module whose forward runs without a path is the outermost one; every module
-    under it gets its attribute path (wrappers left out), once. Walks `_modules` itself, since
-    containers such as ModuleList are iterated, never called, and so never reach the hook. The
-    basic operations a te.ops operation is made of share its path."""
+    """`module` is the outermost one running: every module under it gets its attribute path
+    (wrappers left out), once. Walks `_modules` itself, since containers such as ModuleList are
+    iterated, never called. The basic operations a te.ops operation is made of share its path."""
     module.__dict__["_gemmscope_path"] = ""
     stack = [(module, "", False)]
     while stack:
@@ -270,32 +273,28 @@ def _module_record(module) -> dict:
     return record
 
 
-def _owner_record() -> dict:
-    """The innermost module of any kind around a GEMM call: in a forward pass the innermost
-    module whose forward runs on this thread; in a backward pass, the module of the forward call
-    whose backward node runs now (_BackwardNode), unless a forward runs inside that node
-    (activation checkpointing's recompute)."""
-    running = _thread.__dict__.get("node")
-    if running and running[-1] is not _FORWARD_IN_BACKWARD:
-        return {"owner": running[-1]["module"], "layer": running[-1]["layer"]}
-    modules = _thread.__dict__.get("modules")
-    if modules:
-        module = modules[-1]
+def _owner_record(module) -> dict:
+    """The innermost module of any kind around a GEMM call (`module`, _running_module): in a
+    backward pass, with no module's forward running inside it (activation checkpointing's
+    recompute), the module of the forward call whose backward node runs now (_watch_backward)."""
+    if module is not None:
         return {"owner": type(module).__name__, "layer": module.__dict__.get("_gemmscope_path", "")}
+    running = _thread.__dict__.get("node")
+    if running:
+        return {"owner": running[-1]["module"], "layer": running[-1]["layer"]}
     return {"owner": UNKNOWN, "layer": ""}
 
 
 def _calling_module(torch, function_ctx_type) -> dict:
     """The TE module or fusible operation that called this GEMM. In a forward pass it is the
-    innermost module running on this thread when that is a TE module; the autograd.Function it
-    applies is stamped with it (_recording_apply), and in the backward pass that Function's node,
-    the one running, says whose GEMM this is. Otherwise (te.ops, whose fuser calls its operations
-    without the module stack seeing them; a node nothing stamped) the calling frames are read
+    innermost module running on this thread (_running_module) when that is a TE module; the
+    autograd.Function it applies is stamped with it (_recording_apply), and in the backward pass
+    that Function's node, the one running, says whose GEMM this is. Otherwise (te.ops, whose fuser calls its operations
+    without calling them as modules; a node nothing stamped) TE's calling frames are read
     (_calling_frames). A GEMM a framework hands TE from a module of its own (Megatron's MoE
     router) has none: its owner says where it is."""
-    modules = _thread.__dict__.get("modules")
-    if modules:
-        module = modules[-1]
+    module = _running_module(sys._getframe(2))
+    if module is not None:
         if _te_class(type(module))[1]:
             record = _module_record(module)
             pending = _thread.__dict__.get("pending")
@@ -307,13 +306,13 @@ def _calling_module(torch, function_ctx_type) -> dict:
         record = getattr(node, "_gemmscope_module", None) if node is not None else None
         if record is not None:
             return record
-    return _calling_frames(torch, function_ctx_type)
+    return _calling_frames(torch, function_ctx_type, module)
 
 
 _current_autograd_node = None  # torch._C._current_autograd_node, once torch is imported
 
 
-def _calling_frames(torch, function_ctx_type) -> dict:
+def _calling_frames(torch, function_ctx_type, module) -> dict:
     """The innermost TE module or fusible operation among the TE frames calling this GEMM. In a
     forward pass it is the `self` of a frame; an autograd context met on the way is stamped
     with it, and in the backward pass (autograd's thread, where no module frame is on the
@@ -340,7 +339,7 @@ def _calling_frames(torch, function_ctx_type) -> dict:
                     return stamped
                 contexts.append(ctx)
         frame = frame.f_back
-    return {"module": UNKNOWN, "name": "", **_owner_record()}
+    return {"module": UNKNOWN, "name": "", **_owner_record(module)}
 
 
 # --- what TE was handed -----------------------------------------------------------------------
@@ -581,12 +580,13 @@ def _backward_pass(node: dict, m: int, n: int) -> str:
 
 def _torch_record(torch, op: str, a, b, args: tuple, kwargs: dict) -> tuple[dict, tuple[int, int, int]]:
     m, n, k = torch_gemm_shape(op, a, b)
+    module = _running_module(sys._getframe(2))
     running = _thread.__dict__.get("node")
-    node = running[-1] if running else None
-    if node is not None:
+    if running and module is None:  # a backward, not a forward recomputed inside one
+        node = running[-1]
         record = {"op": op, "module": node["module"], "layer": node["layer"], "pass": _backward_pass(node, m, n)}
     else:
-        owner = _owner_record()
+        owner = _owner_record(module)
         record = {"op": op, "module": owner["owner"], "layer": owner["layer"], "pass": "fprop"}
     record.update(a=tensor_type(a), b=tensor_type(b))
     if op == "_scaled_mm":
@@ -733,12 +733,11 @@ def _recording_apply(torch, original):
 
 
 def _patch_torch(torch) -> None:
-    global _is_compiling, _current_autograd_node, _profiler_enabled
+    global _is_compiling, _current_autograd_node, _profiler_enabled, _CALL_IMPL
     _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    _CALL_IMPL = torch.nn.Module._call_impl.__code__
     _current_autograd_node = getattr(torch._C, "_current_autograd_node", lambda: None)
     _profiler_enabled = torch._C._autograd._profiler_enabled
-    torch.nn.modules.module.register_module_forward_pre_hook(_enter_module)
-    torch.nn.modules.module.register_module_forward_hook(_leave_module, always_call=True)
     for owner_name, attribute, op, position_a, position_b in _TORCH_GEMM_CALLS:
         owner = torch.Tensor if owner_name == "torch.Tensor" else sys.modules[owner_name]
         original = getattr(owner, attribute, None)
@@ -748,9 +747,75 @@ def _patch_torch(torch) -> None:
     function.apply = classmethod(_recording_apply(torch, function.apply.__func__))
 
 
+# --- capturing with torch.profiler -------------------------------------------------------------
+
+def _start_profiler(torch) -> None:
+    """Where gemmscope captures with torch.profiler (TORCH_TRACE_FOLDER names the folder): record
+    CPU and CUDA activity with operator shapes from now on, as a user's own torch.profiler run
+    does, and write the trace at exit (_write_trace). A failure costs the trace, never the program."""
+    folder = os.environ.get(TORCH_TRACE_FOLDER)
+    if not folder:
+        return
+    try:
+        from torch.profiler import ProfilerActivity, profile, supported_activities
+
+        # CUDA where this torch can trace it: asking for it elsewhere only warns
+        activities = [a for a in (ProfilerActivity.CPU, ProfilerActivity.CUDA) if a in supported_activities()]
+        profiler = profile(activities=activities, record_shapes=True)
+        profiler.start()
+    except Exception as exc:
+        _note(f"torch.profiler could not start ({type(exc).__name__}: {exc}): this process is not captured")
+        return
+    atexit.register(_write_trace, torch, profiler, folder)
+
+
+def _used_cuda(torch) -> bool:
+    """Looked up at exit: the tests stand a CPU process for one that used CUDA by replacing it."""
+    return torch.cuda.is_initialized()
+
+
+def _write_trace(torch, profiler, folder: str) -> None:
+    """At exit: stop the profiler and, in a process that used CUDA, write its trace, gzipped,
+    through a name gemmscope does not read, so that a trace appears whole or not at all."""
+    path = os.path.join(folder, torch_trace_name(os.getpid(), _rank()))
+    plain, partial = f"{path}.plain.partial", f"{path}.partial"
+    try:
+        used_cuda = _used_cuda(torch)
+        if not _profiler_enabled():
+            # a profiler the program starts itself ends this one: its own traces are the ones to read
+            if used_cuda:
+                _note("torch.profiler was stopped by the program (does it run torch.profiler itself? Then check "
+                      "its traces with gemmscope verify --trace): no trace written")
+            return
+        if used_cuda:
+            try:
+                torch.cuda.synchronize()  # kernels still running are in the trace too
+            except Exception:  # a CUDA error ended the program: what finished is still written
+                pass
+        profiler.stop()
+        if not used_cuda:
+            return
+        profiler.export_chrome_trace(plain)
+        # level 1: a trace is read once; a long run's is hundreds of MB
+        with open(plain, "rb") as source, gzip.open(partial, "wb", compresslevel=1) as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+        os.replace(partial, path)
+    except Exception as exc:  # never break the program being checked, nor its exit
+        _note(f"torch.profiler trace not written ({type(exc).__name__}: {exc})")
+    finally:
+        for leftover in (plain, partial):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+
+
+def _patch_and_profile_torch(torch) -> None:
+    _patch_torch(torch)
+    _start_profiler(torch)
+
+
 # --- installing the patches on import ---------------------------------------------------------
 
-_PATCHES = {"torch": _patch_torch, _QUANTIZATION: _patch_quantization, _GEMM: _patch_gemm}
+_PATCHES = {"torch": _patch_and_profile_torch, _QUANTIZATION: _patch_quantization, _GEMM: _patch_gemm}
 
 
 class _PatchingLoader(importlib.abc.Loader):

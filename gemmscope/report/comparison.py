@@ -16,7 +16,7 @@ MODULES_SHOWN = 15
 
 
 def comparison_report(comparison: dict) -> Report:
-    """`comparison` (diagnose.compare's) as a report; its JSON document is comparison_document's."""
+    """`comparison` (comparison.compare's) as a report; its JSON document is comparison_document's."""
     totals = pd.DataFrame([{"figure": k, **v} for k, v in comparison["totals"].items()])
     by_module = comparison["by_module"]
     ms = totals.assign(**{c: totals[c].where(totals["figure"] == "kernel_launches", totals[c] / 1e6)

@@ -4,16 +4,16 @@ schemas in gemmscope/schemas hold them), and the values in them."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
 
 from gemmscope import devices
-from gemmscope.diagnose import Diagnosis
+from gemmscope.diagnosis import Diagnosis
+from gemmscope.jsonable import frame_records, plain
 from gemmscope.shapes import Gemm
-from gemmscope.trace_parser import Trace
+from gemmscope.traces.model import Trace
 from gemmscope.verify import Verification
 
 # The version of every JSON document gemmscope writes (`schema_version`, a top-level key): it
@@ -24,26 +24,6 @@ SCHEMA_VERSION = "2"
 _GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "trace", "rank", "thread",
                 "ranges", "te_module", "te_name", "layer", "layer_number", "te_pass", "pass_source", "requested_a",
                 "requested_b", "requested", "requested_scale", "origin")
-
-
-def plain(value: Any) -> Any:
-    """numpy/pandas scalars → JSON-able Python values (NaN → None), inside lists and dicts too."""
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if value is None or value is pd.NA:
-        return None
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
-def frame_records(frame: pd.DataFrame) -> list[dict]:
-    """A DataFrame as JSON-able records."""
-    return [{k: plain(v) for k, v in r.items()} for r in frame.to_dict("records")]
 
 
 def gemm_fields(result: Verification) -> list[str]:

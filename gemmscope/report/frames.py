@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gemmscope.diagnose import CATEGORIES, NO_STEPS, Diagnosis
+from gemmscope.diagnosis import CATEGORIES, NO_STEPS, Diagnosis
 from gemmscope.report.model import count
 from gemmscope.verify import Verification
 

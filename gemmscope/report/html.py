@@ -14,7 +14,7 @@ import re
 
 import pandas as pd
 
-from gemmscope.report.documents import plain
+from gemmscope.jsonable import plain
 from gemmscope.report.model import STATUS_WORDS, Block, Figure, Report, Table, cell, page_sections
 
 # A table cell's text up to this long is kept on one line (names, precisions, kernel names are

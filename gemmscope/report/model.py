@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from gemmscope.report.documents import plain
+from gemmscope.jsonable import plain
 from gemmscope.scrub import Redactor
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class Details:
     frame: pd.DataFrame | None = None
 
 
-Block = Union[Table, Figure, Details]
+Block = Table | Figure | Details
 
 
 @dataclass

@@ -12,7 +12,7 @@ import pandas as pd
 
 from gemmscope import devices, plots
 from gemmscope.errors import InputError
-from gemmscope.profile import ProfileRun
+from gemmscope.profile_run import ProfileRun
 from gemmscope.report import profile_terminal as terminal
 from gemmscope.report.documents import results_document
 from gemmscope.report.model import Details, Figure, Report, Section, Table, count
@@ -27,7 +27,7 @@ COLUMNS_MEANING = ("e2e: CUDA-event time per iteration (median over the timed lo
                    "arithmetic intensity (A, B and the BF16 output). speedup reason, the first that applies: the "
                    "kernel fell back; memory-bound (intensity below the ridge point); quantization or idle time "
                    "between kernels, where it costs the speedup more than the kernel's efficiency next to the BF16 "
-                   "kernel's; else the kernel's % of peak (rules: `gemmscope.profile.with_speed_figures`).")
+                   "kernel's; else the kernel's % of peak (rules: `gemmscope.profile_run.with_speed_figures`).")
 
 KERNELS_TITLE = "GEMM kernels that ran (per mode, pass and precision)"
 
@@ -48,7 +48,9 @@ def profile_report(run: ProfileRun, run_dir: Path | None = None, wall_s: float |
     results = _results_json(run_dir) if run_dir is not None else {}
     wall_s = results.get("wall_s") if wall_s is None else wall_s
     environment = _run_environment(run, results)
-    status, verdict = profile_verdict_block(run, environment_line(environment))
+    # The terminal's verdict names the device alone: it points to the full report, which has the rest.
+    device = f"{run.device['name']} ({run.device['sm']})"
+    status, verdict = profile_verdict_block(run, device if written_to is not None else environment_line(environment))
     if wall_s is not None:
         environment.append(("whole run", f"{wall_s:.1f} s (workload under nsys, export, analysis)"))
     if written_to is not None:

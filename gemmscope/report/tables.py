@@ -9,7 +9,6 @@ import pandas as pd
 
 from gemmscope.errors import InputError
 
-
 # Every CSV a report's tables are written as, and what a row of it is. Names are whole (kernels,
 # layers, ranges: never shortened); times are in the unit their column names (`_ns`, `_ms`),
 # shares 0–1 (`_share`) or 0–100 (`_pct`), as in the JSON documents; what did not run is blank,

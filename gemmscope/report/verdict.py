@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gemmscope import te_ranges
-from gemmscope.diagnose import Diagnosis
+from gemmscope.diagnosis import Diagnosis
 from gemmscope.report.documents import coverage_groups, summary_document
 from gemmscope.report.model import count
 from gemmscope.verify import Verification, recorded_recipes

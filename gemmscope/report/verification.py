@@ -13,13 +13,29 @@ import json
 import pandas as pd
 
 from gemmscope import kernels, plots
-from gemmscope.diagnose import NO_STEPS, Diagnosis
+from gemmscope.diagnosis import NO_STEPS, Diagnosis
+from gemmscope.jsonable import plain
 from gemmscope.report import verification_terminal as terminal
-from gemmscope.report.documents import coverage_groups, gemm_fields, gemm_records, plain
-from gemmscope.report.frames import (ALLOWED_TITLE, COVERAGE_TITLE, FINDINGS_TITLE, LAUNCHES_TITLE, MISMATCHES_TITLE,
-                                     RANGES_TITLE, RANKS_TITLE, SUMMARY_TITLE, UNREADABLE_TITLE, autotuning_note,
-                                     breakdown_frame, differing_ranks, mismatch_frame, mismatch_groups, ranges_frame,
-                                     ranges_table, summary_frame)
+from gemmscope.report.documents import coverage_groups, gemm_fields, gemm_records
+from gemmscope.report.frames import (
+    ALLOWED_TITLE,
+    COVERAGE_TITLE,
+    FINDINGS_TITLE,
+    LAUNCHES_TITLE,
+    MISMATCHES_TITLE,
+    RANGES_TITLE,
+    RANKS_TITLE,
+    SUMMARY_TITLE,
+    UNREADABLE_TITLE,
+    autotuning_note,
+    breakdown_frame,
+    differing_ranks,
+    mismatch_frame,
+    mismatch_groups,
+    ranges_frame,
+    ranges_table,
+    summary_frame,
+)
 from gemmscope.report.model import Details, Figure, Report, Section, Table, count
 from gemmscope.report.terminal import TextSection, shorten_middle, table_section
 from gemmscope.report.verdict import trace_environment, verdict_block

@@ -6,14 +6,36 @@ from __future__ import annotations
 import pandas as pd
 from rich.cells import cell_len
 
-from gemmscope.diagnose import Diagnosis
+from gemmscope.diagnosis import Diagnosis
 from gemmscope.report.documents import coverage_groups
-from gemmscope.report.frames import (ALLOWED_TITLE, LAUNCHES_TITLE, MISMATCHES_TITLE, RANKS_TITLE, SUMMARY_TITLE,
-                                     breakdown_frame, breakdown_title, differing_ranks, findings_frame, mismatch_frame,
-                                     several_ranks, summary_frame, where)
+from gemmscope.report.frames import (
+    ALLOWED_TITLE,
+    LAUNCHES_TITLE,
+    MISMATCHES_TITLE,
+    RANKS_TITLE,
+    SUMMARY_TITLE,
+    breakdown_frame,
+    breakdown_title,
+    differing_ranks,
+    findings_frame,
+    mismatch_frame,
+    several_ranks,
+    summary_frame,
+    where,
+)
 from gemmscope.report.model import cell, count
-from gemmscope.report.terminal import (GAP, TERMINAL_WIDTH, TextSection, legend, said_once, shorten_gemm_cell,
-                                       shorten_layer, shorten_middle, table_section, terminal_table)
+from gemmscope.report.terminal import (
+    GAP,
+    TERMINAL_WIDTH,
+    TextSection,
+    legend,
+    said_once,
+    shorten_gemm_cell,
+    shorten_layer,
+    shorten_middle,
+    table_section,
+    terminal_table,
+)
 from gemmscope.verify import Verification
 
 

@@ -1,4 +1,4 @@
-"""trace_parser on real Nsight Systems exports.
+"""The trace readers (traces.nsys) and attribution on real Nsight Systems exports.
 
 CPU part: nsys 2023.4 captures of tests/fixtures/cpu/nvtx_edge_cases.c, checked against the
 hand-written tests/fixtures/cpu/expected.json. GPU part: nsys 2025.3 captures from an H200
@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 
 from gemmscope import scratch
-from gemmscope.trace_parser import launches, launches_with_ranges, read_trace
+from gemmscope.attribution import launches, launches_with_ranges
+from gemmscope.traces.read import read_trace
 
 CPU_EXPECTED = json.loads(
     (Path(__file__).parent / "fixtures" / "cpu" / "expected.json").read_text(encoding="utf-8")

@@ -1,8 +1,7 @@
-"""`gemmscope profile`: the plan's GEMMs through TE at each recipe and mode, read back from the trace.
-
-`run` writes a spec, runs `gemmscope.workload` under nsys and exports the trace; `analyze_run`
-derives everything from the trace alone (the workload leaves its plan, its CUDA-event timings
-and each entry's status in NVTX marks), so a run directory can be re-analyzed anywhere.
+"""A `gemmscope profile` run directory read back: the plan's GEMMs at each recipe and mode, their
+timings and verdicts. `analyze_run` derives everything from the trace alone (the workload leaves
+its plan, its CUDA-event timings and each entry's status in NVTX marks), so a run directory can be
+re-analyzed anywhere, without a GPU; gemmscope.gpu_profile makes one.
 """
 
 from __future__ import annotations
@@ -10,25 +9,21 @@ from __future__ import annotations
 import glob
 import json
 import math
-import os
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from gemmscope import devices, shapes
+from gemmscope import devices
+from gemmscope.attribution import launches_with_ranges
 from gemmscope.errors import InputError
-from gemmscope.trace_parser import Trace, launches_with_ranges, read_trace
-from gemmscope.verify import RECIPE_PRECISIONS, RECIPES, verdict
+from gemmscope.recipes import recipe_precision
+from gemmscope.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
+from gemmscope.traces.model import Trace
+from gemmscope.traces.read import read_trace
+from gemmscope.verify import verdict
 
-RANGE_PREFIX = "gemmscope.gemm|"
-WARMUP_PREFIX = "gemmscope.warmup|"
-RESULT_PREFIX = "gemmscope.result|"
-PLAN_PREFIX = "gemmscope.plan|"
 MODES = ("autocast", "prequant")
 # A run directory's trace, in the order load_run looks for it (the export, or it compressed).
 RUN_TRACES = ("trace.sqlite", "trace.sqlite.xz")
@@ -38,16 +33,6 @@ OUTPUT_BYTES = 2
 # runs' IQRs are 1-3 % of e2e), so the speedup reason does not name it.
 NEGLIGIBLE_LOSS = 0.05
 
-
-
-def recipe_precision(recipe: str) -> str:
-    """The kernel precision a recipe's GEMMs run at (verify.RECIPE_PRECISIONS): the precision
-    whose peak, ridge point and operand size apply to the recipe's rows."""
-    if recipe not in RECIPE_PRECISIONS:
-        raise InputError(f"the run used recipe {recipe!r}, which gemmscope does not know ({', '.join(RECIPES)})")
-    # One precision per recipe today; a recipe with several would need a rule for which peak applies.
-    (precision,) = RECIPE_PRECISIONS[recipe]
-    return precision
 
 
 def parse_label(text: str) -> dict:
@@ -309,65 +294,6 @@ def _memory_by_precision(trace: Trace) -> pd.DataFrame:
         rows.append({"mode": mode, "precision": precision,
                      "peak_mib": (inside.max() - base) / 2**20 if len(inside) else 0.0})
     return pd.DataFrame(rows)
-
-
-# --- running ---------------------------------------------------------------------------------
-
-def spec_for(config: shapes.ModelConfig, plan: list[shapes.Gemm], precisions, modes, iters, warmup) -> dict:
-    return {
-        "model": config.name,
-        "num_layers": config.num_layers,
-        "gemms": [g.as_dict() for g in plan],
-        "precisions": list(precisions),
-        "modes": list(modes),
-        "iters": iters,
-        "warmup": warmup,
-        "gpu_warmup_s": 3.0,
-    }
-
-
-def gpu_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-def run(spec: dict, out: Path, use_nsys: bool = True) -> Path:
-    """Run the workload (under nsys unless told not to) into a new run directory `out`; it
-    appears only once complete (built as `out.partial`)."""
-    for p in spec["precisions"]:
-        if p not in RECIPES:
-            raise InputError(f"unknown precision {p!r}: choose from {', '.join(RECIPES)}")
-    for m in spec["modes"]:
-        if m not in MODES:
-            raise InputError(f"unknown mode {m!r}: choose from {', '.join(MODES)}")
-    if out.exists():
-        raise InputError(f"{out} exists: give a new --out directory")
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    spec = dict(spec, events_out=str(partial / "events.json"))
-    (partial / "spec.json").write_text(json.dumps(spec, indent=1))
-    command = [sys.executable, "-m", "gemmscope.workload", str(partial / "spec.json")]
-    try:
-        if use_nsys:
-            from gemmscope import nsys_runner
-
-            done = nsys_runner.profile(command, partial / "trace.nsys-rep", dict(os.environ))
-            if done.returncode != 0:
-                raise InputError(f"the workload failed under nsys (exit {done.returncode}): see its output above")
-            nsys_runner.export_sqlite(partial / "trace.nsys-rep")
-        else:
-            done = subprocess.run(command, check=False)
-            if done.returncode != 0:
-                raise InputError(f"the workload failed (exit {done.returncode}): see its output above")
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    partial.rename(out)
-    return out
 
 
 def load_run(run_dir: Path) -> ProfileRun:

@@ -44,9 +44,12 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from gemmscope import te_ranges
+from gemmscope.attribution import name_matches
 from gemmscope.devices import lookup, peak_tflops
-from gemmscope.trace_parser import name_matches, process_id
-from gemmscope.verify import Verification, module_labels
+from gemmscope.jsonable import frame_records, plain
+from gemmscope.recipes import RECIPE_MIN_SM
+from gemmscope.traces.model import process_id
+from gemmscope.verify import Verification, launched_by_te, module_labels
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",
               "memcpy", "memset", "other")
@@ -56,8 +59,6 @@ STEP_COLUMNS = ["rank", "step", "name", "window_ns", "busy_ns", "idle_ns", "kern
 # Kernel roles (the rule table's) that are a category of their own; NCCL's kernels are
 # communication whatever their role.
 _CATEGORY_OF_ROLE = {"gemm": "gemm", "gemm-tail": "gemm-tail", "quantize": "quantize", "attention": "attention"}
-# The lowest SM generation each recipe runs on (TE: MXFP8 and NVFP4 need compute capability 10.0).
-RECIPE_MIN_SM = {"mxfp8": 100, "nvfp4": 100}
 # What "near the expected throughput" means for gemms-healthy, and "far below" for small-gemm.
 HEALTHY_SHARE_OF_PEAK = 0.5
 SMALL_SHARE_OF_PEAK = 0.25
@@ -74,16 +75,23 @@ _OPERATOR_RANGE = "::"
 NO_STEPS = "no steps found, name them with --step-range"
 
 
-@dataclass
+@dataclass(eq=False)
 class Diagnosis:
     """Per-rank time breakdown and the findings drawn from it."""
 
-    breakdown: pd.DataFrame  # one row per rank: window, busy, idle, launches, category times
-    findings: list[dict]
-    steps: pd.DataFrame  # one row per step range instance (empty when no steps were found)
+    breakdown: pd.DataFrame = dataclasses.field(repr=False)  # one row per rank: window, busy, idle, launches, category times
+    findings: list[dict] = dataclasses.field(repr=False)
+    steps: pd.DataFrame = dataclasses.field(repr=False)  # one row per step range instance (empty when no steps were found)
     step_range: str | None  # the pattern the window was cut by, or None for the whole trace
     # per rank and step after the first: `step_breakdown` (empty when the window is the whole trace)
-    step_times: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS))
+    step_times: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS),
+                                                 repr=False)
+
+    def to_dict(self) -> dict:
+        """The same as JSON-able values: frames as lists of records (NA as None), times in ns."""
+        return {"breakdown": frame_records(self.breakdown), "findings": plain(self.findings),
+                "steps": frame_records(self.steps), "step_range": self.step_range,
+                "step_times": frame_records(self.step_times)}
 
 
 def default_step_pattern(result: Verification) -> str | None:
@@ -546,64 +554,12 @@ def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
                      step_times=step_breakdown(window, steps, activity))
 
 
-def compare(base: Verification, new: Verification, step_range: str | None = None) -> dict:
-    """Two runs of one program side by side: per category and per module/pass, each run's time
-    and NEW − BASE. The differences add up: window = busy + idle, and busy = the categories'
-    kernel time − overlap."""
-    cut = []
-    for result in (base, new):
-        steps = find_steps(result, step_range)
-        cut.append(within_steps(result, steps)[0] if len(steps) > 1 else result)
-    base, new = cut
-    b, n = breakdown(base), breakdown(new)
-    totals = {}
-    for column in ("window_ns", "busy_ns", "idle_ns", "kernel_launches", *(f"{c}_ns" for c in CATEGORIES),
-                   "overlap_ns"):
-        totals[column] = {"base": int(b[column].sum()), "new": int(n[column].sum()),
-                          "difference": int(n[column].sum() - b[column].sum())}
-
-    def per_module(result: Verification) -> pd.Series:
-        k = categorize_modules(result)
-        return k.groupby(["module", "pass", "category"], dropna=False)["duration_ns"].sum()
-
-    modules = pd.concat({"base": per_module(base), "new": per_module(new)}, axis=1).fillna(0).astype("int64")
-    modules["difference"] = modules["new"] - modules["base"]
-    modules = modules.reset_index().sort_values("difference", key=abs, ascending=False)
-    kernels_changed = _kernels_changed(base, new)
-    return {"statement": _comparison_statement(totals), "totals": totals, "by_module": modules,
-            "kernels_changed": kernels_changed, "base_findings": findings(base, b), "new_findings": findings(new, n)}
-
-
-def _comparison_statement(totals: dict) -> str:
-    """One line: the window's difference and what it is made of, largest parts first."""
-    d = {k: v["difference"] for k, v in totals.items()}
-    base_window = totals["window_ns"]["base"]
-    categories = sorted(((c, d[f"{c}_ns"]) for c in CATEGORIES if d[f"{c}_ns"]), key=lambda cv: -abs(cv[1]))
-    if not any(d.values()):
-        return "NEW's GPU time is BASE's: the same window, busy and idle time, categories and kernel launches"
-    parts = [f"{c} {v / 1e6:+.3f}" for c, v in categories[:4]] + [f"overlap {d['overlap_ns'] / 1e6:+.3f}"]
-    relative = f" ({d['window_ns'] / base_window:+.1%})" if base_window else ""
-    return (f"NEW's GPU window is {d['window_ns'] / 1e6:+.3f} ms{relative} against BASE: busy "
-            f"{d['busy_ns'] / 1e6:+.3f} ms ({', '.join(parts)}), idle "
-            f"{d['idle_ns'] / 1e6:+.3f} ms; {d['kernel_launches']:+d} kernel launches")
-
-
 def categorize_modules(result: Verification) -> pd.DataFrame:
     """Kernels with their module label (verify.module_labels, as the GEMM tables say it), pass and
     category."""
     activity = categorize(result)
     k = result.kernels
-    module = module_labels(k["te_module"], k["via_te"].to_numpy(dtype=bool) | k["te_module"].notna().to_numpy())
+    module = module_labels(k["te_module"], launched_by_te(k))
     kernels = activity.iloc[: len(k)].assign(module=module.to_numpy(), **{"pass": k["te_pass"].to_numpy()})
     memops = activity.iloc[len(k):].assign(module="(memory operations)", **{"pass": None})
     return pd.concat([kernels, memops], ignore_index=True)
-
-
-def _kernels_changed(base: Verification, new: Verification) -> pd.DataFrame:
-    """Per layer × module × pass, the GEMM kernels each run used, where they differ."""
-    def kernels_of(result: Verification) -> pd.Series:
-        g = result.gemms.assign(**{"pass": result.gemms["te_pass"]})
-        return g.groupby(["layer", "module", "pass"], dropna=False)["name"].agg(lambda s: " + ".join(sorted(set(s))))
-
-    both = pd.concat({"base": kernels_of(base), "new": kernels_of(new)}, axis=1)
-    return both[both["base"] != both["new"]].reset_index()

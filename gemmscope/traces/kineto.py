@@ -1,4 +1,4 @@
-"""PyTorch profiler (Kineto) traces → the same DataFrames as trace_parser's nsys reader.
+"""PyTorch profiler (Kineto) traces → the same DataFrames as the nsys reader (the trace model).
 
 `torch.profiler` writes a Chrome-trace JSON (`.json`, often `.json.gz`, one per rank): an object
 whose head holds `schemaVersion`, `deviceProperties`, `distributedInfo` (rank, world size) and
@@ -44,6 +44,7 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     format_record,
 )
 from gemmscope.errors import InputError
+from gemmscope.traces.model import ID_BITS, TID_MASK, Trace
 
 # The trace format versions this reader knows (Kineto's `schemaVersion`, 1 since PyTorch 1.10).
 KNOWN_SCHEMA_VERSIONS = (1,)
@@ -67,8 +68,6 @@ OPERAND_OF_SCALAR_TYPE = {
     "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
     "c10::Float8_e5m2fnuz": "fp8", "c10::Float4_e2m1fn_x2": "fp4",
 }
-# nsys packs process and thread ids into one 64-bit id (trace_parser.process_id): the same here.
-_ID_BITS = 24
 
 
 def is_kineto(path: Path) -> bool:
@@ -125,10 +124,8 @@ def _damaged(given: Path, exc: BaseException) -> InputError:
 _READ_ERRORS = (OSError, EOFError, zlib.error, ValueError, ijson.JSONError)
 
 
-def read(path: Path, given: Path | None = None):
-    """A Kineto trace as a trace_parser.Trace (`given`: the path messages name)."""
-    from gemmscope.trace_parser import Trace
-
+def read(path: Path, given: Path | None = None) -> Trace:
+    """A Kineto trace as a Trace (`given`: the path messages name)."""
     given = given or path
     try:
         head, events = _head_and_events(path)
@@ -138,7 +135,7 @@ def read(path: Path, given: Path | None = None):
         raise
     except _READ_ERRORS as exc:
         raise _damaged(given, exc) from None
-    return read_events.trace(Trace, given)
+    return read_events.trace(given)
 
 
 def recorded_names(path: Path) -> list[str]:
@@ -287,7 +284,7 @@ class _Events:
                 columns["name"].append(names.code(e.get("name", "")))
                 columns["bytes"].append(_int(args.get("bytes", -1)))
 
-    def trace(self, trace_type, given: Path):
+    def trace(self, given: Path) -> Trace:
         names = self.names.values()
         api = pd.DataFrame(self.api.frame())
         kernels = pd.DataFrame(self.gpu["kernel"].frame())
@@ -304,7 +301,7 @@ class _Events:
         # the name's code, row by row of the frame as _gpu_frame sorted it (by start)
         kernels["name_id"] = pd.factorize(kernels["name"])[0]
         kernels["graph_node_id"] = None
-        kernels["pid"] = kernels["global_pid"].to_numpy() >> _ID_BITS
+        kernels["pid"] = kernels["global_pid"].to_numpy() >> ID_BITS
         memops = pd.concat([self._gpu_frame(pd.DataFrame(self.gpu[kind].frame()), names, gpu_pid).assign(kind=kind)
                             for kind in ("memset", "memcpy")], ignore_index=True).drop(columns="name")
         memops = memops.sort_values("start", ignore_index=True)
@@ -315,7 +312,7 @@ class _Events:
                 "no_kernels": None if len(kernels) else self._no_kernels(given, api),
                 # CUDA calls recorded and none of them a launch: the run launched no kernel
                 "cuda_api_traced": not api.empty and not api["name"].str.contains("Launch").any()}
-        return trace_type(path=given, sqlite=None, meta=meta, kernels=kernels, memops=memops, api_calls=api,
+        return Trace(path=given, sqlite=None, meta=meta, kernels=kernels, memops=memops, api_calls=api,
                           nvtx=nvtx, threads=self._threads(pids, tids), gpus=gpus, memory=_no_memory_events())
 
     def _launching_pids(self, api: pd.DataFrame, pids: _Ids):
@@ -361,8 +358,8 @@ class _Events:
         global_pid = pids.packed(frame["pid"].to_numpy(dtype="int64"))
         frame["global_tid"] = global_pid | tids.of(frame["tid"].to_numpy(dtype="int64"))
         frame["end_global_tid"] = frame["global_tid"]
-        frame["pid"] = global_pid >> _ID_BITS
-        frame["tid"] = frame["global_tid"] & ((1 << _ID_BITS) - 1)
+        frame["pid"] = global_pid >> ID_BITS
+        frame["tid"] = frame["global_tid"] & TID_MASK
         frame["domain"] = None
         frame["category"] = None
         frame["unclosed"] = False
@@ -399,8 +396,8 @@ class _Events:
         frame = pd.DataFrame(known, columns=["pid", "tid", "name"])
         global_pid = pids.packed(frame["pid"].to_numpy(dtype="int64"))
         frame["global_tid"] = global_pid | tids.of(frame["tid"].to_numpy(dtype="int64"))
-        frame["pid"] = global_pid >> _ID_BITS
-        frame["tid"] = frame["global_tid"] & ((1 << _ID_BITS) - 1)
+        frame["pid"] = global_pid >> ID_BITS
+        frame["tid"] = frame["global_tid"] & TID_MASK
         return frame[["global_tid", "name", "pid", "tid"]].drop_duplicates("global_tid", ignore_index=True)
 
     def _thread_name(self, pid: int, names: list[str]) -> str:
@@ -502,7 +499,7 @@ class _Ids:
 
     def __init__(self, ids: np.ndarray):
         self.values = pd.unique(ids.astype("int64"))
-        self.fit = bool(len(self.values) == 0 or (self.values.min() >= 0 and self.values.max() < 1 << _ID_BITS))
+        self.fit = bool(len(self.values) == 0 or (self.values.min() >= 0 and self.values.max() < 1 << ID_BITS))
 
     def __contains__(self, value: int) -> bool:
         return bool(np.isin(value, self.values))
@@ -512,7 +509,7 @@ class _Ids:
         return ids if self.fit else pd.Index(self.values).get_indexer(ids).astype("int64") + 1
 
     def packed(self, ids: np.ndarray) -> np.ndarray:
-        return self.of(ids) << _ID_BITS
+        return self.of(ids) << ID_BITS
 
 
 def _bare_thread_name(name) -> str:

@@ -1,0 +1,75 @@
+"""`gemmscope profile` on a GPU: writes a spec of the plan's GEMMs, runs `gemmscope.workload`
+(under nsys unless told not to) into a new run directory and exports its trace, which
+gemmscope.profile_run reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from gemmscope import shapes
+from gemmscope.errors import InputError
+from gemmscope.profile_run import MODES
+from gemmscope.recipes import RECIPES
+
+
+def spec_for(config: shapes.ModelConfig, plan: list[shapes.Gemm], precisions, modes, iters, warmup) -> dict:
+    return {
+        "model": config.name,
+        "num_layers": config.num_layers,
+        "gemms": [g.as_dict() for g in plan],
+        "precisions": list(precisions),
+        "modes": list(modes),
+        "iters": iters,
+        "warmup": warmup,
+        "gpu_warmup_s": 3.0,
+    }
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def run(spec: dict, out: Path, use_nsys: bool = True) -> Path:
+    """Run the workload (under nsys unless told not to) into a new run directory `out`; it
+    appears only once complete (built as `out.partial`)."""
+    for p in spec["precisions"]:
+        if p not in RECIPES:
+            raise InputError(f"unknown precision {p!r}: choose from {', '.join(RECIPES)}")
+    for m in spec["modes"]:
+        if m not in MODES:
+            raise InputError(f"unknown mode {m!r}: choose from {', '.join(MODES)}")
+    if out.exists():
+        raise InputError(f"{out} exists: give a new --out directory")
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    spec = dict(spec, events_out=str(partial / "events.json"))
+    (partial / "spec.json").write_text(json.dumps(spec, indent=1))
+    command = [sys.executable, "-m", "gemmscope.workload", str(partial / "spec.json")]
+    try:
+        if use_nsys:
+            from gemmscope import nsys_runner
+
+            done = nsys_runner.profile(command, partial / "trace.nsys-rep", dict(os.environ))
+            if done.returncode != 0:
+                raise InputError(f"the workload failed under nsys (exit {done.returncode}): see its output above")
+            nsys_runner.export_sqlite(partial / "trace.nsys-rep")
+        else:
+            done = subprocess.run(command, check=False)
+            if done.returncode != 0:
+                raise InputError(f"the workload failed (exit {done.returncode}): see its output above")
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    partial.rename(out)
+    return out

@@ -1,0 +1,430 @@
+"""Nsight Systems SQLite exports → the trace model's DataFrames (all of gemmscope's SQL is here).
+
+`read` opens an export read-only and returns a `Trace`: one DataFrame per kind of record
+(kernels, memsets/memcpys, CUDA API calls, NVTX ranges, threads, GPUs, memory events). Schemas
+differ between nsys releases (2023.4 and 2025.x are read here), so every table and column is
+looked up before use and a missing one yields an empty frame or an NA column, never an error.
+`sqlite_export` turns what was given (.sqlite, .sqlite.xz, .nsys-rep) into the export to read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import lzma
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gemmscope import scratch
+from gemmscope.atomic import written_whole
+from gemmscope.errors import InputError
+from gemmscope.traces.model import Trace, launch_key, object_column, process_id, thread_id
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# NVTX_EVENTS.eventType values (nsys's ENUM_NSYS_EVENT_TYPE, the same in 2023.4 and 2025.3).
+NVTX_KINDS = {34: "mark", 59: "push-pop", 60: "start-end"}
+NVTX_DOMAIN_CREATE = 75
+
+
+# Stands for SQL NULL in an integer column fetched as text (no nsys id or time takes it).
+_NULL = -(1 << 63)
+
+
+class _Export:
+    """A read-only connection to an export, with table and column feature detection."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        self.tables = {name for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def columns(self, table: str) -> set[str]:
+        return set(self.types(table))
+
+    def types(self, table: str) -> dict[str, type]:
+        """Column → int for the columns SQLite gives integer affinity (a declared type holding
+        "INT"), object for the rest."""
+        return {row[1]: int if "INT" in (row[2] or "").upper() else object for row in self._declared(table)}
+
+    def _declared(self, table: str) -> list[tuple]:
+        if table not in self.tables:
+            return []
+        return self.conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+
+    def frame(self, table: str, columns: dict[str, str], where: str = "") -> pd.DataFrame:
+        """`columns` maps output name → column (or SQL expression over present columns); columns
+        this export lacks come back as NA, a missing table as an empty frame. Integer columns
+        come as pandas reads them (int64; float64 with NaN where some are NULL; None where all
+        are), the rest through pandas."""
+        types = self.types(table)
+        if not types:
+            return pd.DataFrame({name: pd.Series(dtype="object") for name in columns})
+        missing = [name for name, expr in columns.items() if expr.isidentifier() and expr not in types]
+        integers = {name: expr for name, expr in columns.items() if types.get(expr) is int}
+        others = {name: expr for name, expr in columns.items() if name not in integers and name not in missing}
+        fetched = self._integers(table, integers, where)
+        if others or fetched is None:
+            rest = others if fetched is not None else {n: e for n, e in columns.items() if n not in missing}
+            select = ", ".join(f"{expr} AS {name}" for name, expr in rest.items())
+            read = pd.read_sql_query(f"SELECT {select} FROM {table} {where}", self.conn)
+            fetched = (fetched or {}) | {name: read[name] for name in rest}
+        count = len(next(iter(fetched.values()))) if fetched else 0
+        return pd.DataFrame({name: fetched[name] if name in fetched else np.full(count, None, dtype=object)
+                             for name in columns})
+
+    def _integers(self, table: str, columns: dict[str, str], where: str) -> dict[str, np.ndarray] | None:
+        """Integer columns as one comma-separated text each, which SQLite writes and numpy parses
+        several times faster than Python builds a tuple per row (a long job's trace has millions
+        of rows); None if a value is not an integer after all (SQLite's types are per value).
+        A column the schema lets be NULL stands NULL in as _NULL; one that is NULL throughout (a
+        feature the trace did not use) is not read at all: a scan stopping at its first value
+        says so, cheaper than writing and parsing a million stand-ins."""
+        if not columns:
+            return {}
+        nullable = {row[1] for row in self._declared(table) if not row[3]}
+        filtered = f"{where} AND" if where else "WHERE"
+        unused = {name for name, expr in columns.items() if expr in nullable and self.conn.execute(
+            f'SELECT 1 FROM "{table}" {filtered} "{expr}" IS NOT NULL LIMIT 1').fetchone() is None}
+        read = {name: expr for name, expr in columns.items() if name not in unused}
+        texts = "".join(f', group_concat(COALESCE("{expr}", {_NULL}))' if expr in nullable else f', group_concat("{expr}")'
+                        for expr in read.values())
+        count, *texts = self.conn.execute(f'SELECT COUNT(*){texts} FROM "{table}" {where}').fetchone()
+        out = {name: np.full(count, None, dtype=object) for name in unused}
+        for at, name in enumerate(read):
+            text, texts[at] = texts[at], None  # each text freed once parsed: a long trace's are large
+            values = np.fromstring(text, dtype="int64", sep=",") if count else np.empty(0, dtype="int64")
+            if len(values) != count:
+                return None
+            null = values == _NULL
+            if not count:
+                out[name] = np.empty(0, dtype=object)
+            elif null.all():
+                out[name] = np.full(count, None, dtype=object)
+            elif null.any():
+                out[name] = np.where(null, np.nan, values.astype("float64"))
+            else:
+                out[name] = values
+        return {name: out[name] for name in columns}
+
+    def strings(self) -> pd.Series:
+        """StringIds as a Series indexed by id (for vectorised lookups)."""
+        if "StringIds" not in self.tables:
+            return pd.Series(dtype="object")
+        frame = pd.read_sql_query("SELECT id, value FROM StringIds", self.conn)
+        return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
+
+
+def _check_file(path: Path, given: Path) -> None:
+    """`path` (the export of `given`, which messages name) is an SQLite file."""
+    if not path.exists():
+        raise InputError(f"no such file: {given}")
+    if not path.is_file():
+        raise InputError(f"not a file: {given}")
+    with open(path, "rb") as f:
+        head = f.read(len(SQLITE_MAGIC))
+    if head != SQLITE_MAGIC:
+        raise InputError(
+            f"{given} is not an SQLite export of Nsight Systems "
+            "(give a .sqlite from `nsys export --type sqlite`, or an .nsys-rep)"
+        )
+
+
+def read(given: Path, threads: int = 2) -> Trace:
+    """The nsys trace `given` (.sqlite, .sqlite.xz or .nsys-rep: sqlite_export) read; `threads`
+    as traces.read.read_trace's."""
+    path = sqlite_export(given)
+    try:
+        return _read(_Export(path), given, threads)
+    except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:  # pandas wraps sqlite's errors
+        raise InputError(f"{given} is a damaged or truncated SQLite file ({exc})") from None
+
+
+def sqlite_export(path: str | Path) -> Path:
+    """The SQLite export of a trace, checked to be one: a `.sqlite` itself; a `.sqlite.xz`
+    decompressed, an `.nsys-rep` exported with nsys (or its export beside it, when newer), into
+    this process's private scratch folder (gemmscope.scratch: never beside the input, which may
+    be read-only or shared, and removed at exit)."""
+    given = path = Path(path)
+    if path.suffix == ".xz":
+        path = _decompressed(path)
+    elif path.suffix == ".nsys-rep":
+        from gemmscope import nsys_runner
+
+        if not path.is_file():
+            raise InputError(f"no such file: {path}")
+        path = nsys_runner.export_sqlite(path, scratch.folder() / _scratch_name(str(path.resolve()), path.stem))
+    _check_file(path, given)
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"{given} is a damaged or truncated SQLite file ({exc})") from None
+    if "META_DATA_EXPORT" not in tables or "StringIds" not in tables:
+        raise InputError(f"{given} is an SQLite file but not an Nsight Systems export (no META_DATA_EXPORT table)")
+    return path
+
+
+def _scratch_name(key: str, name: str) -> str:
+    """A file name in the scratch folder for `key` (a path, content): its hash, and the start of
+    `name` to say what it is (a name can be as long as the system allows; the hash keeps it unique)."""
+    return f"{hashlib.sha256(key.encode()).hexdigest()[:16]}-{name[:80].removesuffix('.sqlite')}.sqlite"
+
+
+def _decompressed(path: Path) -> Path:
+    """An xz-compressed export, decompressed once per process into the scratch folder (keyed by content)."""
+    if not path.is_file():
+        raise InputError(f"no such file: {path}")
+    data = path.read_bytes()
+    target = scratch.folder() / _scratch_name(hashlib.sha256(data).hexdigest(), path.name.removesuffix(".xz"))
+    if not target.exists():
+        try:
+            raw = lzma.decompress(data)
+        except lzma.LZMAError as exc:
+            raise InputError(f"{path} is not a readable xz file ({exc})") from None
+        with written_whole(target) as partial:
+            partial.write_bytes(raw)
+    return target
+
+
+def _read(export: _Export, given: Path, threads: int) -> Trace:
+    strings = export.strings()
+    meta_rows = dict(export.conn.execute("SELECT name, value FROM META_DATA_EXPORT"))
+    gpus = _gpus(export)
+    meta = {
+        "nsys_version": meta_rows.get("EXPORT_PRODUCT_VERSION"),
+        "schema_version": meta_rows.get("EXPORT_SCHEMA_VERSION"),
+        "gpus": gpus.to_dict("records"),
+        "profiler": f"nsys {meta_rows.get('EXPORT_PRODUCT_VERSION')}",
+        "lacks": [],
+        # CUDA API calls were captured (an export may hold every table, empty): a trace without
+        # kernels then ran none, it was not blind to them
+        "cuda_api_traced": "CUPTI_ACTIVITY_KIND_RUNTIME" in export.tables and bool(
+            export.conn.execute("SELECT EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME)").fetchone()[0]),
+    }
+    # The three long reads first: kernels and NVTX ranges start at once, and the launch calls go
+    # to whichever thread is free first (a replicated trace has more launch calls than ranges,
+    # a real one with TE's and the hook's ranges more ranges than launch calls).
+    readers = {
+        "kernels": lambda e: _kernels(e, strings),
+        "nvtx": lambda e: _nvtx(e, strings, _session_end(e)),
+        "api_calls": lambda e: _api_calls(e, strings, _LAUNCH_CALLS),
+        "memory": _memory,
+        "memops": _memops,
+        "threads": lambda e: _threads(e, strings),
+    }
+    if threads > 1:
+        # Each table on a connection of its own: SQLite lets go of the GIL while it steps, so
+        # the threads read side by side.
+        with ThreadPoolExecutor(threads) as pool:
+            futures = {name: pool.submit(lambda read=read: read(_Export(export.path))) for name, read in readers.items()}
+            frames = {name: future.result() for name, future in futures.items()}
+    else:
+        frames = {name: read(export) for name, read in readers.items()}
+    unlaunched = ~launch_key(frames["kernels"]).isin(launch_key(frames["api_calls"]))
+    if unlaunched.any():  # launched by a call whose name says nothing of launching: read the rest
+        rest = _api_calls(export, strings, _OTHER_CALLS)
+        named = frames["api_calls"]
+        frames["api_calls"] = rest if named.empty else pd.concat([named, rest], ignore_index=True)
+    _give_back_freed_memory()
+    return Trace(path=given, sqlite=export.path, meta=meta, gpus=gpus, **frames)
+
+
+def _give_back_freed_memory() -> None:
+    """Hand the memory reading freed back to the system: glibc keeps it in each thread's arena
+    (a long trace's read frees hundreds of MB of SQLite text, parse buffers and strings), and
+    whatever comes next would add its own peak on top of it. Nothing where the C library has
+    no malloc_trim."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _name(ids: pd.Series, strings: pd.Series) -> pd.Series:
+    """The strings of StringIds `ids` (None where an id is missing or unknown)."""
+    at = strings.index.get_indexer(ids.to_numpy()) if len(strings) else np.full(len(ids), -1)
+    names = strings.to_numpy(dtype=object)[np.maximum(at, 0)] if len(strings) else np.full(len(ids), None)
+    return object_column(np.where(at >= 0, names, None), ids.index)
+
+
+# Columns every CUPTI GPU activity table (kernels, memsets, memcpys) has.
+_GPU_ACTIVITY = {
+    "start": "start",
+    "end": "end",
+    "device_id": "deviceId",
+    "stream_id": "streamId",
+    "correlation_id": "correlationId",
+    "global_pid": "globalPid",
+}
+
+
+def _kernels(export: _Export, strings: pd.Series) -> pd.DataFrame:
+    k = export.frame(
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        _GPU_ACTIVITY | {"demangled_id": "demangledName", "short_id": "shortName", "graph_node_id": "graphNodeId"},
+    ).sort_values("start", kind="stable", ignore_index=True)
+    k["short_name"] = _name(k["short_id"], strings)
+    # The demangled name keeps template arguments that tell e.g. cutlass' int8 GEMMs apart.
+    k["name"] = _name(k["demangled_id"], strings).fillna(k["short_name"])
+    # `name` as its StringIds id (the short name's, negated, where it stands in): names are
+    # decoded once per id, not once per kernel
+    k["name_id"] = k["demangled_id"].where(k["demangled_id"].notna(), -1 - k["short_id"]).fillna(_NULL).astype("int64")
+    k["duration_ns"] = k["end"] - k["start"]
+    k["pid"] = process_id(k["global_pid"])
+    return k.drop(columns=["demangled_id", "short_id"])
+
+
+def _memops(export: _Export) -> pd.DataFrame:
+    frames = []
+    for table, kind in (("CUPTI_ACTIVITY_KIND_MEMSET", "memset"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy")):
+        f = export.frame(table, _GPU_ACTIVITY | {"bytes": "bytes"})
+        f["kind"] = kind
+        frames.append(f)
+    out = pd.concat(frames, ignore_index=True).sort_values("start", ignore_index=True)
+    out["duration_ns"] = out["end"] - out["start"]
+    return out
+
+
+# Which CUDA API calls `_api_calls` reads, by their name: those named as launching (cudaLaunchKernel,
+# cuLaunchKernelEx, cudaGraphLaunch, ...), all of them, or those of the others that launched a
+# kernel. A trace holds several calls per kernel (events, queries, synchronisation); finding the
+# ones that launched a kernel among them means looking each one's correlation id up among every
+# kernel's, most of the time this table takes, while a name is tested at once: `_read` reads the
+# launching ones, and the others only for a kernel none of those launched. Either way calls are
+# joined to kernels on correlation id and process, never on their name.
+_LAUNCH_CALLS = "IN"
+_OTHER_CALLS = "NOT IN"
+_LAUNCHING_NAMES = "SELECT id FROM StringIds WHERE value LIKE '%Launch%'"
+
+
+def _api_calls(export: _Export, strings: pd.Series, names: str) -> pd.DataFrame:
+    """The CUDA API calls `names` (_LAUNCH_CALLS or _OTHER_CALLS) selects; of the others only
+    those that launched a kernel, the rest stay in the export."""
+    where = f"WHERE nameId {names} ({_LAUNCHING_NAMES})"
+    if names == _OTHER_CALLS and "CUPTI_ACTIVITY_KIND_KERNEL" in export.tables:
+        where += " AND correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+    a = export.frame(
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        {
+            "start": "start",
+            "end": "end",
+            "global_tid": "globalTid",
+            "correlation_id": "correlationId",
+            "name_id": "nameId",
+            "event_class": "eventClass",
+        },
+        where,
+    )
+    a["name"] = _name(a["name_id"], strings)
+    a["api"] = a["event_class"].map({0: "runtime", 1: "driver"})
+    a["global_pid"] = a["global_tid"] - thread_id(a["global_tid"])
+    return a.drop(columns=["name_id", "event_class"])
+
+
+def _nvtx(export: _Export, strings: pd.Series, session_end: float) -> pd.DataFrame:
+    n = export.frame(
+        "NVTX_EVENTS",
+        {
+            "start": "start",
+            "end": "end",
+            "event_type": "eventType",
+            "text": "text",
+            "text_id": "textId",
+            "global_tid": "globalTid",
+            "end_global_tid": "endGlobalTid",
+            "domain_id": "domainId",
+            "category": "category",
+        },
+    )
+    # Registered strings (nvtxDomainRegisterString) arrive as textId; plain ones as text, one
+    # Python string per row: kept once per distinct name (a long trace repeats a few thousand
+    # names a million times, hundreds of MB as separate strings).
+    named = n["text"].where(n["text"].notna(), _name(n["text_id"], strings)).to_numpy(dtype=object)
+    codes, distinct = pd.factorize(named)
+    n["name"] = object_column(np.append(np.asarray(distinct, dtype=object), None)[codes], n.index)
+    del n["text"]
+    n["pid"] = process_id(n["global_tid"])
+    n["tid"] = thread_id(n["global_tid"])
+    # Domain ids are numbered per process; a DomainCreate row names each one (0 is the default).
+    created = n[n["event_type"] == NVTX_DOMAIN_CREATE]
+    domains = pd.Series(created["name"].to_numpy(), index=_domain_key(created))
+    domains = domains[~domains.index.duplicated()]
+    n = n[n["event_type"].isin(NVTX_KINDS)]
+    n["kind"] = n["event_type"].map(NVTX_KINDS)
+    n["domain"] = _domain_key(n).map(domains).astype("object").where(lambda d: d.notna(), None)
+    # nsys closes a range left open at exit at the end of the session; an older export may
+    # leave its end NULL.
+    n["unclosed"] = (n["kind"] != "mark") & (n["end"].isna() | (n["end"] >= session_end))
+    n["ended_on_other_thread"] = n["end_global_tid"].notna() & (n["end_global_tid"] != n["global_tid"])
+    n["duration_ns"] = n["end"] - n["start"]
+    keep = ["start", "end", "duration_ns", "name", "kind", "domain", "category", "global_tid",
+            "end_global_tid", "pid", "tid", "unclosed", "ended_on_other_thread"]
+    return n[keep].sort_values("start", ignore_index=True)
+
+
+def _domain_key(nvtx: pd.DataFrame) -> pd.Series:
+    """One integer per (process, NVTX domain id), for a vectorised lookup of domain names."""
+    return nvtx["pid"].astype("int64") * (1 << 32) + nvtx["domain_id"].fillna(0).astype("int64")
+
+
+def _session_end(export: _Export) -> float:
+    """End of the capture on the trace's clock (ANALYSIS_DETAILS.duration), or +inf if absent."""
+    if "duration" not in export.columns("ANALYSIS_DETAILS"):
+        return float("inf")
+    (end,) = export.conn.execute("SELECT MAX(duration) FROM ANALYSIS_DETAILS").fetchone()
+    return float(end) if end is not None else float("inf")
+
+
+def _threads(export: _Export, strings: pd.Series) -> pd.DataFrame:
+    t = export.frame("ThreadNames", {"global_tid": "globalTid", "name_id": "nameId", "priority": "priority"})
+    t["name"] = _name(t["name_id"], strings)
+    t["pid"] = process_id(t["global_tid"])
+    t["tid"] = thread_id(t["global_tid"])
+    # A thread named through NVTX (priority 0) keeps that name over its OS name (priority 20).
+    t = t.sort_values("priority", kind="stable").drop_duplicates("global_tid", ignore_index=True)
+    return t.drop(columns=["name_id", "priority"])
+
+
+def _gpus(export: _Export) -> pd.DataFrame:
+    g = export.frame(
+        "TARGET_INFO_GPU",
+        {
+            "id": "id",
+            "name": "name",
+            "cc_major": "computeMajor",
+            "cc_minor": "computeMinor",
+            "sm_count": "smCount",
+            "total_memory": "totalMemory",
+            "clock_rate_hz": "clockRate",
+        },
+    )
+    g["sm"] = [
+        f"sm{int(a)}{int(b)}" if pd.notna(a) and pd.notna(b) else None
+        for a, b in zip(g["cc_major"], g["cc_minor"])
+    ]
+    return g
+
+
+def _memory(export: _Export) -> pd.DataFrame:
+    m = export.frame(
+        "CUDA_GPU_MEMORY_USAGE_EVENTS",
+        {
+            "start": "start",
+            "global_pid": "globalPid",
+            "device_id": "deviceId",
+            "address": "address",
+            "bytes": "bytes",
+            "mem_kind": "memKind",
+            "operation": "memoryOperationType",
+        },
+    ).sort_values("start", kind="stable", ignore_index=True)
+    # ENUM_CUDA_DEV_MEM_EVENT_OPER: 0 allocation, 1 deallocation
+    m["delta_bytes"] = m["bytes"].where(m["operation"] == 0, -m["bytes"])
+    return m
+

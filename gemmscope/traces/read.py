@@ -1,0 +1,68 @@
+"""Which traces were named, and which reader reads each, told by content.
+
+`trace_paths` expands files, folders and globs into traces; `read_trace` reads one with the
+reader its content calls for: a torch.profiler trace (traces.kineto), whatever its name, or
+an nsys export (traces.nsys).
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Sequence
+from pathlib import Path
+
+from gemmscope.errors import InputError
+from gemmscope.traces import kineto, nsys
+from gemmscope.traces.model import Trace
+
+TRACE_SUFFIXES = (".sqlite", ".sqlite.xz", ".nsys-rep")
+# torch.profiler's traces: in a folder, only those whose content says so are taken.
+KINETO_SUFFIXES = (".json", ".json.gz")
+
+
+def _is_trace(path: Path) -> bool:
+    return path.name.endswith(TRACE_SUFFIXES) or (path.name.endswith(KINETO_SUFFIXES) and kineto.is_kineto(path))
+
+
+def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
+    """The traces named by files, folders (every export inside; an .nsys-rep only where no
+    export of it is beside it) and glob patterns, in name order, each once."""
+    found: list[Path] = []
+    for argument in map(Path, arguments):
+        if argument.is_dir():
+            inside = [p for p in sorted(argument.iterdir()) if _is_trace(p)]
+            exported = {p.name.removesuffix(".xz").removesuffix(".sqlite") for p in inside
+                        if not p.name.endswith(".nsys-rep")}
+            inside = [p for p in inside if not (p.suffix == ".nsys-rep" and p.stem in exported)]
+            if not inside:
+                raise InputError(f"no trace (.sqlite, .sqlite.xz, .nsys-rep, torch.profiler .json) in folder {argument}")
+            found += inside
+        elif not argument.exists() and glob.has_magic(str(argument)):
+            matches = sorted(Path(p) for p in glob.glob(str(argument)))
+            if not matches:
+                raise InputError(f"no trace matches {argument}")
+            found += matches
+        else:
+            found.append(argument)
+    return list(dict.fromkeys(found))
+
+
+def read_trace(path: str | Path, threads: int = 2) -> Trace:
+    """Read an nsys SQLite export: `.sqlite`, `.sqlite.xz` (as fixtures and examples ship), or
+    an `.nsys-rep` (exported with nsys first; see traces.nsys.sqlite_export); or a torch.profiler trace,
+    told by its content whatever its name (traces.kineto). `threads`: 2 reads the tables
+    over two threads (for one long trace); 1 reads all in this thread (where processes already
+    read several traces side by side)."""
+    given = Path(path)
+    if given.is_file() and kineto.is_kineto(given):
+        return kineto.read(given)
+    return nsys.read(given, threads)
+
+
+def trace_source(path: str | Path) -> Path:
+    """The file a trace is read from: a torch.profiler trace itself, an nsys trace's SQLite
+    export (traces.nsys.sqlite_export)."""
+    path = Path(path)
+    if path.is_file() and kineto.is_kineto(path):
+        return path
+    return nsys.sqlite_export(path)
