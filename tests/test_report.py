@@ -3,6 +3,7 @@
 profile run's report.md is what `report RUN -o x.md` makes of it; the terminal shows the same
 sections in the same order."""
 
+import html
 import json
 import re
 import zipfile
@@ -35,6 +36,11 @@ def cli(*args) -> str:
     return done.stdout
 
 
+def without_pngs(page: str) -> str:
+    """A page with its plots' PNG data left out (matplotlib's bytes are not the point here)."""
+    return re.sub(r"base64,[A-Za-z0-9+/=]+", "base64,PNG", page)
+
+
 def headings(markdown: str) -> list[str]:
     return re.findall(r"^## (.*)$", markdown, flags=re.MULTILINE)
 
@@ -51,7 +57,12 @@ def test_one_markdown_for_analyze_report_and_bundle(tmp_path, checked):
     made = bundle([MIXED], tmp_path / "issue.zip", expect="fp8-current", allow=("output_layer",))
     with zipfile.ZipFile(made.path) as archive:
         bundled = archive.read("report.md").decode()
+        bundled_page = archive.read("report.html").decode()
     assert analyzed == (tmp_path / "report.md").read_text() == bundled
+    # the bundle's page is `report -o x.html`'s, the same sections as its Markdown
+    cli("report", MIXED, *OPTIONS, "-o", tmp_path / "report.html")
+    assert without_pngs(bundled_page) == without_pngs((tmp_path / "report.html").read_text())
+    assert [html.unescape(h) for h in re.findall(r"<h2>(.*?)</h2>", bundled_page)] == headings(bundled)
     # the section list is the builder's, once, and it has what this trace calls for
     result, diagnosis = checked
     sections = [s.title for s in verification_report(result, diagnosis).sections]

@@ -7,8 +7,8 @@ import pandas as pd
 
 from gemmscope.report.documents import comparison_document
 from gemmscope.report.frames import findings_frame, where
-from gemmscope.report.model import Report, Section, Table
-from gemmscope.report.terminal import TextSection, shorten_gemm_cell, shorten_middle, table_section, terminal_table
+from gemmscope.report.model import Report, Section, Table, TextSection
+from gemmscope.report.terminal import shorten_gemm_cell, shorten_middle, table_section, terminal_table
 from gemmscope.report.verification_terminal import findings_section
 
 # The modules and passes listed, those that moved most first.

@@ -21,8 +21,9 @@ from gemmscope.jsonable import plain
 from gemmscope.scrub import Redactor
 
 if TYPE_CHECKING:
+    from rich.table import Table as RichTable
+
     from gemmscope.plots import Plot
-    from gemmscope.report.terminal import TextSection
 
 STATUS_WORDS = {"pass": "PASS", "fail": "MISMATCHES", "unchecked": "NOT CHECKED"}
 
@@ -84,6 +85,17 @@ class Details:
 
 
 Block = Table | Figure | Details
+
+
+@dataclass
+class TextSection:
+    """A heading, the lines that say once what holds for every row, a table (none: the heading
+    says it all, e.g. "Mismatches: none") and lines under it."""
+
+    title: str
+    table: RichTable | None = None
+    before: list[str] = field(default_factory=list)
+    after: list[str | RichTable] = field(default_factory=list)
 
 
 @dataclass

@@ -15,8 +15,8 @@ from gemmscope.errors import InputError
 from gemmscope.profile_run import ProfileRun
 from gemmscope.report import profile_terminal as terminal
 from gemmscope.report.documents import results_document
-from gemmscope.report.model import Details, Figure, Report, Section, Table, count
-from gemmscope.report.terminal import TextSection, table_section
+from gemmscope.report.model import Details, Figure, Report, Section, Table, TextSection, count
+from gemmscope.report.terminal import table_section
 from gemmscope.report.verdict import environment_line
 
 # What the columns of the per-pass tables mean.

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gemmscope.report.terminal import TextSection, blank_repeats, said_once, shorten_middle, terminal_table
+from gemmscope.report.model import TextSection
+from gemmscope.report.terminal import blank_repeats, said_once, shorten_middle, terminal_table
 
 # The figures of `profile_pass_tables` for the terminal: the speedup and what holds it back by
 # default, throughput and noise with --verbose (every figure is in report.md and results.json).

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -16,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gemmscope.report import model
-from gemmscope.report.model import Report, cell, verdict_text
+from gemmscope.report.model import Report, TextSection, cell, verdict_text
 
 # `table` output fits this many columns: the verdict block wraps at it, and the tables after it are
 # narrowed to it (prose wrapped, long kernel and layer names shortened in the middle; JSON, CSV,
@@ -139,17 +138,6 @@ def terminal_table(frame: pd.DataFrame, shorten: dict[str, Shortener] | None = N
     for row in zip(*cells.values()):
         table.add_row(*row)
     return table
-
-
-@dataclass
-class TextSection:
-    """A heading, the lines that say once what holds for every row, a table (none: the heading
-    says it all, e.g. "Mismatches: none") and lines under it."""
-
-    title: str
-    table: Table | None = None
-    before: list[str] = field(default_factory=list)
-    after: list[str | Table] = field(default_factory=list)
 
 
 def terminal_text(*parts: str | Table | TextSection) -> str:

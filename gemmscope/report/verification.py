@@ -36,8 +36,8 @@ from gemmscope.report.frames import (
     ranges_table,
     summary_frame,
 )
-from gemmscope.report.model import Details, Figure, Report, Section, Table, count
-from gemmscope.report.terminal import TextSection, shorten_middle, table_section
+from gemmscope.report.model import Details, Figure, Report, Section, Table, TextSection, count
+from gemmscope.report.terminal import shorten_middle, table_section
 from gemmscope.report.verdict import trace_environment, verdict_block
 from gemmscope.verify import Verification
 
