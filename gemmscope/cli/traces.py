@@ -342,8 +342,8 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
     """Two traces of one program (BF16 vs FP8, before vs after an upgrade): where NEW gained or
     lost time against BASE, per category and per module/pass, which GEMM kernels changed, and
     each run's findings. The differences add up to the difference in GPU window."""
-    runs = [verify.check([read_trace(p)], None, ()) for p in (base, new)]
-    emit(render(comparison_report(compare(*runs, step_range=step_range)), fmt))
+    base_run, new_run = (verify.check([read_trace(p)], None, ()) for p in (base, new))
+    emit(render(comparison_report(compare(base_run, new_run, step_range=step_range)), fmt))
 
 
 @main.command("report")

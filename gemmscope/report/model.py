@@ -10,7 +10,7 @@ the same data.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -70,9 +70,12 @@ class Figure:
 
     @property
     def caption(self) -> str:
-        """The plot's caption followed by what the figure says was not drawn."""
-        notes = [f"{note[0].upper()}{note[1:]}." for note in self.plot.notes]
-        return " ".join([self.plot.caption, *notes])
+        """The plot's caption followed by what the figure says was not drawn (no plot: none)."""
+        plot = self.plot
+        if plot is None:
+            return ""
+        notes = [f"{note[0].upper()}{note[1:]}." for note in plot.notes]
+        return " ".join([plot.caption, *notes])
 
 
 @dataclass
@@ -102,7 +105,7 @@ class TextSection:
 class Section:
     title: str
     intro: list[str] = field(default_factory=list)  # paragraphs before the blocks
-    blocks: list[Block] = field(default_factory=list)
+    blocks: Sequence[Block] = field(default_factory=list)
     # The terminal's own layout of this section (None: each table under its title; an empty list:
     # the section is not for the terminal, as details on demand are not).
     terminal: Callable[[], list[TextSection]] | None = None

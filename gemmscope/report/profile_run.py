@@ -6,6 +6,7 @@ report.md and the plots written into the run directory."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -74,19 +75,27 @@ def _sections(run: ProfileRun, detail: str) -> list[Section]:
     skipped = [TextSection(note)] if (note := _skipped_note(run)) else []
     for i, (title, frame) in enumerate(profile_pass_tables(run)):
         sections.append(Section(title, blocks=[Table(title, frame)],
-                                terminal=lambda title=title, frame=frame, before=skipped if i == 0 else []: [
-                                    *before, *terminal.pass_sections(title, frame, ran, detail)]))
+                                terminal=partial(_pass_layout, title, frame, ran, detail, skipped if i == 0 else [])))
     sections.append(_run_details(run))
     kernels = profile_kernel_table(run)
     sections.append(Section(KERNELS_TITLE, blocks=[Table(KERNELS_TITLE, kernels)],
                             terminal=lambda: terminal.kernel_sections(kernels)))
     for i, (title, frame) in enumerate(profile_summary_tables(run)):
-        figures = [Figure(lambda draw=draw: draw(run)) for draw in
+        figures = [Figure(partial(draw, run)) for draw in
                    (plots.profile_layer_plot, plots.profile_speedup_plot, plots.profile_tflops_plot)] if i == 0 else []
         sections.append(Section(title, blocks=[Table(title, frame), *figures],
-                                terminal=lambda title=title, frame=frame: [
-                                    table_section(title, frame, wrap={"why"})]))
+                                terminal=partial(_summary_layout, title, frame)))
     return sections
+
+
+def _pass_layout(title: str, frame: pd.DataFrame, ran: pd.Series, detail: str,
+                 before: list[TextSection]) -> list[TextSection]:
+    """A mode and pass on the terminal, after what is said before the first."""
+    return [*before, *terminal.pass_sections(title, frame, ran, detail)]
+
+
+def _summary_layout(title: str, frame: pd.DataFrame) -> list[TextSection]:
+    return [table_section(title, frame, wrap={"why"})]
 
 
 def _skipped_note(run: ProfileRun) -> str | None:

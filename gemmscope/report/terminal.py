@@ -77,7 +77,7 @@ def shorten_gemm_cell(text: str, width: int) -> str:
     first, *kernel_lines = text.split("\n")
     lines = [_shorten_where(first, width)]
     for line in kernel_lines:
-        indent, name = _INDENT.match(line).groups()
+        ((indent, name),) = _INDENT.findall(line)
         lines.append(indent + shorten_middle(name, max(width - len(indent), 1)))
     return "\n".join(lines)
 
@@ -124,7 +124,7 @@ def terminal_table(frame: pd.DataFrame, shorten: dict[str, Shortener] | None = N
             over = [c for c in floors if widths[c] > floors[c]]
             if not over:
                 break
-            widths[max(over, key=widths.get)] -= 1
+            widths[max(over, key=lambda c: widths[c])] -= 1
     for column, shortener in shorten.items():
         if column in cells and widths[column] < natural[column]:
             cut = {v: shortener(v, widths[column]) for v in cells[column].unique()}
@@ -154,8 +154,8 @@ def terminal_text(*parts: str | Table | TextSection) -> str:
             console.print(line, overflow="fold")
         if part.table is not None:
             console.print(part.table)
-        for line in part.after:
-            console.print(line, overflow="fold")
+        for after in part.after:
+            console.print(after, overflow="fold")
     return "".join(line.rstrip() + "\n" for line in console.export_text().splitlines())
 
 

@@ -36,7 +36,7 @@ from gemmscope.report.frames import (
     ranges_table,
     summary_frame,
 )
-from gemmscope.report.model import Details, Figure, Report, Section, Table, TextSection, count
+from gemmscope.report.model import Block, Details, Figure, Report, Section, Table, TextSection, count
 from gemmscope.report.terminal import shorten_middle, table_section
 from gemmscope.report.verdict import trace_environment, verdict_block
 from gemmscope.verify import Verification
@@ -187,8 +187,8 @@ def _breakdown_section(diagnosis: Diagnosis) -> Section:
               else f"The whole trace: {NO_STEPS}.")
     intro = [window + " Window = busy + idle; category times are kernel durations, which add up to more "
                       "than the busy time where streams overlap."]
-    blocks = [Table("Where the GPU time went, per rank", frame), Figure(lambda: plots.breakdown_plot(diagnosis)),
-              Figure(lambda: plots.steps_plot(diagnosis))]
+    blocks: list[Block] = [Table("Where the GPU time went, per rank", frame),
+                           Figure(lambda: plots.breakdown_plot(diagnosis)), Figure(lambda: plots.steps_plot(diagnosis))]
     return Section("Where the GPU time went", intro=intro, blocks=blocks,
                    terminal=lambda: terminal.breakdown_sections(diagnosis))
 

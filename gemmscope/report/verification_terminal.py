@@ -76,7 +76,7 @@ _NO_RECORD_WITH_HOOK = ("gemmscope's hook recorded this run but not these GEMM c
 _HIGH_PRECISIONS = ("bf16", "fp16", "fp32")
 
 
-def _cause_text(cause: str, expected: str, result: Verification) -> str:
+def _cause_text(cause: str, expected: str | None, result: Verification) -> str:
     if cause == "no-record" and result.hook_recorded:
         return _NO_RECORD_WITH_HOOK
     handed = cause.removeprefix("requested-")
@@ -153,7 +153,9 @@ def breakdown_sections(diagnosis: Diagnosis) -> list[TextSection]:
     names = pd.Series(figures.index).str.replace("_ms", " ms", regex=False).replace({"launches": "kernel launches"})
     figures = figures.reset_index(drop=True)
     label_width = max(cell_len(n) for n in names)
-    chunks, chunk, used = [], [], label_width + 1
+    chunks: list[list[str]] = []
+    chunk: list[str] = []
+    used = label_width + 1
     for header in figures.columns:
         column_width = max(cell_len(header), *(len(cell(v)) for v in figures[header])) + GAP
         if chunk and used + column_width > TERMINAL_WIDTH:
