@@ -2,12 +2,14 @@
 
 From traces (files, folders or globs: one per rank, or one holding every rank):
 
-- `report.md`: `gemmscope analyze --format markdown`, the breakdown and findings included;
+- `report.md` and `report.html`: `gemmscope report`'s Markdown and page, the same report as
+  `gemmscope analyze --format markdown`, the breakdown and findings included;
 - `analysis.json`: the same as `analyze --format json`;
-- `tables/NAME.csv`: the tables of `gemmscope report --tables` (html_report.TABLE_FILES);
+- `tables/NAME.csv`: the tables of `gemmscope report --tables` (report.tables.TABLE_FILES);
 - `traces/NAME.sqlite.xz`: each trace, scrubbed (`gemmscope.scrub`).
 
-From a `gemmscope profile` run directory: `report.md` and `results.json` as the run writes them,
+From a `gemmscope profile` run directory: `report.md`, `report.html` and `results.json` as the
+run writes them,
 `tables/NAME.csv` as for traces, and its trace scrubbed as `trace.sqlite.xz`, so that the
 unzipped bundle is itself a run directory.
 
@@ -44,18 +46,21 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import pandas as pd
-
-from gemmscope import __version__, html_report, reports, scratch, te_ranges, verify
+from gemmscope import __version__, scratch, te_ranges, verify
 from gemmscope.atomic import written_whole
 from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError
+from gemmscope.jsonable import frame_records
 from gemmscope.profile_run import RUN_TRACES, load_run
+from gemmscope.report import render
+from gemmscope.report.documents import SCHEMA_VERSION, analysis_document
+from gemmscope.report.model import Report, redacted
+from gemmscope.report.profile_run import is_run_dir, profile_report
+from gemmscope.report.tables import csv_text
+from gemmscope.report.verification import verification_report
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace, trace_paths
-
-Tables = dict[str, pd.DataFrame]  # file name (html_report.TABLE_FILES) -> table
 
 
 class Bundle(NamedTuple):
@@ -92,36 +97,37 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
         recipes = verify.recorded_recipes(originals) if run_dir is None else []
         try:
             if run_dir is None:
-                report, results, tables = _analyze_traces(staged, expect, allow, step_range, expect_map)
+                report = _analyze_traces(staged, expect, allow, step_range, expect_map)
             else:
-                report, results, recipes, tables = _analyze_run(run_dir, Path(staging) if staged else run_dir)
+                report, recipes = _analyze_run(run_dir, Path(staging) if staged else run_dir)
             error = None
         except InputError as exc:  # no results document then: only documents their schema describes
             error = str(exc)
-            report = f"# gemmscope bundle\n\ngemmscope could not analyze what this bundle holds: {error}\n"
-            results, tables = None, {}
+            report = None
         environment = {
-            "schema_version": reports.SCHEMA_VERSION,
+            "schema_version": SCHEMA_VERSION,
             "bundled_by": f"gemmscope {__version__}",
             "recipes": recipes or None,
             "traces": [_environment(trace, member) for member, trace in zip(members, originals)],
         }
-        texts = {"report.md": report}
-        # report.html goes here (html_report.render of traces_report / run_report, "html"). Redact
-        # the Report's texts before rendering: html.escape turns & < > " ' into entities, which
-        # would hide a value containing one from the text pass in _write_zip.
-        if results is not None:
-            texts["analysis.json" if run_dir is None else "results.json"] = _json(redactor.document(results))
+        if report is None:
+            texts = {"report.md": f"# gemmscope bundle\n\ngemmscope could not analyze what this bundle holds: "
+                                  f"{error}\n"}
+        else:
+            # Redacted before rendering: html.escape turns & < > " ' into entities, and JSON and CSV
+            # quote, which would hide a value containing one from the text pass in _write_zip.
+            report = redacted(report, redactor)
+            texts = {"report.md": render(report, "markdown"), "report.html": render(report, "html"),
+                     "analysis.json" if run_dir is None else "results.json": _json(report.document)}
+            texts |= {f"tables/{name}": csv_text(table) for name, table in report.tables.items()}
         texts["environment.json"] = _json(redactor.document(environment))
-        texts |= {f"tables/{name}": html_report.csv_text(redactor.frame(table))
-                  for name, table in tables.items()}
         _write_zip(out, texts, staged, redactor)
     return Bundle(out, redactor, error)
 
 
 def _run_dir(inputs: Sequence[str | Path]) -> Path | None:
     """The profile run directory `inputs` name, or None when they name traces."""
-    runs = [Path(p) for p in inputs if html_report.is_run_dir(Path(p))]
+    runs = [Path(p) for p in inputs if is_run_dir(Path(p))]
     if runs and len(inputs) > 1:
         raise InputError(f"{runs[0]} is a profile run directory: bundle it alone, not with other runs or traces")
     return runs[0] if runs else None
@@ -152,27 +158,24 @@ def _staging_path(staging: Path, member: str) -> Path:
 
 
 def _analyze_traces(staged: dict[str, Path], expect: str | None, allow: tuple[str, ...],
-                    step_range: str | None, expect_map: Sequence[tuple[str, str]]) -> tuple[str, dict, Tables]:
-    """report.md and analysis.json as `gemmscope analyze --per-launch` makes them (a bug report
-    keeps every GEMM launch), and the tables as `gemmscope report --tables` writes them, from the
-    scrubbed traces under their names in the zip."""
+                    step_range: str | None, expect_map: Sequence[tuple[str, str]]) -> Report:
+    """The report of the scrubbed traces under their names in the zip, as `gemmscope report`
+    makes it, its JSON document `gemmscope analyze --per-launch`'s (a bug report keeps every GEMM
+    launch)."""
     traces = [dataclasses.replace(read_trace(path), path=Path(member)) for member, path in staged.items()]
     result = verify.check(traces, expect, allow, expect_map)
     diagnosis = diagnose(result, step_range)
-    document = reports.analysis_document(result, None, diagnosis, per_launch=True)
-    return (reports.render_verification(result, "markdown", document, diagnosis), document,
-            html_report.trace_tables(result, diagnosis))
+    return verification_report(result, diagnosis, analysis_document(result, None, diagnosis, per_launch=True))
 
 
-def _analyze_run(run_dir: Path, scrubbed_run: Path) -> tuple[str, dict, list[str], Tables]:
-    """report.md and results.json as `gemmscope profile` writes them, the recipes the run
-    profiled and the tables as `gemmscope report --tables` writes them, from the scrubbed trace
-    (`scrubbed_run` holds it; for a run made without nsys, the run directory itself)."""
+def _analyze_run(run_dir: Path, scrubbed_run: Path) -> tuple[Report, list[str]]:
+    """The run's report (its JSON document results.json) as `gemmscope profile` writes it, and
+    the recipes the run profiled, from the scrubbed trace (`scrubbed_run` holds it; for a run
+    made without nsys, the run directory itself)."""
     run = load_run(scrubbed_run)
     wall_s = _wall_s(run_dir)
     recipes = list(dict.fromkeys(run.gemms["precision"]))
-    return (reports.profile_markdown(run, wall_s), reports.results_document(run, wall_s), recipes,
-            html_report.run_tables(run))
+    return profile_report(run, run_dir, wall_s), recipes
 
 
 def _wall_s(run_dir: Path) -> float | None:
@@ -199,7 +202,7 @@ def _environment(trace: Trace, member: str) -> dict[str, Any]:
     software = te_ranges.recorded_software(trace.nvtx["name"]) or {}
     return {
         "trace": member,
-        "gpus": reports.frame_records(trace.gpus),
+        "gpus": frame_records(trace.gpus),
         "driver": _recorded(system.get("NvDriverVersion")),
         "cuda_driver": _cuda_version(system.get("CudaDriverVersion")),  # the CUDA version the driver supports
         # No table of an nsys export records these; gemmscope verify's hook marks them.

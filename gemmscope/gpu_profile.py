@@ -14,11 +14,12 @@ from pathlib import Path
 
 from gemmscope import shapes
 from gemmscope.errors import InputError
+from gemmscope.model_config import ModelConfig
 from gemmscope.profile_run import MODES
 from gemmscope.recipes import RECIPES
 
 
-def spec_for(config: shapes.ModelConfig, plan: list[shapes.Gemm], precisions, modes, iters, warmup) -> dict:
+def spec_for(config: ModelConfig, plan: list[shapes.Gemm], precisions, modes, iters, warmup) -> dict:
     return {
         "model": config.name,
         "num_layers": config.num_layers,

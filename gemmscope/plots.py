@@ -1,5 +1,5 @@
 """Plots people read, as PNGs: files for the terminal user (a `profile` run directory, or
-`analyze` / `verify --plots DIR`) and inlined in the HTML report (`html_report`).
+`analyze` / `verify --plots DIR`) and inlined in the HTML report (gemmscope.report.html).
 
 A profile run (`profile_plots`): per layer, the GEMM kernel and quantization / other kernel
 time per mode and recipe (report.png); per GEMM, the speedup of each recipe over BF16; per GEMM,

@@ -16,7 +16,7 @@ import pytest
 
 from gemmscope.attribution import launches_with_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import PROCESS_PREFIX
-from gemmscope.reports import summary_document
+from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
 

@@ -24,12 +24,15 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import reports, verify
+from gemmscope import verify
 from gemmscope.bundle import bundle
 from gemmscope.cli import main
 from gemmscope.errors import InputError
-from gemmscope.html_report import csv_text
 from gemmscope.profile_run import load_run
+from gemmscope.report import render
+from gemmscope.report.documents import results_document
+from gemmscope.report.profile_run import profile_report
+from gemmscope.report.tables import csv_text
 from gemmscope.scrub import Redactor
 from gemmscope.traces.read import read_trace
 
@@ -202,7 +205,7 @@ def test_bundle_of_a_gpu_trace_holds_no_planted_secret_and_reanalyzes(gpu_plante
     made = bundle([path], tmp_path / "issue.zip")
     assert made.analysis_error is None
     contents = _members(made.path, tmp_path)
-    assert sorted(contents) == sorted(["analysis.json", "environment.json", "report.md", *CHECKED_TABLES,
+    assert sorted(contents) == sorted(["analysis.json", "environment.json", "report.html", "report.md", *CHECKED_TABLES,
                                        "traces/fsdp_fp8_1gpu.sqlite.xz"])
     assert_nothing_planted_survives(contents, tmp_path, planted.strings())
 
@@ -264,7 +267,7 @@ def test_what_one_trace_recorded_is_redacted_in_all(cpu_capture, gpu_planted, tm
     contents = _members(made.path, tmp_path)
     (unreadable,) = json.loads(contents["analysis.json"])["summary"]["unreadable_traces"]
     assert unreadable["trace"] == "secrets_probe.sqlite.xz" and "holds no GPU kernels" in unreadable["error"]
-    assert sorted(contents) == sorted(["analysis.json", "environment.json", "report.md", *CHECKED_TABLES,
+    assert sorted(contents) == sorted(["analysis.json", "environment.json", "report.html", "report.md", *CHECKED_TABLES,
                                        "traces/fsdp_fp8_1gpu.sqlite.xz", "traces/secrets_probe.sqlite.xz"])
     assert records(tmp_path / "unzipped" / "tables" / "unreadable-traces.csv") == [unreadable]
     assert_nothing_planted_survives(contents, tmp_path, cpu_planted.strings() + gpu_planted_values.strings())
@@ -294,7 +297,7 @@ def test_tables_of_a_bundle_hold_no_planted_secret_and_reanalyze(gpu_planted, tm
     made = bundle([path], tmp_path / "issue.zip", step_range="step *", expect_map=[("step *", "fp8-delayed")])
     assert made.analysis_error is None
     contents = _members(made.path, tmp_path)
-    assert sorted(contents) == sorted(["analysis.json", "environment.json", "report.md", *CHECKED_TABLES,
+    assert sorted(contents) == sorted(["analysis.json", "environment.json", "report.html", "report.md", *CHECKED_TABLES,
                                        "tables/ranges-checked.csv", "traces/fsdp_fp8_1gpu.sqlite.xz"])
     assert_nothing_planted_survives(contents, tmp_path, planted.strings() + steps.strings())
     tables = tmp_path / "unzipped" / "tables"
@@ -334,12 +337,12 @@ def test_bundle_of_a_profile_run_directory(tmp_path):
     made = bundle([RUN_DIR], tmp_path / "run.zip")
     assert made.analysis_error is None
     contents = _members(made.path, tmp_path)
-    assert sorted(contents) == sorted(["environment.json", "report.md", "results.json", "trace.sqlite.xz",
+    assert sorted(contents) == sorted(["environment.json", "report.html", "report.md", "results.json", "trace.sqlite.xz",
                                        *(f"tables/{name}" for name in RUN_REPORT)])
     wall_s = json.loads((RUN_DIR / "results.json").read_text())["wall_s"]
     original = load_run(RUN_DIR)
-    assert contents["report.md"].decode() == reports.profile_markdown(original, wall_s)
-    assert json.loads(contents["results.json"]) == json.loads(json.dumps(reports.results_document(original, wall_s)))
+    assert contents["report.md"].decode() == render(profile_report(original, RUN_DIR, wall_s), "markdown")
+    assert json.loads(contents["results.json"]) == json.loads(json.dumps(results_document(original, wall_s)))
     assert load_run(tmp_path / "unzipped").gemms.equals(original.gemms)
     assert_report_gives_the_tables([str(tmp_path / "unzipped")], contents, tmp_path)
     assert_report_gives_the_tables([str(RUN_DIR)], contents, tmp_path)  # the run's own, from its own trace

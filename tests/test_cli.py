@@ -139,12 +139,13 @@ def test_analyze_markdown(gpu_xz):
     result = invoke("analyze", gpu_xz("nn_linear_in_fp8_autocast"), "--expect", "fp8-current", "--format", "markdown")
     assert result.exit_code == 1
     text = result.stdout
-    assert text.startswith("# gemmscope: ")
+    assert text.startswith("# gemmscope report: nn_linear_in_fp8_autocast.sqlite.xz\n\n**MISMATCHES**\n")
     assert "## GEMMs per module and pass" in text
     assert "## Mismatches (requested precision did not run)" in text
     assert "| _Linear | fprop |" in text
     # grouped: one row per layer × module × pass × kernel, with its launch count
-    mismatch_rows = [line.split(" | ") for line in text.split("## Mismatches")[1].splitlines() if "(outside TE)" in line]
+    mismatches = text.split("## Mismatches")[1].split("\n## ")[0]
+    mismatch_rows = [line.split(" | ") for line in mismatches.splitlines() if "(outside TE)" in line]
     assert len(mismatch_rows) == 3
     assert {row[2] for row in mismatch_rows} == {"fprop", "dgrad", "wgrad"}
     assert sum(int(row[7]) for row in mismatch_rows) == 9

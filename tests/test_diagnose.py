@@ -221,11 +221,11 @@ def test_steps_of_any_name_are_found_and_named(gpu_sqlite, tmp_path, stem):
 def test_numbered_ranges_that_are_not_loop_bodies_are_not_steps(checked):
     """TE's C library's ranges (nvte_cublas_gemm_v2: one number) and a trace without a loop's
     ranges: no steps, and the breakdown says so and how to name them."""
-    from gemmscope import reports
+    from gemmscope.report.frames import breakdown_title
 
     result = checked("fsdp_small_bf16_1gpu")
     assert diagnosis.default_step_pattern(result) is None
     found = diagnosis.diagnose(result)
     assert found.step_range is None
-    assert reports.breakdown_title(found) == ("Where the GPU time went (the whole trace: no steps found, name them "
+    assert breakdown_title(found) == ("Where the GPU time went (the whole trace: no steps found, name them "
                                               "with --step-range)")

@@ -16,10 +16,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import diagnosis, plots, profile_run, reports
+from gemmscope import diagnosis, plots, profile_run
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
 from gemmscope.cli import EXAMPLE_RUN, EXAMPLE_TRACE, main
 from gemmscope.kernels import decode
+from gemmscope.report.profile_run import write_profile_reports
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
 
@@ -108,7 +109,7 @@ def recorded() -> pd.DataFrame:
 # --- a profile run ----------------------------------------------------------------------------------
 
 def test_profile_writes_every_plot_into_the_run_directory(run, tmp_path):
-    reports.write_profile_reports(run, tmp_path, None)
+    write_profile_reports(run, tmp_path, None)
     written = {p.name for p in tmp_path.glob("*.png")}
     assert written == {"report.png", "speedup-vs-bf16.png", "gemm-tflops.png"}
     assert all((tmp_path / name).read_bytes().startswith(PNG) for name in written)
@@ -232,8 +233,9 @@ def test_html_report_embeds_the_trace_plots(tmp_path, checked):
     assert done.exit_code == 0, done.output
     text = page.read_text()
     images = re.findall(r'<figure><img alt="([^"]*)" src="data:image/png;base64,([^"]*)">', text)
-    assert [alt for alt, _ in images] == ["Where the GPU time went, per rank", "GPU time per training step",
-                                          "GEMM TFLOP/s against the GPU&#x27;s dense peak"]
+    # in the order of the report's sections: the GEMMs, then where the GPU time went
+    assert [alt for alt, _ in images] == ["GEMM TFLOP/s against the GPU&#x27;s dense peak",
+                                          "Where the GPU time went, per rank", "GPU time per training step"]
     assert all(base64.b64decode(data).startswith(PNG) for _, data in images)
     assert "Steps: NVTX ranges matching step [0-9]*, after the first." in text
 

@@ -9,7 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gemmscope import gpu_profile, profile_run, reports, run_marks
+from gemmscope import gpu_profile, profile_run, run_marks
+from gemmscope.report.documents import results_document
+from gemmscope.report.profile_run import device_line, write_profile_reports
 from gemmscope.traces.read import read_trace
 
 from test_cli import gemmscope
@@ -55,7 +57,7 @@ def recorded(gpu):
 
 def test_trace_rederives_every_row_of_results_json(run, recorded):
     derived = {(g["op"], g["pass"], g["precision"], g["mode"]): g
-               for g in reports.results_document(run, None)["gemms"]}
+               for g in results_document(run, None)["gemms"]}
     assert len(derived) == len(recorded["gemms"]) == 12 * 6 * 2
     for g in recorded["gemms"]:
         d = derived[(g["op"], g["pass"], g["precision"], g["mode"])]
@@ -63,7 +65,7 @@ def test_trace_rederives_every_row_of_results_json(run, recorded):
             assert d[key] == g[key], (key, g)
         for key in ("kernel_ms", "overhead_ms", "e2e_ms", "tflops"):
             assert (d[key] is None and g[key] is None) or math.isclose(d[key], g[key], rel_tol=1e-9), (key, g)
-    assert reports.results_document(run, None)["speedups"] == recorded["speedups"]
+    assert results_document(run, None)["speedups"] == recorded["speedups"]
 
 
 def test_hopper_recipes_ran_at_the_requested_precision(run):
@@ -108,7 +110,7 @@ def test_run_is_on_the_gpu_it_claims(run, gpu):
 
 
 def test_reports_render(run, tmp_path):
-    reports.write_profile_reports(run, tmp_path, 40.0)
+    write_profile_reports(run, tmp_path, 40.0)
     markdown = (tmp_path / "report.md").read_text()
     assert "| autocast | fp8-delayed |" in markdown and "unsupported: Device compute capability" in markdown
     assert "| kernel % peak | quant % | FLOP/B | speedup reason | verdict |" in markdown
@@ -219,8 +221,8 @@ def test_unknown_gpu_is_named_unknown_and_gets_no_peak(run):
     assert mlp_down["speedup_reason"].str.startswith("quantization").all()  # what the trace says still holds
     unknown = profile_run.ProfileRun(device={"name": "NVIDIA GH200 480GB", "sm": "sm90"}, plan=run.plan, gemms=g,
                                  memory=run.memory)
-    assert reports.device_line(unknown).startswith("NVIDIA GH200 480GB is not in gemmscope's device table")
-    assert reports.results_document(unknown, None)["device_figures"] is None
+    assert device_line(unknown).startswith("NVIDIA GH200 480GB is not in gemmscope's device table")
+    assert results_document(unknown, None)["device_figures"] is None
 
 
 def test_fallback_and_memory_bound_rules(run):

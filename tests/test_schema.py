@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
-from gemmscope import diagnosis, kernels, profile_run, recipes, reports, verify
+from gemmscope import diagnosis, kernels, profile_run, recipes, verify
 from gemmscope.bundle import bundle
 from gemmscope.cli import main
+from gemmscope.report import documents
 from gemmscope.traces.read import read_trace
 
 from schema_check import REGISTRY, SCHEMAS, assert_valid
@@ -80,7 +81,7 @@ def test_every_key_is_described(kind):
 
 
 def test_schema_version_is_the_code_s():
-    assert SCHEMAS["common"]["$defs"]["schema_version"]["const"] == reports.SCHEMA_VERSION
+    assert SCHEMAS["common"]["$defs"]["schema_version"]["const"] == documents.SCHEMA_VERSION
 
 
 def test_vocabularies_are_the_code_s():
@@ -132,7 +133,7 @@ def test_analyze_jsonl_is_the_per_launch_records_a_line_each(case, monkeypatch):
     objects --per-launch puts in the document, each valid as one launch of the schema."""
     traces, options = CHECKED[case]
     document = json_output("analyze", *traces, *options, "--per-launch", "--format", "json")
-    monkeypatch.setattr(reports, "JSONL_CHUNK", 7)
+    monkeypatch.setattr(documents, "JSONL_CHUNK", 7)
     result = CliRunner().invoke(main, ["analyze", *map(str, traces), *options, "--format", "jsonl"])
     assert result.exit_code in DOCUMENT_EXITS, result.output
     lines = [parse(line) for line in result.stdout.splitlines()]
@@ -148,7 +149,7 @@ def test_verify_json_of_a_command_gemmscope_ran(gpu_trace):
     result = verify.check([gpu_trace("nn_linear_in_fp8_autocast")], "fp8-current")
     for window in (None, {"nvtx_range": "step 3"}, {"delay_s": 2.0, "duration_s": 5.0}):
         command = {"exit_code": 1, "capture_window": window}
-        document = reports.verification_document(result, command, diagnosis.diagnose(result), per_launch=True)
+        document = documents.verification_document(result, command, diagnosis.diagnose(result), per_launch=True)
         assert_valid(parse(json.dumps(document)), "verify")
 
 
@@ -203,7 +204,7 @@ def test_shipped_example_results_json():
 
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_results_json_re_derived_from_the_trace(run):
-    document = reports.results_document(profile_run.load_run(RUNS[run]), None)
+    document = documents.results_document(profile_run.load_run(RUNS[run]), None)
     assert_valid(parse(json.dumps(document)), "profile-results")
 
 

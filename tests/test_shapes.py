@@ -10,19 +10,9 @@ from click.testing import CliRunner
 
 from gemmscope.cli import main
 from gemmscope.errors import InputError
-from gemmscope.shapes import (
-    PASSES,
-    PRESETS,
-    Gemm,
-    LatentAttention,
-    Mamba2Mixer,
-    ModelConfig,
-    from_hf_config,
-    plan,
-    plan_frame,
-    preset,
-    resolve_config,
-)
+from gemmscope.hf_config import from_hf_config, resolve_config
+from gemmscope.model_config import PRESETS, LatentAttention, Mamba2Mixer, ModelConfig, preset
+from gemmscope.shapes import PASSES, Gemm, plan, plan_frame
 
 from test_cli import gemmscope
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope.cli import EXAMPLE_RUN, main
-from gemmscope.html_report import TABLE_FILES
+from gemmscope.report.tables import TABLE_FILES
 
 from test_cli import assert_one_line_error, gemmscope
 

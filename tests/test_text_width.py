@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import gpu_profile, profile_run, reports
+from gemmscope import gpu_profile, profile_run
 from gemmscope.cli import EXAMPLE_RUN, main
+from gemmscope.report import terminal
 from gemmscope.traces.read import read_trace
 
 from test_cli import gemmscope
@@ -243,7 +244,7 @@ def test_layer_names_keep_their_index_and_leaf(trace):
         index = next(i for i, part in enumerate(parts) if part.isdigit())
         head = ".".join(parts[:index + 1]) + "."
         for width in range(len(head) + 1 + len(parts[-1]), len(name) + 1):
-            short = reports.shorten_layer(name, width)
+            short = terminal.shorten_layer(name, width)
             assert len(short) <= width
             assert short.startswith(head) and short.endswith(parts[-1])
 
@@ -251,6 +252,6 @@ def test_layer_names_keep_their_index_and_leaf(trace):
 def test_kernel_names_are_cut_in_the_middle():
     for name in set(read_trace(CORPUS / "te_stack_large_fp8-block_1gpu.sqlite.xz").kernels["name"]):
         for width in range(21, len(name) + 1):  # family and arch (10 characters) kept from 21 on
-            short = reports.shorten_middle(name, width)
+            short = terminal.shorten_middle(name, width)
             assert short == name if width >= len(name) else len(short) == width
             assert recognisable(name, short)

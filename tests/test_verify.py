@@ -10,7 +10,7 @@ import pytest
 
 from gemmscope.errors import InputError
 from gemmscope.recipes import RECIPES
-from gemmscope.reports import summary_document
+from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check, verdict
 

@@ -1,166 +1,54 @@
-"""The `gemmscope` command: a thin click layer over the library.
-
-Exit codes: errors.ExitCode (3, COMMAND_FAILED: the verdicts on what the command ran are still
-printed).
-"""
+"""The commands on traces: `analyze`, `verify` (a command captured under nsys or torch.profiler,
+or --trace), `diagnose`, `compare` and `report`."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import sqlite3
 import sys
 import tempfile
 from pathlib import Path
-from typing import NoReturn
 
 import click
-import pandas as pd
 
-from gemmscope import kernels, loading, reports, scratch, shapes, verify
+from gemmscope import loading, scratch, verify
 from gemmscope.atomic import written_whole
+from gemmscope.autocast_hook import gemmscope_protocol
+from gemmscope.cli.group import (
+    EXAMPLE_RUN,
+    EXAMPLE_TRACE,
+    check_options,
+    detail_level,
+    detail_options,
+    emit,
+    expect_map_option,
+    format_option,
+    keep_option,
+    main,
+    say_redacted,
+)
 from gemmscope.comparison import compare
 from gemmscope.diagnosis import Diagnosis, diagnose
 from gemmscope.errors import ExitCode, InputError, NoGpuKernels
 from gemmscope.recipes import RECIPES
+from gemmscope.report import documents, render
+from gemmscope.report.comparison import comparison_report
+from gemmscope.report.model import redacted
+from gemmscope.report.profile_run import is_run_dir, profile_report
+from gemmscope.report.tables import write_tables
+from gemmscope.report.verification import diagnosis_report, verification_report
 from gemmscope.traces.read import read_trace, trace_paths
 
-EXAMPLE_TRACE = Path(__file__).parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
 # What `verify -- COMMAND` can capture with.
 PROFILERS = ("nsys", "torch")
 
 
-class _Interrupted(Exception):
-    """Ctrl-C, carried past click (which would turn it into its own message)."""
-
-
-class _Group(click.Group):
-    """Every failure as one line on stderr: InputError, click's usage errors, what the system
-    refuses (a folder not writable, a name too long, a full disk) and SQLite's errors exit 2;
-    Ctrl-C exits 130 (what a shell reports for SIGINT). Outputs are written through temporary
-    names, so nothing is left half-written."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt:
-            raise _Interrupted() from None
-
-    def main(self, *args, **kwargs):
-        kwargs["standalone_mode"] = False
-        try:
-            return super().main(*args, **kwargs)
-        except (_Interrupted, KeyboardInterrupt, click.Abort):
-            click.echo("gemmscope: interrupted", err=True)
-            # Out at once, joining no thread: a worker the Ctrl-C ended while it was sending its
-            # result leaves the process pool's thread (loading.load) waiting forever, and a normal
-            # exit joins it. The scratch folder goes first, as an exit handler would remove it.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            scratch.remove()
-            os._exit(ExitCode.INTERRUPTED)
-        except click.exceptions.Exit as exc:
-            sys.exit(exc.exit_code)
-        except click.ClickException as exc:
-            _fail(exc.format_message())
-        except InputError as exc:
-            _fail(str(exc))
-        except OSError as exc:
-            _fail(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc))
-        except sqlite3.Error as exc:
-            _fail(f"SQLite: {exc}")
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"gemmscope: error: {' '.join(message.split())}", err=True)
-    sys.exit(ExitCode.BAD_INPUT)
-
-
-@click.group(cls=_Group)
-@click.version_option(package_name="gemmscope")
-def main() -> None:
-    """Is the precision Transformer Engine was asked for the precision that ran?"""
-
-
-def _format_option(formats=reports.FORMATS):
-    return click.option("--format", "fmt", type=click.Choice(formats), default="table", show_default=True)
-
-
-def _expect_map_option(func):
-    return click.option(
-        "--expect-map", "expect_map", multiple=True, metavar="PATTERN=RECIPE",
-        callback=lambda _ctx, _param, items: verify.parse_expect_map(items),
-        help="GEMMs inside an NVTX range whose name matches PATTERN (shell-style; the innermost "
-             "matching range decides) should run at RECIPE, e.g. 'FP8Block_*=fp8-block'; repeatable. "
-             "A mapped range that ran no GEMM, or a pattern that names no range, fails the check.")(func)
-
-
-def _keep_option(func):
-    return click.option(
-        "--keep", multiple=True, metavar="PATTERN",
-        help="Leave what matches this shell pattern although a redaction rule matches it (e.g. "
-             "'*.nvidia.com', '10.0.*'; README: Redaction); repeatable.")(func)
-
-
-def _say_redacted(redactor) -> None:
-    """What the redaction took out, per kind (never the values)."""
-    click.echo(f"gemmscope: redacted: {redactor.summary()}", err=True)
-
-
-def _check_options(func):
-    """What analyze and verify share: --expect-map, --allow, --step-range, --workers, --scheduler, --plots."""
-    options = [
-        _expect_map_option,
-        click.option("--allow", multiple=True, metavar="PATTERN",
-                     help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are "
-                          "allowed; repeatable."),
-        click.option("--step-range", metavar="PATTERN",
-                     help="NVTX range (shell pattern) that marks one training step: the breakdown covers the "
-                          "steps after the first. Default: ranges named a stem and a number that repeat in a "
-                          "process (tp_step_0, iteration 3; names saying step or iteration first); the output "
-                          "says which were taken, or that none were found."),
-        click.option("--workers", type=click.IntRange(min=1), metavar="N",
-                     help="Read several traces in N local processes (default: one per trace, up to one per CPU)."),
-        click.option("--scheduler", metavar="ADDRESS",
-                     help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead."),
-        click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-                     help="Also write the plots as PNG files into DIR (made if missing): GPU time per rank, "
-                          "GEMM TFLOP/s against the GPU's peak, and GPU time per step when steps are found."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def _detail_options(func):
-    """--quiet (the verdict block only) and --verbose (every GEMM launch too) for text output;
-    --per-launch (every GEMM launch too) for JSON."""
-    func = click.option("--per-launch", is_flag=True,
-                        help="JSON: also one object per GEMM launch (analyze: `gemms`; verify: `mismatches` and "
-                             "`allowed`); by default GEMMs come grouped per layer, module, pass and kernel.")(func)
-    func = click.option("--verbose", is_flag=True, help="Also list every GEMM launch.")(func)
-    return click.option("--quiet", is_flag=True, help="Print only the verdict block.")(func)
-
-
-def _detail(quiet: bool, verbose: bool) -> str:
-    if quiet and verbose:
-        raise InputError("--quiet and --verbose contradict each other: give one")
-    return "quiet" if quiet else "verbose" if verbose else "normal"
-
-
-def _emit(text: str) -> None:
-    click.echo(text, nl=False)
-
-
-# --- analyze / verify -------------------------------------------------------------------------
-
 @main.command()
 @click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
-@_check_options
-@_format_option()
-@_detail_options
+@check_options
+@format_option()
+@detail_options
 def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
             allow: tuple[str, ...], step_range: str | None, workers: int | None, scheduler: str | None,
             plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool, per_launch: bool) -> None:
@@ -180,8 +68,8 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
             raise
         _exit_no_gemm_ran(str(exc), expect)
     diagnosis = diagnose(result, step_range)
-    _print_result(result, fmt, lambda: reports.analysis_document(result, None, diagnosis, per_launch), diagnosis,
-                  _detail(quiet, verbose))
+    _print_result(result, fmt, lambda: documents.analysis_document(result, None, diagnosis, per_launch), diagnosis,
+                  detail_level(quiet, verbose))
     _write_plots(plots_dir, result, diagnosis)
     sys.exit(ExitCode.MISMATCH if result.failed else ExitCode.OK)
 
@@ -198,11 +86,11 @@ def _print_result(result: verify.Verification, fmt: str, document, diagnosis: Di
     """analyze's and verify's output: JSONL streamed a line at a time, any other format at once
     (`document`: makes the JSON document, which JSONL does without)."""
     if fmt == "jsonl":
-        for line in reports.launch_lines(result):
+        for line in documents.launch_lines(result):
             sys.stdout.write(line)
         sys.stdout.flush()
         return
-    _emit(reports.render_verification(result, fmt, document(), diagnosis, detail))
+    emit(render(verification_report(result, diagnosis, document(), detail), fmt))
 
 
 def _make_dir(directory: Path | None, option: str = "--plots") -> None:
@@ -280,9 +168,9 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
 @click.option("--delay", type=click.FloatRange(min=0), metavar="SECONDS", help="Start collecting after this long.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Collect for this long; COMMAND runs on to its own end.")
-@_check_options
-@_format_option()
-@_detail_options
+@check_options
+@format_option()
+@detail_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration, expect_map, allow, step_range,
                workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
@@ -304,7 +192,7 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
     if profiler == "torch" and any(v is not None for v in window.values()):
         raise InputError("--capture-range, --delay and --duration are nsys's capture window: --profiler torch "
                          "records each process from its import of torch to its exit (give no window, or use nsys)")
-    detail = _detail(quiet, verbose)
+    detail = detail_level(quiet, verbose)
     _make_dir(plots_dir)
     outcome = None
     if trace_args:
@@ -336,7 +224,7 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
         click.echo(f"gemmscope: nothing to check in what it ran: {exc}", err=True)
     if result is not None:
         diagnosis = diagnose(result, step_range)
-        _print_result(result, fmt, lambda: reports.verification_document(result, outcome, diagnosis, per_launch),
+        _print_result(result, fmt, lambda: documents.verification_document(result, outcome, diagnosis, per_launch),
                       diagnosis, detail)
         _write_plots(plots_dir, result, diagnosis)
     if failed_command:
@@ -369,7 +257,7 @@ def _capture(command: list[str], out: Path | None, window: dict, profiler: str,
     kept = out is not None
     out = out or Path(tempfile.mkdtemp(dir=scratch.folder()))
     out.mkdir(parents=True, exist_ok=True)
-    hook = str(Path(__file__).parent / "autocast_hook")
+    hook = str(Path(gemmscope_protocol.__file__).parent)  # the folder of the hook's sitecustomize
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
     if profiler == "torch":
         return _capture_torch(command, out, kept, env, echo_profiler)
@@ -464,20 +352,20 @@ def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str |
         if not exc.cuda_traced:
             raise
         _exit_no_gemm_ran(str(exc), expect)
-    _emit(reports.diagnosis_text(result, diagnose(result, step_range)))
+    emit(render(diagnosis_report(result, diagnose(result, step_range)), "table"))
 
 
 @main.command("compare")
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
-@_format_option(("table", "json", "markdown"))
+@format_option(("table", "json", "markdown"))
 def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None:
     """Two traces of one program (BF16 vs FP8, before vs after an upgrade): where NEW gained or
     lost time against BASE, per category and per module/pass, which GEMM kernels changed, and
     each run's findings. The differences add up to the difference in GPU window."""
-    runs = [verify.check([read_trace(p)], None, ()) for p in (base, new)]
-    _emit(reports.render_comparison(compare(*runs, step_range=step_range), fmt))
+    base_run, new_run = (verify.check([read_trace(p)], None, ()) for p in (base, new))
+    emit(render(comparison_report(compare(base_run, new_run, step_range=step_range)), fmt))
 
 
 @main.command("report")
@@ -487,7 +375,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
 @click.option("--format", "fmt", type=click.Choice(("html", "markdown")),
               help="Default: markdown for an output ending in .md, else html.")
 @click.option("--expect", type=click.Choice(RECIPES), help="Traces: recipe the GEMMs should run at.")
-@_expect_map_option
+@expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Traces: mismatches allowed (see analyze); repeatable.")
 @click.option("--step-range", metavar="PATTERN", help="Traces: NVTX range that marks one training step (see analyze).")
 @click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
@@ -495,7 +383,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
                    "mismatches.csv, findings.csv, breakdown-per-rank.csv, …; for a run directory "
                    "gemm-entries.csv, … (README: Machine interface). Names whole, times in the unit the "
                    "column names (_ns, _ms), blank where nothing ran; other gemmscope tables in DIR are removed.")
-@_keep_option
+@keep_option
 def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None,
                expect_map: tuple[tuple[str, str], ...], allow: tuple[str, ...], step_range: str | None,
                tables_dir: Path | None, keep: tuple[str, ...]) -> None:
@@ -505,13 +393,11 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
     TARGETS: the H200 run shipped with gemmscope. Made from the traces scrubbed, and redacted as
     scrub and bundle are (stderr says what was taken out). Exit 0 once written; the verdict is in
     the file."""
-    from gemmscope import html_report
-
     _make_dir(tables_dir, "--tables")
     if not targets:
         targets = (EXAMPLE_RUN,)
         click.echo(f"(nothing given: reporting the bundled run {EXAMPLE_RUN.name})", err=True)
-    if any(html_report.is_run_dir(t) for t in targets):
+    if any(is_run_dir(t) for t in targets):
         if len(targets) > 1:
             raise InputError("give one profile run directory, or traces, not both")
         if expect or expect_map or allow or step_range:
@@ -522,18 +408,18 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
         paths = trace_paths(targets)
         redactor, traces = _scrubbed(paths, keep)
         result = verify.check(traces, expect, allow, expect_map)
-        report = html_report.traces_report(result, diagnose(result, step_range))
-    report = html_report.redacted(report, redactor)
-    text = html_report.render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
+        report = verification_report(result, diagnose(result, step_range))
+    report = redacted(report, redactor)
+    text = render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
     if str(out) == "-":
-        _emit(text)
+        emit(text)
     else:
         _write_whole(out, text)
         click.echo(f"wrote {out}", err=True)
     if tables_dir is not None:
-        written = html_report.write_tables(report.tables, tables_dir)
+        written = write_tables(report.tables, tables_dir)
         click.echo(f"wrote {len(written)} tables (CSV) into {tables_dir}", err=True)
-    _say_redacted(redactor)
+    say_redacted(redactor)
 
 
 def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
@@ -553,19 +439,19 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
 
 def _run_report(run_dir: Path, keep: tuple[str, ...]):
     """A profile run directory's report, from its trace scrubbed; and the Redactor that scrubbed it."""
-    from gemmscope import html_report, profile_run
+    from gemmscope import profile_run
     from gemmscope.scrub import Redactor, scrub
     from gemmscope.traces.nsys import sqlite_export
 
     trace = next((run_dir / name for name in profile_run.RUN_TRACES if (run_dir / name).exists()), None)
     if trace is None:  # a run made with --no-nsys: no trace, its events only
         redactor = Redactor.of_exports([], keep)
-        return html_report.run_report(profile_run.load_run(run_dir), run_dir), redactor
+        return profile_report(profile_run.load_run(run_dir), run_dir), redactor
     export = sqlite_export(trace)
     redactor = Redactor.of_exports([export], keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
     scrub(export, staging / "trace.sqlite", redactor)
-    return html_report.run_report(profile_run.load_run(staging), run_dir), redactor
+    return profile_report(profile_run.load_run(staging), run_dir), redactor
 
 
 def _write_whole(out: Path, text: str) -> None:
@@ -575,181 +461,3 @@ def _write_whole(out: Path, text: str) -> None:
             partial.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot write {out}: {exc.strerror}") from None
-
-
-# --- shapes / kernel / scrub / doctor ------------------------------------------------------------
-
-def config_options(func):
-    """Model config sources shared by `shapes` and `profile`: a preset, an HF config.json, flags."""
-    options = [
-        click.option("--model", help=f"Preset: {', '.join(shapes.PRESETS)}."),
-        click.option("--config", "config_path", type=click.Path(), help="Hugging Face config.json."),
-        click.option("--hidden-size", type=int),
-        click.option("--intermediate-size", type=int),
-        click.option("--num-attention-heads", type=int),
-        click.option("--num-kv-heads", type=int),
-        click.option("--head-dim", type=int),
-        click.option("--num-layers", type=int),
-        click.option("--micro-batch-size", type=int),
-        click.option("--seq-len", type=int),
-        click.option("--vocab-size", type=int),
-        click.option("--activation", type=click.Choice(shapes.ACTIVATIONS)),
-        click.option("--tp", type=int, help="Tensor-parallel size."),
-        click.option("--num-experts", type=int),
-        click.option("--moe-top-k", type=int),
-        click.option("--mtp-layers", type=int,
-                     help="Multi-token prediction modules trained with the model (DeepSeek-V3's config: 1)."),
-        click.option("--lm-head", is_flag=True, help="Include the LM head GEMMs."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def plan_from_options(options: dict) -> tuple[shapes.ModelConfig, list[shapes.Gemm]]:
-    lm_head = options.pop("lm_head")
-    config = shapes.resolve_config(options.pop("model"), options.pop("config_path"), **options)
-    return config, shapes.plan(config, lm_head=lm_head)
-
-
-@main.command("shapes")
-@config_options
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table",
-              show_default=True)
-def shapes_cmd(fmt: str, **options) -> None:
-    """The GEMMs a transformer runs per training step: op, pass, M×K×N, FLOPs, count."""
-    config, plan = plan_from_options(options)
-    frame = shapes.plan_frame(plan)
-    if fmt == "json":
-        _emit(json.dumps(reports.shapes_document(plan), indent=2) + "\n")
-    elif fmt == "csv":
-        _emit(frame.to_csv(index=False))
-    elif fmt == "markdown":
-        _emit(reports.markdown_table(frame))
-    else:
-        _emit(reports.table_text(f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs", frame))
-
-
-@main.command("kernel")
-@click.argument("names", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
-    """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout."""
-    frame = kernels.decode_frame(pd.Series(list(names)))
-    if fmt == "json":
-        _emit(json.dumps(reports.kernels_document(frame), indent=2) + "\n")
-    else:
-        _emit(reports.kernels_text(frame))
-
-
-@main.command("scrub")
-@click.argument("trace", type=click.Path(path_type=Path))
-@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path))
-@_keep_option
-def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
-    """Copy a trace without the environment, command line, user and host names nsys recorded,
-    and with every text in it redacted (README: Redaction; stderr says what was taken out)."""
-    from gemmscope.scrub import Redactor, scrub
-    from gemmscope.traces.read import trace_source
-
-    redactor = Redactor.of_exports([trace_source(trace)], keep)
-    click.echo(f"wrote {scrub(trace, out, redactor)}")
-    _say_redacted(redactor)
-
-
-@main.command("bundle")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="The zip to write.")
-@click.option("--expect", type=click.Choice(RECIPES), help="For traces: as analyze's --expect.")
-@_expect_map_option
-@click.option("--allow", multiple=True, metavar="PATTERN", help="For traces: as analyze's --allow; repeatable.")
-@click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
-@_keep_option
-def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, expect_map: tuple[tuple[str, str], ...],
-               allow: tuple[str, ...], step_range: str | None, keep: tuple[str, ...]) -> None:
-    """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the report's
-    tables as CSV (tables/, as `report --tables`), the traces scrubbed, and environment.json (GPU,
-    driver, CUDA, nsys, recipes, the command line redacted). INPUTS: traces (files, folders or
-    globs), or one `gemmscope profile` run directory. Every member redacted (README: Redaction;
-    stderr says what was taken out)."""
-    from gemmscope.bundle import bundle
-
-    made = bundle(inputs, out, expect, allow, step_range, expect_map, keep)
-    if made.analysis_error:
-        click.echo(f"gemmscope: note: the traces could not be analyzed ({made.analysis_error}); the bundle "
-                   "holds them, the environment and this reason", err=True)
-    click.echo(f"wrote {made.path}")
-    _say_redacted(made.redactor)
-
-
-@main.command()
-@click.option("--canary", is_flag=True,
-              help="Also run a tiny GEMM that asks for FP8 but runs BF16, under nsys, and check it is flagged.")
-def doctor(canary: bool) -> None:
-    """What this machine can do: nsys, GPU, Transformer Engine and each recipe's availability."""
-    from gemmscope import doctor as doctor_checks
-
-    checked = doctor_checks.checks()
-    _emit(reports.table_text("gemmscope doctor", checked, wrap={"detail"}))
-    if canary:
-        if missing := doctor_checks.canary_missing(checked):
-            raise InputError(f"--canary cannot run here: {missing}")
-        flagged = doctor_checks.canary()
-        click.echo(flagged.message)
-        sys.exit(ExitCode.OK if flagged.ok else ExitCode.MISMATCH)
-
-
-# --- profile -----------------------------------------------------------------------------------
-
-EXAMPLE_RUN = Path(__file__).parent / "examples" / "h200-codonfm-5b"
-
-
-def _csv_choice(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
-    items = tuple(v.strip() for v in value.split(",") if v.strip())
-    unknown = [v for v in items if v not in allowed]
-    if unknown or not items:
-        raise InputError(f"unknown {what} {', '.join(unknown) or '(none)'}: choose from {', '.join(allowed)}")
-    return items
-
-
-@main.command("profile")
-@config_options
-@click.option("--precisions", default=",".join(RECIPES), show_default=True)
-@click.option("--modes", default="autocast,prequant", show_default=True)
-@click.option("--iters", type=click.IntRange(min=2), default=100, show_default=True)
-@click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True)
-@click.option("--no-nsys", is_flag=True, help="CUDA-event times only: no trace, no kernel times, no verdicts.")
-@click.option("--out", type=click.Path(path_type=Path), help="New run directory (default: ./gemmscope-run-<time>).")
-@click.option("--quiet", is_flag=True, help="Print only the verdict block.")
-@click.option("--verbose", is_flag=True, help="Also print each entry's throughput, % of peak, intensity and noise.")
-def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, **options) -> None:
-    """Every GEMM of the model through TE at each recipe and mode, under nsys: speedup tables
-    and, per GEMM, the kernel that ran and whether its precision is the one asked for. On a
-    machine without a GPU: the run shipped with gemmscope, re-derived from its trace."""
-    import time
-
-    from gemmscope import gpu_profile, profile_run
-
-    started = time.perf_counter()
-    detail = _detail(quiet, verbose)
-    if not gpu_profile.gpu_available():
-        asked = [f"--{name.replace('_', '-')}" for name, value in options.items() if value not in (None, False)]
-        if asked or out or no_nsys:
-            raise InputError(f"no CUDA GPU here: nothing can be profiled ({' '.join(asked + ['--out'] * bool(out))}"
-                             f"{' --no-nsys' * no_nsys}); without model options, gemmscope profile shows the run "
-                             f"shipped with gemmscope ({EXAMPLE_RUN.name})")
-        click.echo(f"gemmscope: no CUDA GPU here: showing the run shipped with gemmscope, "
-                   f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
-        _emit(reports.profile_text(profile_run.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail))
-        return
-    precisions = _csv_choice(precisions, RECIPES, "precision")
-    modes = _csv_choice(modes, profile_run.MODES, "mode")
-    config, plan = plan_from_options(options)
-    out = out or Path(time.strftime("gemmscope-run-%Y%m%d-%H%M%S"))
-    spec = gpu_profile.spec_for(config, plan, precisions, modes, iters, warmup)
-    run_dir = gpu_profile.run(spec, out, use_nsys=not no_nsys)
-    run = profile_run.load_run(run_dir)
-    wall_s = time.perf_counter() - started
-    reports.write_profile_reports(run, run_dir, wall_s)
-    _emit(reports.profile_text(run, run_dir, detail))
-    click.echo(f"gemmscope: run directory {run_dir} ({wall_s:.1f} s)", err=True)

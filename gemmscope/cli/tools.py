@@ -1,0 +1,202 @@
+"""The commands beside the check: `shapes`, `kernel`, `scrub`, `bundle`, `doctor` and `profile`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+import pandas as pd
+
+from gemmscope import kernels, shapes
+from gemmscope.cli.group import (
+    EXAMPLE_RUN,
+    detail_level,
+    emit,
+    expect_map_option,
+    keep_option,
+    main,
+    say_redacted,
+)
+from gemmscope.errors import ExitCode, InputError
+from gemmscope.hf_config import resolve_config
+from gemmscope.model_config import ACTIVATIONS, PRESETS, ModelConfig
+from gemmscope.recipes import RECIPES
+from gemmscope.report import documents, render, terminal
+from gemmscope.report.markdown import markdown_table
+from gemmscope.report.profile_run import profile_report, write_profile_reports
+
+
+def config_options(func):
+    """Model config sources shared by `shapes` and `profile`: a preset, an HF config.json, flags."""
+    options = [
+        click.option("--model", help=f"Preset: {', '.join(PRESETS)}."),
+        click.option("--config", "config_path", type=click.Path(), help="Hugging Face config.json."),
+        click.option("--hidden-size", type=int),
+        click.option("--intermediate-size", type=int),
+        click.option("--num-attention-heads", type=int),
+        click.option("--num-kv-heads", type=int),
+        click.option("--head-dim", type=int),
+        click.option("--num-layers", type=int),
+        click.option("--micro-batch-size", type=int),
+        click.option("--seq-len", type=int),
+        click.option("--vocab-size", type=int),
+        click.option("--activation", type=click.Choice(ACTIVATIONS)),
+        click.option("--tp", type=int, help="Tensor-parallel size."),
+        click.option("--num-experts", type=int),
+        click.option("--moe-top-k", type=int),
+        click.option("--mtp-layers", type=int,
+                     help="Multi-token prediction modules trained with the model (DeepSeek-V3's config: 1)."),
+        click.option("--lm-head", is_flag=True, help="Include the LM head GEMMs."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def plan_from_options(options: dict) -> tuple[ModelConfig, list[shapes.Gemm]]:
+    lm_head = options.pop("lm_head")
+    config = resolve_config(options.pop("model"), options.pop("config_path"), **options)
+    return config, shapes.plan(config, lm_head=lm_head)
+
+
+@main.command("shapes")
+@config_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table",
+              show_default=True)
+def shapes_cmd(fmt: str, **options) -> None:
+    """The GEMMs a transformer runs per training step: op, pass, M×K×N, FLOPs, count."""
+    config, plan = plan_from_options(options)
+    frame = shapes.plan_frame(plan)
+    if fmt == "json":
+        emit(json.dumps(documents.shapes_document(plan), indent=2) + "\n")
+    elif fmt == "csv":
+        emit(frame.to_csv(index=False))
+    elif fmt == "markdown":
+        emit(markdown_table(frame))
+    else:
+        emit(terminal.table_text(f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs", frame))
+
+
+@main.command("kernel")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
+    """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout."""
+    frame = kernels.decode_frame(pd.Series(list(names)))
+    if fmt == "json":
+        emit(json.dumps(documents.kernels_document(frame), indent=2) + "\n")
+    else:
+        emit(terminal.kernels_text(frame))
+
+
+@main.command("scrub")
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path))
+@keep_option
+def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
+    """Copy a trace without the environment, command line, user and host names nsys recorded,
+    and with every text in it redacted (README: Redaction; stderr says what was taken out)."""
+    from gemmscope.scrub import Redactor, scrub
+    from gemmscope.traces.read import trace_source
+
+    redactor = Redactor.of_exports([trace_source(trace)], keep)
+    click.echo(f"wrote {scrub(trace, out, redactor)}")
+    say_redacted(redactor)
+
+
+@main.command("bundle")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="The zip to write.")
+@click.option("--expect", type=click.Choice(RECIPES), help="For traces: as analyze's --expect.")
+@expect_map_option
+@click.option("--allow", multiple=True, metavar="PATTERN", help="For traces: as analyze's --allow; repeatable.")
+@click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
+@keep_option
+def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, expect_map: tuple[tuple[str, str], ...],
+               allow: tuple[str, ...], step_range: str | None, keep: tuple[str, ...]) -> None:
+    """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the report's
+    tables as CSV (tables/, as `report --tables`), the traces scrubbed, and environment.json (GPU,
+    driver, CUDA, nsys, recipes, the command line redacted). INPUTS: traces (files, folders or
+    globs), or one `gemmscope profile` run directory. Every member redacted (README: Redaction;
+    stderr says what was taken out)."""
+    from gemmscope.bundle import bundle
+
+    made = bundle(inputs, out, expect, allow, step_range, expect_map, keep)
+    if made.analysis_error:
+        click.echo(f"gemmscope: note: the traces could not be analyzed ({made.analysis_error}); the bundle "
+                   "holds them, the environment and this reason", err=True)
+    click.echo(f"wrote {made.path}")
+    say_redacted(made.redactor)
+
+
+@main.command()
+@click.option("--canary", is_flag=True,
+              help="Also run a tiny GEMM that asks for FP8 but runs BF16, under nsys, and check it is flagged.")
+def doctor(canary: bool) -> None:
+    """What this machine can do: nsys, GPU, Transformer Engine and each recipe's availability."""
+    from gemmscope import doctor as doctor_checks
+
+    checked = doctor_checks.checks()
+    emit(terminal.table_text("gemmscope doctor", checked, wrap={"detail"}))
+    if canary:
+        if missing := doctor_checks.canary_missing(checked):
+            raise InputError(f"--canary cannot run here: {missing}")
+        flagged = doctor_checks.canary()
+        click.echo(flagged.message)
+        sys.exit(ExitCode.OK if flagged.ok else ExitCode.MISMATCH)
+
+
+
+
+def _csv_choice(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = [v for v in items if v not in allowed]
+    if unknown or not items:
+        raise InputError(f"unknown {what} {', '.join(unknown) or '(none)'}: choose from {', '.join(allowed)}")
+    return items
+
+
+@main.command("profile")
+@config_options
+@click.option("--precisions", default=",".join(RECIPES), show_default=True)
+@click.option("--modes", default="autocast,prequant", show_default=True)
+@click.option("--iters", type=click.IntRange(min=2), default=100, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True)
+@click.option("--no-nsys", is_flag=True, help="CUDA-event times only: no trace, no kernel times, no verdicts.")
+@click.option("--out", type=click.Path(path_type=Path), help="New run directory (default: ./gemmscope-run-<time>).")
+@click.option("--quiet", is_flag=True, help="Print only the verdict block.")
+@click.option("--verbose", is_flag=True, help="Also print each entry's throughput, % of peak, intensity and noise.")
+def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, **options) -> None:
+    """Every GEMM of the model through TE at each recipe and mode, under nsys: speedup tables
+    and, per GEMM, the kernel that ran and whether its precision is the one asked for. On a
+    machine without a GPU: the run shipped with gemmscope, re-derived from its trace."""
+    import time
+
+    from gemmscope import gpu_profile, profile_run
+
+    started = time.perf_counter()
+    detail = detail_level(quiet, verbose)
+    if not gpu_profile.gpu_available():
+        asked = [f"--{name.replace('_', '-')}" for name, value in options.items() if value not in (None, False)]
+        if asked or out or no_nsys:
+            raise InputError(f"no CUDA GPU here: nothing can be profiled ({' '.join(asked + ['--out'] * bool(out))}"
+                             f"{' --no-nsys' * no_nsys}); without model options, gemmscope profile shows the run "
+                             f"shipped with gemmscope ({EXAMPLE_RUN.name})")
+        click.echo(f"gemmscope: no CUDA GPU here: showing the run shipped with gemmscope, "
+                   f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
+        emit(render(profile_report(profile_run.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail=detail,
+                                    written_to=EXAMPLE_RUN), "table"))
+        return
+    precisions = _csv_choice(precisions, RECIPES, "precision")
+    modes = _csv_choice(modes, profile_run.MODES, "mode")
+    config, plan = plan_from_options(options)
+    out = out or Path(time.strftime("gemmscope-run-%Y%m%d-%H%M%S"))
+    spec = gpu_profile.spec_for(config, plan, precisions, modes, iters, warmup)
+    run_dir = gpu_profile.run(spec, out, use_nsys=not no_nsys)
+    run = profile_run.load_run(run_dir)
+    wall_s = time.perf_counter() - started
+    write_profile_reports(run, run_dir, wall_s)
+    emit(render(profile_report(run, run_dir, detail=detail, written_to=run_dir), "table"))
+    click.echo(f"gemmscope: run directory {run_dir} ({wall_s:.1f} s)", err=True)

@@ -1,0 +1,233 @@
+"""The JSON documents gemmscope writes (`--format json`, `analysis.json`, `results.json`; the
+schemas in gemmscope/schemas hold them), and the values in them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+
+from gemmscope import devices
+from gemmscope.diagnosis import Diagnosis
+from gemmscope.jsonable import frame_records, plain
+from gemmscope.shapes import Gemm
+from gemmscope.traces.model import Trace
+from gemmscope.verify import Verification
+
+# The version of every JSON document gemmscope writes (`schema_version`, a top-level key): it
+# changes when a key is removed or renamed, or a value changes type, unit or meaning; a new key or
+# a new value of an enumeration leaves it.
+SCHEMA_VERSION = "2"
+
+_GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "trace", "rank", "thread",
+                "ranges", "te_module", "te_name", "layer", "layer_number", "te_pass", "pass_source", "requested_a",
+                "requested_b", "requested", "requested_scale", "origin")
+
+
+def gemm_fields(result: Verification) -> list[str]:
+    return (list(_GEMM_FIELDS) + (["expected", "verdict", "cause", "allowed", "asked_high"] if result.checked else [])
+            + (["expect_range"] if result.expect_map else []))
+
+
+def gemm_records(gemms: pd.DataFrame, result: Verification) -> list[dict]:
+    """`gemms` (rows of result.gemms) as JSON-able records, one per launch."""
+    g = gemms.rename(columns={"name": "kernel", "start": "start_ns"})
+    g["ranges"] = result.ranges.lists(g["kernel_row"].to_numpy()) if len(g) else []
+    return [{f: plain(row[f]) for f in gemm_fields(result)} for row in g.to_dict("records")]
+
+
+# GEMM launches formatted at a time by `launch_lines`: what it holds stays bounded however many
+# launches a trace has.
+JSONL_CHUNK = 10_000
+
+
+def launch_lines(result: Verification) -> Iterator[str]:
+    """`--format jsonl`: one JSON object per GEMM launch, a line each (the records --per-launch
+    adds to the JSON document; common.schema.json's gemm_launch), made a chunk at a time."""
+    for start in range(0, len(result.gemms), JSONL_CHUNK):
+        for record in gemm_records(result.gemms.iloc[start:start + JSONL_CHUNK], result):
+            yield json.dumps(record) + "\n"
+
+
+# A low precision's dense peak over BF16's, on Hopper and Blackwell (FP8 vs BF16): what running a
+# GEMM asked for high precision in low precision could gain at most.
+LOW_PRECISION_RATE = 2.0
+
+
+def coverage_groups(result: Verification) -> pd.DataFrame:
+    """The GEMMs asked for high precision (Verification.coverage) per layer × module × what was
+    asked: the passes, launches, time and share of all GEMM time, in layer order."""
+    g = result.gemms
+    columns = ["layer", "layer_number", "module", "asked", "passes", "launches", "time_ns", "share"]
+    high = result.coverage
+    if high.empty:
+        return pd.DataFrame(columns=columns)
+    keys = ["layer", "layer_number", "module", "expected"]
+    out = high.groupby(keys, dropna=False, sort=False).agg(
+        passes=("te_pass", lambda p: "+".join(dict.fromkeys(p.fillna("?")))),
+        launches=("duration_ns", "size"), time_ns=("duration_ns", "sum")).reset_index()
+    out = out.rename(columns={"expected": "asked"})
+    out["share"] = out["time_ns"] / g["duration_ns"].sum()
+    return out.sort_values(["layer_number", "layer"], na_position="last", ignore_index=True)[columns]
+
+
+def coverage_document(result: Verification) -> dict:
+    g = result.gemms
+    high = result.coverage
+    total = int(g["duration_ns"].sum())
+    own = g[g["requested"].notna() & g["expected"].notna()] if "expected" in g else g.iloc[0:0]
+    low = own.loc[~own["asked_high"], "duration_ns"].sum()
+    high_ns = int(high["duration_ns"].sum())
+    return {"gemm_launches": len(high), "time_ns": high_ns, "time_share": plain(high_ns / total) if total else None,
+            "low_precision_time_share": plain(low / total) if total else None,
+            "saved_at_most_ns": int(high_ns * (1 - 1 / LOW_PRECISION_RATE)),
+            "groups": frame_records(coverage_groups(result))}
+
+
+def check_mode(result: Verification) -> str:
+    if result.strict:
+        return "recipe"
+    return "per-gemm" if result.checked else "none"
+
+
+def summary_document(result: Verification) -> dict:
+    g = result.gemms
+    doc: dict[str, Any] = {
+        "expected": result.expected,
+        "mode": check_mode(result),
+        "gemm_launches": len(g),
+        "gemm_time_ns": int(g["duration_ns"].sum()) if len(g) else 0,
+        "gemm_tail_time_ns": result.tails_ns,
+        "by_precision": {k: int(v) for k, v in g["precision"].value_counts().items()} if len(g) else {},
+        "by_module_pass": frame_records(result.summary),
+        "groups": frame_records(result.groups),
+        "ranks": sorted(int(r) for r in g["rank"].dropna().unique()) if len(g) else [],
+        "rank_comparison": frame_records(result.rank_comparison),
+        "unreadable_traces": plain(result.unreadable),
+        "traces_without_kernels": plain(result.without_kernels),
+        "autotuning_gemm_launches": len(result.autotuning),
+        "autotuning_gemm_time_ns": int(result.autotuning["duration_ns"].sum()) if len(result.autotuning) else 0,
+    }
+    if result.expect_map:
+        doc["expect_map"] = [{"pattern": p, "recipe": r} for p, r in result.expect_map]
+        doc["ranges_checked"] = frame_records(result.ranges_checked)
+    if result.checked:
+        doc["verdicts"] = {k: int(v) for k, v in g["verdict"].value_counts().items()} if len(g) else {}
+        checked = g[g["verdict"].notna()] if len(g) else g
+        total = int(checked["duration_ns"].sum()) if len(g) else 0
+        ok = checked.loc[checked["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "duration_ns"].sum() if len(g) else 0
+        doc["expected_time_share"] = plain(ok / total) if total else None
+        doc["unchecked_gemm_launches"] = len(g) - len(checked)
+        doc["mismatches"] = len(result.mismatches)
+        doc["allowed"] = len(result.allowed)
+        if not result.strict:
+            doc["coverage"] = coverage_document(result)
+        if len(g) == 0:
+            doc["note"] = f"no GEMM kernel ran: nothing ran at {' or '.join(result.expected_recipes)}"
+    elif len(g) == 0:
+        doc["note"] = "no GEMM kernel in this trace"
+    return doc
+
+
+def _trace_meta(trace: Trace) -> dict:
+    return {
+        "trace": str(trace.path),
+        "nsys_version": trace.meta["nsys_version"],
+        "schema_version": trace.meta["schema_version"],
+        "gpus": [{k: plain(v) for k, v in g.items()} for g in trace.meta["gpus"]],
+        "profiler": trace.meta["profiler"],
+        "lacks": trace.meta["lacks"],
+    }
+
+
+def _meta(result: Verification, command: dict | None) -> dict:
+    """The first trace's meta at the top level (one trace: as before), every trace under
+    `traces`, and the profiled command's outcome when gemmscope ran it."""
+    metas = [_trace_meta(t) for t in result.traces]
+    meta = dict(metas[0]) if metas else {}
+    meta["traces"] = metas
+    if command is not None:
+        meta["command"] = command
+    return meta
+
+
+def diagnosis_document(diagnosis: Diagnosis) -> dict:
+    """`breakdown` (per rank: GPU window, busy, idle, launches, time per category, in ns; the
+    steps it covers) and `findings` (code, statement, explains_ns, figures, concerns; most time
+    at stake first)."""
+    steps = diagnosis.steps
+    return {
+        "breakdown": {
+            "step_range": diagnosis.step_range,
+            "per_rank": frame_records(diagnosis.breakdown),
+            "steps": frame_records(steps[["trace", "pid", "name", "index", "wall_ns", "gpu_kernel_ns"]])
+            if "wall_ns" in steps else [],
+        },
+        "findings": plain(diagnosis.findings),
+    }
+
+
+def analysis_document(result: Verification, command: dict | None = None, diagnosis: Diagnosis | None = None,
+                      per_launch: bool = False) -> dict:
+    """`gemmscope analyze --format json`: meta, summary (GEMMs grouped per layer, module, pass and
+    kernel), the breakdown and findings; with `per_launch`, one object per GEMM launch too (a
+    long job has hundreds of thousands)."""
+    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result, command)}
+    if per_launch:
+        doc["gemms"] = gemm_records(result.gemms, result)
+    doc["summary"] = summary_document(result)
+    return doc | (diagnosis_document(diagnosis) if diagnosis else {})
+
+
+def verification_document(result: Verification, command: dict | None = None,
+                          diagnosis: Diagnosis | None = None, per_launch: bool = False) -> dict:
+    """`gemmscope verify --format json`: summary (mismatches grouped in its `groups`), the
+    breakdown and findings; with `per_launch`, the non-allowed and the allowed mismatches one
+    object per launch too."""
+    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result, command), "summary": summary_document(result)}
+    if per_launch:
+        records = gemm_records(result.gemms[result.gemms["verdict"] == "FALLBACK"], result) if result.checked else []
+        doc["mismatches"] = [r for r in records if not r["allowed"]]
+        doc["allowed"] = [r for r in records if r["allowed"]]
+    return doc | (diagnosis_document(diagnosis) if diagnosis else {})
+
+
+def comparison_document(comparison: dict) -> dict:
+    """`gemmscope compare --format json`: the statement, totals, modules and passes, kernels that
+    changed, and each run's findings."""
+    return plain({"schema_version": SCHEMA_VERSION, "statement": comparison["statement"],
+                   "totals": comparison["totals"], "by_module": frame_records(comparison["by_module"]),
+                   "kernels_changed": frame_records(comparison["kernels_changed"]),
+                   "base_findings": comparison["base_findings"], "new_findings": comparison["new_findings"]})
+
+
+def shapes_document(plan: list[Gemm]) -> dict:
+    """`gemmscope shapes --format json`: the plan's GEMMs."""
+    return {"schema_version": SCHEMA_VERSION, "gemms": [gemm.as_dict() for gemm in plan]}
+
+
+def kernels_document(decoded: pd.DataFrame) -> dict:
+    """`gemmscope kernel --format json`: what each name says (kernels.decode_frame's rows)."""
+    return {"schema_version": SCHEMA_VERSION, "kernels": frame_records(decoded)}
+
+
+def results_document(run, wall_s: float | None) -> dict:
+    """`results.json` of a profile run."""
+    device = devices.lookup(run.device["name"])
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "device": run.device,
+        "device_figures": None if device is None else {
+            "part": device.part, "dense_peak_tflops": dict(device.peak_tflops),
+            "memory_bandwidth_tbps": device.bandwidth_tbps, "sources": list(device.sources), "note": device.note},
+        "wall_s": wall_s,
+        "model": run.plan["model"],
+        "num_layers": run.plan["num_layers"],
+        "speedups": {m: {p: plain(v) for p, v in d.items()} for m, d in run.speedups().items()},
+        "per_layer": frame_records(run.per_layer().reset_index()),
+        "full_model": frame_records(run.full_model().reset_index()),
+        "memory": frame_records(run.memory),
+        "gemms": frame_records(run.gemms),
+    }

@@ -1,0 +1,126 @@
+"""The tables of checked traces as people read them (milliseconds, shares in %, blank where
+nothing ran), for every format."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from gemmscope.diagnosis import CATEGORIES, NO_STEPS, Diagnosis
+from gemmscope.report.model import count
+from gemmscope.verify import Verification
+
+# Section titles, the same in every format.
+RANGES_TITLE = "Ranges checked (--expect-map)"
+SUMMARY_TITLE = "GEMMs per module and pass"
+MISMATCHES_TITLE = "Mismatches (requested precision did not run)"
+ALLOWED_TITLE = "Allowed mismatches"
+RANKS_TITLE = "Ranks that ran other kernels than the rest"
+UNREADABLE_TITLE = "Traces that could not be read (the others are checked)"
+FINDINGS_TITLE = "Findings, most time at stake first"
+COVERAGE_TITLE = "Coverage: GEMMs that asked for high precision (not a failure)"
+LAUNCHES_TITLE = "Every GEMM launch"
+
+
+def breakdown_frame(breakdown: pd.DataFrame) -> pd.DataFrame:
+    """The per-rank breakdown for people: milliseconds and shares."""
+    out = pd.DataFrame({"rank": breakdown["rank"], "window_ms": breakdown["window_ns"] / 1e6,
+                        "idle": (breakdown["idle_share"] * 100).round(1).astype(str) + " %",
+                        "launches": breakdown["kernel_launches"]})
+    for category in CATEGORIES:
+        out[f"{category}_ms"] = breakdown[f"{category}_ns"] / 1e6
+    return out
+
+
+def findings_frame(findings: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame({"finding": [f["code"] for f in findings], "what it says": [f["statement"] for f in findings]})
+
+
+def summary_frame(result: Verification) -> pd.DataFrame:
+    s = result.summary.copy()
+    if s.empty:
+        return s
+    s["gemm_time_ms"] = s.pop("gemm_time_ns") / 1e6
+    if "expected_time_share" in s:
+        s["expected_time_share"] = (s["expected_time_share"] * 100).round(1).astype(str) + " %"
+    return s
+
+
+def ranges_table(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The mapped ranges (verify's `ranges_checked`), a range that ran no GEMM with no time and
+    no share, not 0."""
+    ran = ranges["gemms"] > 0
+    return ranges.assign(gemm_time_ns=ranges["gemm_time_ns"].astype("Int64").where(ran),
+                         expected_time_share=ranges["expected_time_share"].where(ran))
+
+
+def ranges_frame(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The mapped ranges for people: milliseconds and shares."""
+    table = ranges_table(ranges)
+    timed = table["gemm_time_ns"].notna()
+    return pd.DataFrame({
+        "range": table["range"].fillna("(no range matches " + table["pattern"] + ")"),
+        "expected": table["expected"],
+        "instances": table["instances"],
+        "gemms": table["gemms"],
+        "gemm_ms": table["gemm_time_ns"] / 1e6,
+        "at_expected": ((table["expected_time_share"] * 100).round(1).astype(str) + " %").where(timed),
+        "fallbacks": table["fallbacks"],
+        "verdict": table["verdict"],
+    })
+
+
+def mismatch_groups(result: Verification) -> pd.DataFrame:
+    """The layer × module × pass × kernel groups whose requested precision did not run, allowed
+    ones included (`allowed` says which)."""
+    return result.groups[result.groups["verdict"] == "FALLBACK"]
+
+
+def differing_ranks(result: Verification) -> pd.DataFrame:
+    """The layer × module × pass where some ranks ran other kernels than the rest."""
+    comparison = result.rank_comparison
+    return comparison[comparison["differing_ranks"].map(len) > 0]
+
+
+def mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
+    """Mismatches grouped by layer × module × pass × kernel, with counts."""
+    groups = mismatch_groups(result)
+    rows = groups[groups["allowed"] == allowed]
+    return pd.DataFrame(
+        {
+            "layer": rows["layer"],
+            "module": rows["module"],
+            "pass": rows["pass"],
+            "kernel": rows["kernel"],
+            **({"expected": rows["expected"]} if result.expect_map else {}),
+            "precision": rows["precision"],
+            "requested": rows["requested"],
+            "cause": rows["cause"],
+            "launches": rows["launches"],
+            "ranks": rows["ranks"],
+            "time_ms": rows["time_ns"] / 1e6,
+        }
+    )
+
+
+def breakdown_title(diagnosis: Diagnosis) -> str:
+    """Which part of the run the breakdown covers: the steps taken (and which ranges they are),
+    or the whole trace, saying that no steps were found."""
+    if diagnosis.step_range:
+        return f"Where the GPU time went (steps: NVTX ranges matching {diagnosis.step_range}, after the first)"
+    return f"Where the GPU time went (the whole trace: {NO_STEPS})"
+
+
+def where(layer: pd.Series, module: pd.Series) -> pd.Series:
+    """Where each GEMM ran: "layers.2.self_attention.proj · _Linear", or the module alone."""
+    named = layer.notna() & (layer.astype("string") != "")
+    return (layer.astype("string") + " · " + module.astype("string")).where(named, module.astype("string"))
+
+
+def several_ranks(result: Verification) -> bool:
+    return result.gemms["rank"].nunique() > 1
+
+
+def autotuning_note(result: Verification) -> str:
+    a = result.autotuning
+    return (f"Left out of the check: {count(len(a), 'GEMM launch', 'GEMM launches')} "
+            f"({a['duration_ns'].sum() / 1e6:.3f} ms) torch.compile's max-autotune made, benchmarking candidates")

@@ -1,0 +1,47 @@
+"""A report as Markdown, for an issue comment: `analyze --format markdown`, `report -o x.md`, a
+bundle's and a profile run's `report.md` are all this one rendering of a report's sections.
+GitHub renders <details> in Markdown too; a plot is named, not drawn (a comment cannot show a
+data: URI)."""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+
+from gemmscope.report.model import STATUS_WORDS, Details, Figure, Report, Table, cell, page_sections
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "_(none)_\n"
+    cells = [[cell(v) for v in row] for row in frame.itertuples(index=False)]
+    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+    return "\n".join([header, rule, *body]) + "\n"
+
+
+def to_markdown(report: Report) -> str:
+    parts = [f"# {report.title}\n"] if report.title else []
+    if report.status is not None:
+        parts.append(f"**{STATUS_WORDS[report.status]}**\n")
+        parts += [f"- **{label}**: {text}" for label, text in report.verdict] + ([""] if report.intro else [])
+    parts += [f"{p}\n" for p in report.intro]
+    for section in page_sections(report):
+        parts.append(f"\n## {section.title}\n")
+        parts += [f"{p}\n" for p in section.intro]
+        for block in section.blocks:
+            if isinstance(block, Table):
+                parts += ([f"### {block.title}\n"] if block.title != section.title else []) + [
+                    markdown_table(block.frame)]
+            elif isinstance(block, Figure):
+                if block.plot is not None:
+                    parts.append(f"_Plot: {block.plot.title} (in the HTML report: `gemmscope report … -o "
+                                 "report.html`)._\n")
+            elif isinstance(block, Details):
+                body = "\n".join(f"    {line}" for line in block.lines)
+                table = markdown_table(block.frame) if block.frame is not None else ""
+                parts.append(f"<details><summary>{html.escape(block.summary)}</summary>\n\n{body}\n\n{table}\n"
+                             "</details>\n")
+    return "\n".join(parts) + "\n"

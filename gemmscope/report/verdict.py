@@ -1,0 +1,127 @@
+"""The answer first: the verdict block of checked traces, a status and labelled lines."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from gemmscope import te_ranges
+from gemmscope.diagnosis import Diagnosis
+from gemmscope.report.documents import coverage_groups, summary_document
+from gemmscope.report.model import count
+from gemmscope.verify import Verification, recorded_recipes
+
+
+def shares_by_precision(gemms: pd.DataFrame) -> str:
+    """"fp8 92.1 %, bf16 7.9 %": each precision's share of GEMM kernel time, largest first."""
+    by_precision = gemms.groupby(gemms["precision"].fillna("unknown"))["duration_ns"].sum()
+    total = by_precision.sum()
+    return ", ".join(f"{p} {100 * t / total:.1f} %" for p, t in by_precision.sort_values(ascending=False).items())
+
+
+def top_findings(findings: list[dict]) -> str:
+    if not findings:
+        return "none"
+    first, rest = findings[0], [f["code"] for f in findings[1:4]]
+    return f"{first['code']}: {first['statement']}" + (f"; then {', '.join(rest)}" if rest else "")
+
+
+def trace_environment(result: Verification) -> list[tuple[str, str]]:
+    gpus = dict.fromkeys(f"{gpu['name']} ({gpu['sm']})" for t in result.traces for gpu in t.meta["gpus"])
+    nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in result.traces)
+    profilers = dict.fromkeys(t.meta["profiler"] for t in result.traces)
+    ranks = summary_document(result)["ranks"]
+    traces = count(len(result.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
+    software = next((v for t in result.traces if (v := te_ranges.recorded_software(t.nvtx["name"]))), None)
+    if software is None:
+        versions = "not recorded (nsys records none; gemmscope verify's hook does)"
+    else:
+        versions = ", ".join(f"{label} {software.get(key) or 'unknown'}" for key, label in
+                             (("torch", "torch"), ("cuda", "CUDA"), ("transformer_engine", "TE"), ("cublaslt", "cuBLASLt")))
+    made_by = ("nsys", ", ".join(nsys)) if all(t.sqlite for t in result.traces) else ("profiler", ", ".join(profilers))
+    return [("GPU", ", ".join(gpus) or "unknown"), made_by, ("traces", traces),
+            ("software", versions)]
+
+
+def environment_line(environment: list[tuple[str, str]]) -> str:
+    return "; ".join(f"{label}: {value}" for label, value in environment)
+
+
+def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list[tuple[str, str]]]:
+    """The answer first: a status ("pass", "fail", "unchecked") and five labelled lines (what was
+    asked, what ran, the GEMM time at the requested precision, the top findings, the environment)."""
+    g = result.gemms
+    doc = summary_document(result)
+    ranks = doc["ranks"]
+    ran = (f"{count(doc['gemm_launches'], 'GEMM launch', 'GEMM launches')}, {doc['gemm_time_ns'] / 1e6:.3f} ms "
+           f"of GEMM kernels, on {count(len(ranks) or 1, 'rank')}")
+    if len(g):
+        ran += f": {shares_by_precision(g)} of GEMM time"
+    if "note" in doc:
+        ran += f"; {doc['note']}"
+    if result.checked or result.expect_map:
+        status = "fail" if result.failed else "pass"
+        asked = _asked_recipes(result)
+        share = doc["expected_time_share"]
+        at = ("the recipe asked of each" if result.expect_map else result.expected if result.strict
+              else "the precision each asked")
+        at_precision = ((f"{share * 100:.1f} % of GEMM time" if share is not None else "no GEMM time")
+                        + f" at {at}; "
+                          f"{count(doc['mismatches'], 'mismatch', 'mismatches')}, {doc['allowed']} allowed")
+        if "coverage" in doc:
+            at_precision += "; " + coverage_line(result, doc["coverage"])
+        if result.expect_map:
+            at_precision += "; ranges: " + _ranges_verdicts(result.ranges_checked)
+        if doc.get("unchecked_gemm_launches"):
+            at_precision += f"; {count(doc['unchecked_gemm_launches'], 'GEMM launch', 'GEMM launches')} " \
+                            "outside every mapped range, not checked"
+    else:
+        status = "unchecked"
+        asked = "no recipe: no --expect, and the run recorded no enabled te.autocast"
+        at_precision = "not checked (no recipe to check against); precisions are listed as they ran"
+    if result.unreadable:
+        at_precision += f"; {count(len(result.unreadable), 'trace')} could not be read"
+    environment = environment_line(trace_environment(result))
+    return status, [("Asked", asked), ("Ran", ran), ("At the requested precision", at_precision),
+                    ("Top findings", top_findings(diagnosis.findings)), ("Environment", environment)]
+
+
+def coverage_line(result: Verification, coverage: dict) -> str:
+    """Coverage in one line: the share of GEMM time asked for high precision and where most of it is."""
+    if not coverage["gemm_launches"]:
+        return "coverage: every GEMM asked for low precision"
+    groups = coverage_groups(result)
+    numbers = groups["layer_number"].dropna().astype(int).unique().tolist()
+    other = groups.loc[groups["layer_number"].isna(), "layer"].dropna().unique().tolist()
+    where = ([f"{'layer' if len(numbers) == 1 else 'layers'} {', '.join(map(str, numbers))}"] if numbers else []) + other
+    return (f"coverage: {coverage['time_share'] * 100:.1f} % of GEMM time asked for high precision"
+            + (f" ({'; '.join(where)})" if where else "")
+            + f", at most {coverage['saved_at_most_ns'] / 1e6:.3f} ms to gain in low precision")
+
+
+def _asked_recipes(result: Verification) -> str:
+    """What each GEMM was checked against: "fp8-current (--expect)", each GEMM's own request, or
+    the map and what holds outside it."""
+    default = None
+    if not result.strict and result.checked:
+        recorded = recorded_recipes(result.traces)
+        default = "what each GEMM asked (gemmscope's hook records)" + (
+            f"; te.autocast recipes recorded: {', '.join(recorded)}" if recorded else "")
+    elif result.expected:
+        recorded = recorded_recipes(result.traces)
+        source = ("the recipe the run's te.autocast recorded" if recorded == [result.expected] and not result.strict
+                  else "--expect" + (f"; the run's te.autocast recorded {', '.join(recorded)}"
+                                     if recorded and recorded != [result.expected] else ""))
+        default = f"{result.expected} ({source})"
+    if not result.expect_map:
+        return default or "nothing"
+    mapped = ", ".join(f"{p}={r}" for p, r in result.expect_map)
+    return f"by NVTX range (--expect-map): {mapped}; elsewhere {default or 'nothing (not checked)'}"
+
+
+def _ranges_verdicts(ranges: pd.DataFrame) -> str:
+    """"4 OK, 1 NO GEMM (MXFP8_4096x4096x4096)": the mapped ranges' verdicts, the failing ones named."""
+    parts = []
+    for verdict, rows in ranges.groupby("verdict", sort=False):
+        named = "" if verdict == "OK" else " (" + ", ".join(rows["range"].fillna(rows["pattern"]).astype(str)) + ")"
+        parts.append(f"{len(rows)} {verdict}{named}")
+    return ", ".join(parts)
