@@ -7,26 +7,42 @@
 #
 #   bash benchmarks/mutation.sh                                   # the default functions below
 #   bash benchmarks/mutation.sh 'gemmscope.scrub.*'               # one whole module
+#   MUTATION_CHILDREN=4 bash benchmarks/mutation.sh               # mutants run 4 at a time (default 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NSYS=${NSYS:-/opt/nsys-cpu/target-linux-x64/nsys}
 functions=("$@")
 if [ ${#functions[@]} -eq 0 ]; then
   functions=(
-    # attribution: which NVTX ranges enclose a launch, and each process's rank
+    # attribution: which NVTX ranges enclose a launch, their nesting, the innermost one a pattern
+    # names (--expect-map, --allow), each process's rank
     'gemmscope.attribution.x__enclosing_ranges__*' 'gemmscope.attribution.x__parents__*'
     'gemmscope.attribution.x__innermost__*' 'gemmscope.attribution.x__ranks__*'
-    # verify: a trace's rank from its file name, the verdict per GEMM
-    'gemmscope.verify.x__fill_ranks__*' 'gemmscope.verify.x__rank_in_name__*' 'gemmscope.verify.x_verdict__*'
-    # kernels: how a name's operand types and scales make a precision
+    'gemmscope.attribution.xǁEnclosingRangesǁinnermost_matching__*'
+    'gemmscope.attribution.xǁEnclosingRangesǁany_matching__*'
+    'gemmscope.attribution.x_first_matching_pattern__*'
+    # verify: a trace's rank (mark, GPU, file name), what a run asked for, the verdict, cause and
+    # --allow per GEMM, the per-module summary and the rank comparison
+    'gemmscope.verify.x__fill_ranks__*' 'gemmscope.verify.x__rank_in_name__*' 'gemmscope.verify.x__rank_by_gpu__*'
+    'gemmscope.verify.x_recorded_recipes__*' 'gemmscope.verify.x_resolve_expected__*'
+    'gemmscope.verify.x_verdict__*' 'gemmscope.verify.x__judge__*' 'gemmscope.verify.x__causes__*'
+    'gemmscope.verify.x_allowed__*' 'gemmscope.verify.x_launched_by_te__*'
+    'gemmscope.verify.x_summarize__*' 'gemmscope.verify.x_compare_ranks__*'
+    # kernels: how a name's operand types and scales make a precision, per naming scheme, and its arch
     'gemmscope.kernels.x__precision__*' 'gemmscope.kernels.x__scale_mode__*' 'gemmscope.kernels.x__nvjet_operands__*'
-    # scrub: what the redactor takes out
+    'gemmscope.kernels.x__xmma_operands__*' 'gemmscope.kernels.x__cublas_legacy_operands__*'
+    'gemmscope.kernels.x__cutlass2_operands__*' 'gemmscope.kernels.x__cutlass3_operand__*'
+    'gemmscope.kernels.x__cutlass3_operands__*' 'gemmscope.kernels.x__cute_atom_operands__*'
+    'gemmscope.kernels.x__template_operands__*' 'gemmscope.kernels.x__arch__*'
+    'gemmscope.kernels.x_is_autotune_candidate__*'
+    # scrub: what the redactor takes out, and what it learns from a trace's records
     'gemmscope.scrub.xǁRedactorǁ__init____*' 'gemmscope.scrub.xǁRedactorǁ__call____*'
+    'gemmscope.scrub.xǁRedactorǁ_replace__*' 'gemmscope.scrub.xǁRedactorǁof_exports__*'
     'gemmscope.scrub.x__alternation__*'
   )
 fi
 rm -rf mutants  # tests change between runs: mutmut copies them afresh
-mutmut run "${functions[@]}" > /dev/null
+mutmut run --max-children "${MUTATION_CHILDREN:-1}" "${functions[@]}"
 report=benchmarks/mutation-report.txt
 {
   echo "mutmut $(mutmut --version 2>/dev/null | awk '{print $NF}') on $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- gemmscope tests || echo ' + uncommitted changes')"

@@ -238,3 +238,16 @@ def torch_cpu():
     except ImportError as exc:
         pytest.fail(f"torch not importable ({exc}) -- CI is set, so the hook's tests must run", pytrace=False)
     return torch
+
+
+# ------------------------------------------------------------------------------------------------
+# Every pytest session decodes kernel names afresh. kernels.decode keeps what it decoded for the
+# life of the process, and mutmut (benchmarks/mutation.sh) runs each mutant's tests in a process
+# forked from one that already ran them all: without this, a mutant of a name decoder would
+# never be called for the names decoded before the fork, and would survive every test.
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def _kernel_names_decoded_afresh():
+    from gemmscope import kernels
+
+    kernels.decode.cache_clear()
