@@ -183,6 +183,45 @@ def test_rank_from_place_when_names_say_none(schema, tmp_path):
     assert alone.kernels["rank"].isna().all()  # one file, nothing says its rank
 
 
+# --- --expect-map and --allow where no range encloses a GEMM --------------------------------
+
+AMAX = "void transformer_engine::delayed_scaling_recipe::kernel_bulk<(int)128>(...)"  # a quantize kernel
+
+
+def _trace_without_ranges_around_gemms(path, schema, case):
+    trace = HandBuiltExport(path, schema)
+    trace.thread(MAIN, MAIN, "python")
+    if case == "a rank mark, no range":
+        _rank_mark(trace, MAIN, 0)
+    if case == "no GEMM, a range around another kernel":
+        _push(trace, T0 - 50, T1 + 50, "BF16_4096")
+        trace.launch(MAIN, MAIN, T0, T1, AMAX)
+    else:
+        trace.launch(MAIN, MAIN, T0, T1)
+    return trace.close()
+
+
+@pytest.mark.parametrize("case", ["no NVTX at all", "a rank mark, no range", "no GEMM, a range around another kernel"])
+def test_expect_map_where_no_range_holds_a_gemm(schema, tmp_path, case):
+    # the mapped range is not found (or holds no GEMM): a failure, never a pass nor a crash
+    path = _trace_without_ranges_around_gemms(tmp_path / "t.sqlite", schema, case)
+    result = check(read_trace(path), expect_map=[("BF16_*", "bf16")])
+    assert result.gemms["expect_range"].isna().all()
+    verdict = "NO GEMM" if case.startswith("no GEMM") else "NOT FOUND"
+    assert result.ranges_checked["verdict"].tolist() == [verdict] and result.failed
+
+
+def test_allow_matches_only_ranges_around_the_gemm(schema, tmp_path):
+    # the GEMM is the trace's first kernel; the range --allow names holds only a later, other kernel
+    trace = HandBuiltExport(tmp_path / "t.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    trace.launch(MAIN, MAIN, T0, T1)
+    _push(trace, 4000, 6000, "optimizer")
+    trace.launch(MAIN, MAIN, 5000, 5100, AMAX)
+    result = check(read_trace(trace.close()), "fp8-current", allow=("optimizer",))
+    assert result.gemms["verdict"].tolist() == ["FALLBACK"] and not result.gemms["allowed"].any() and result.failed
+
+
 # --- GEMM tails -------------------------------------------------------------------------------
 
 def test_gemm_tail_time_is_the_split_k_kernels_time(schema, tmp_path):
