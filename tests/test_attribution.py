@@ -15,10 +15,10 @@ import shutil
 import pytest
 
 from gemmscope.attribution import launches_with_ranges
-from gemmscope.autocast_hook.gemmscope_protocol import PROCESS_PREFIX
+from gemmscope.autocast_hook.gemmscope_protocol import AUTOCAST_PREFIX, PROCESS_PREFIX
 from gemmscope.reports import summary_document
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import check
+from gemmscope.verify import check, recorded_recipes
 
 from nsys_export import DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport
 
@@ -220,6 +220,33 @@ def test_allow_matches_only_ranges_around_the_gemm(schema, tmp_path):
     trace.launch(MAIN, MAIN, 5000, 5100, AMAX)
     result = check(read_trace(trace.close()), "fp8-current", allow=("optimizer",))
     assert result.gemms["verdict"].tolist() == ["FALLBACK"] and not result.gemms["allowed"].any() and result.failed
+
+
+def test_a_recipe_class_gemmscope_does_not_know_is_recorded_by_name_and_checks_nothing(schema, tmp_path):
+    # a te.autocast with a program's own recipe class: named as recorded, no recipe to check against
+    trace = HandBuiltExport(tmp_path / "t.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    _push(trace, T0 - 100, T1 + 100, f"{AUTOCAST_PREFIX}MyScaling)")
+    _push(trace, T0 - 50, T1 + 50, f"{AUTOCAST_PREFIX}Float8CurrentScaling)")
+    trace.launch(MAIN, MAIN, T0, T1)
+    traces = [read_trace(trace.close())]
+    assert recorded_recipes(traces) == ["MyScaling", "fp8-current"]
+    result = check(traces)
+    assert result.expected is None and not result.checked and not result.failed
+
+
+MXFP8_GEMM = "nvjet_sm100_qqtst_128x256_128x6_2x1_v_bz_Avec32UE8M0_Bvec32UE8M0_TNT"
+
+
+@pytest.mark.parametrize("cc_major, verdict", [(10, "EXPECTED-SUBSTITUTION"), (9, "FALLBACK")])
+def test_fp8_block_run_as_mxfp8_is_by_design_only_on_blackwell(schema, tmp_path, cc_major, verdict):
+    # TE runs FP8 block scaling as MXFP8 on sm100+: the trace's GPU decides the verdict
+    trace = HandBuiltExport(tmp_path / "t.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    trace.launch(MAIN, MAIN, T0, T1, MXFP8_GEMM)
+    trace.conn.execute("UPDATE TARGET_INFO_GPU SET computeMajor = ?, computeMinor = 0", (cc_major,))
+    result = check(read_trace(trace.close()), "fp8-block")
+    assert result.gemms["precision"].tolist() == ["mxfp8"] and result.gemms["verdict"].tolist() == [verdict]
 
 
 # --- GEMM tails -------------------------------------------------------------------------------

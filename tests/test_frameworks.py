@@ -134,6 +134,18 @@ def test_expecting_the_other_fp8_recipe_fails_and_names_both(name, expect, recor
     assert f"requested-{recorded}" in done.stdout
 
 
+@pytest.mark.parametrize("name, expect, recorded", [
+    ("megatron_gpt_fp8-tensorwise", "fp8-delayed", "fp8-current"),
+    ("megatron_gpt_fp8-delayed", "fp8-current", "fp8-delayed"),
+])
+def test_expecting_the_other_fp8_recipe_flags_each_te_gemm_though_its_kernel_is_fp8(name, expect, recorded):
+    # the same FP8 kernels run under either recipe: what TE was handed says which one was asked
+    gemms = check([read_trace(CORPUS / f"{name}.sqlite.xz")], expect).gemms
+    te = gemms[gemms["origin"] == "te"]
+    assert len(te) == 144 and set(te["precision"]) == {"fp8"}
+    assert set(te["verdict"]) == {"FALLBACK"} and set(te["cause"]) == {f"requested-{recorded}"}
+
+
 def test_megatron_first_last_layers_bf16_are_coverage_not_mismatches(checked):
     name = "megatron_gpt_first-last-bf16"
     tree = expected(name)
