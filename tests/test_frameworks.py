@@ -213,6 +213,15 @@ def test_torchao_rowwise_every_fp8_gemm_is_rowwise_never_a_mismatch_or_bare_fp8(
     assert set(rescaled["te_pass"]) <= {"dgrad", "wgrad"}
 
 
+def test_a_rescaled_gemm_is_a_substitution_only_where_row_wise_was_expected():
+    # --expect fp8-current: the tensor-wise kernel of a rescaled row-wise request is what was
+    # expected (OK), and the row-wise kernels are fallbacks
+    gemms = check([read_trace(CORPUS / "torchao_rowwise.sqlite.xz")], "fp8-current").gemms
+    rescaled = gemms["requested_scale"] == "rowwise-rescaled"
+    assert rescaled.sum() == 18 and set(gemms.loc[rescaled, "verdict"]) == {"OK"}
+    assert set(gemms.loc[gemms["precision"] == "fp8-rowwise", "verdict"]) == {"FALLBACK"}
+
+
 def test_torchao_rowwise_with_gw_hp_weight_gradients_are_coverage(checked):
     result = checked("torchao_rowwise_with_gw_hp")
     high = result.coverage
@@ -235,6 +244,7 @@ def test_a_dispatch_mismatch_fails_fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_pa
     mismatches = json.loads(done.stdout)["mismatches"]
     assert mismatches and {m["cause"] for m in mismatches} == {"kernel-differs"}
     assert {(m["requested"], m["precision"]) for m in mismatches} == {("fp8", "bf16")}
+    assert set(check([read_trace(forced)]).mismatches["cause"]) == {"kernel-differs"}  # in-process, as mutmut sees
 
 
 def test_plain_megatron_capture_is_checked_strictly_never_passed_silently():
