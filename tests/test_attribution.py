@@ -53,6 +53,10 @@ CASES = {
         lambda t: (_push(t, T0 - 300, T1 + 300, "a"), _push(t, T0 - 280, T0 - 250, "sibling"),
                       _push(t, T0 - 200, T1 + 200, "b"), _push(t, T0 - 100, T1 + 100, "c")),
         ["a", "b", "c"]),
+    "push-pop sibling ends where the next one starts": (
+        # the first is closed when the second opens: a sibling, not its parent
+        lambda t: (_push(t, T0 - 100, T0 - 50, "first"), _push(t, T0 - 50, T1 + 50, "second")),
+        ["second"]),
     "push-pop on another thread of the process": (
         lambda t: _push(t, T0 - 50, T1 + 50, "R", tid=MAIN + 1), []),
     "push-pop on a thread of another process": (
