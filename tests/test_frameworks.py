@@ -230,7 +230,7 @@ def test_torchao_rowwise_with_gw_hp_weight_gradients_are_coverage(checked):
     assert len(float8) == 3 * 3 and set(float8["te_pass"]) == {"wgrad"} and (float8["precision"] == "bf16").all()
 
 
-def test_a_dispatch_mismatch_fails_fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path):
+def _fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path: Path) -> Path:
     """The real Megatron trace with one FP8 kernel's name changed to the BF16 kernel of the same
     tile: TE was handed FP8 (the hook's record) and a BF16 kernel ran."""
     forced = tmp_path / "forced.sqlite"
@@ -240,15 +240,24 @@ def test_a_dispatch_mismatch_fails_fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_pa
             "SELECT id, value FROM StringIds WHERE value LIKE 'nvjet_sm90_qqtst%' ORDER BY id").fetchone()
         db.execute("UPDATE StringIds SET value = ? WHERE id = ?", (fp8_name.replace("_qqtst_", "_tst_"), string_id))
     db.close()
-    done = gemmscope("verify", "--trace", forced, "--format", "json", "--per-launch")
+    return forced
+
+
+def test_a_dispatch_mismatch_fails_fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path):
+    done = gemmscope("verify", "--trace", _fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path), "--format", "json",
+                     "--per-launch")
     assert done.returncode == 1
     mismatches = json.loads(done.stdout)["mismatches"]
     assert mismatches and {m["cause"] for m in mismatches} == {"kernel-differs"}
     assert {(m["requested"], m["precision"]) for m in mismatches} == {("fp8", "bf16")}
-    # in-process too (mutmut sees no subprocess), and against the recipe TE was handed
-    for expect in (None, "fp8-current"):
-        handed_fp8 = check([read_trace(forced)], expect).mismatches.query("requested == 'fp8'")
-        assert len(handed_fp8) and set(handed_fp8["cause"]) == {"kernel-differs"}
+
+
+@pytest.mark.parametrize("expect", [None, "fp8-current"])
+def test_a_kernel_that_differs_from_what_te_was_handed_is_kernel_differs(tmp_path, expect):
+    # in-process (mutmut sees no subprocess), and against the recipe TE was handed too
+    forced = _fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path)
+    handed_fp8 = check([read_trace(forced)], expect).mismatches.query("requested == 'fp8'")
+    assert len(handed_fp8) and set(handed_fp8["cause"]) == {"kernel-differs"}
 
 
 def test_plain_megatron_capture_is_checked_strictly_never_passed_silently():
