@@ -7,9 +7,19 @@
 #
 #   bash benchmarks/mutation.sh                                   # the default functions below
 #   bash benchmarks/mutation.sh 'gemmscope.scrub.*'               # one whole module
+#   bash benchmarks/mutation.sh --survivors                       # the last run's survivors again, with
+#                                                                 # the tests as they are now
+#   bash benchmarks/mutation.sh --survivors 'gemmscope.kernels.*' # those of some functions only
 #   MUTATION_CHILDREN=4 bash benchmarks/mutation.sh               # mutants run 4 at a time (default 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+survivors_only=false
+if [ "${1:-}" = --survivors ]; then
+  survivors_only=true
+  shift
+  again_patterns=("${@:-*}")  # which survivors to run again; the report covers the default functions
+  set --
+fi
 export NSYS=${NSYS:-/opt/nsys-cpu/target-linux-x64/nsys}
 functions=("$@")
 if [ ${#functions[@]} -eq 0 ]; then
@@ -41,34 +51,59 @@ if [ ${#functions[@]} -eq 0 ]; then
     'gemmscope.scrub.x__alternation__*'
   )
 fi
-rm -rf mutants  # tests change between runs: mutmut copies them afresh
-mutmut run --max-children "${MUTATION_CHILDREN:-1}" "${functions[@]}"
+stamp() {
+  echo "on $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- gemmscope tests || echo ' + uncommitted changes')"
+}
+matching() {  # the names read on stdin that one of the shell patterns given matches
+  while read -r name; do
+    for pattern in "$@"; do
+      # shellcheck disable=SC2053
+      if [[ $name == $pattern ]]; then echo "$name"; break; fi
+    done
+  done
+}
+survivors() {
+  mutmut results | awk -F: '/survived|no tests/ {print $1}' | matching "${functions[@]}"
+}
+if $survivors_only; then
+  # mutmut copies the tests afresh and maps the new ones to the functions they call
+  mapfile -t again < <(survivors | matching "${again_patterns[@]}")
+  [ ${#again[@]} -eq 0 ] || mutmut run --max-children "${MUTATION_CHILDREN:-1}" "${again[@]}"
+  echo "survivors re-run $(stamp)" >> mutants/runs.txt
+else
+  rm -rf mutants  # mutmut keeps results per mutant: a full run starts from none
+  mutmut run --max-children "${MUTATION_CHILDREN:-1}" "${functions[@]}"
+  echo "full run $(stamp)" > mutants/runs.txt
+fi
 report=benchmarks/mutation-report.txt
 {
-  echo "mutmut $(mutmut --version 2>/dev/null | awk '{print $NF}') on $(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- gemmscope tests || echo ' + uncommitted changes')"
+  echo "mutmut $(mutmut --version 2>/dev/null | awk '{print $NF}'):"
+  cat mutants/runs.txt
   echo
   echo "mutants per function (killed / all; survivors listed below):"
   mutmut results --all true | python3 -c '
 import collections, fnmatch, sys
 patterns = sys.argv[1:]
-counts = collections.defaultdict(lambda: [0, 0])
+counts = collections.defaultdict(lambda: [0, 0, 0])  # killed, all, not run
 for line in sys.stdin:
     name, _, status = line.strip().partition(": ")
     if not any(fnmatch.fnmatch(name, p) for p in patterns):
         continue
     function = name.split("__mutmut_")[0]
+    counts[function][0] += status in ("killed", "timeout", "segfault", "caught by type check")
     counts[function][1] += 1
-    counts[function][0] += status in ("killed", "timeout", "caught by type check")
-for function, (killed, total) in sorted(counts.items()):
-    print(f"  {function}: {killed} / {total}")
-print(f"  all: {sum(k for k, _ in counts.values())} / {sum(t for _, t in counts.values())}")
+    counts[function][2] += status == "not checked"
+def line(label, killed, total, not_run):
+    print(f"  {label}: {killed} / {total}" + (f" ({not_run} not run)" if not_run else ""))
+for function, numbers in sorted(counts.items()):
+    line(function, *numbers)
+line("all", *(sum(column) for column in zip(*counts.values())))
 ' "${functions[@]}"
   echo
-  for name in $(mutmut results | awk -F: '/survived|no tests/ {print $1}'); do
-    for pattern in "${functions[@]}"; do
-      # shellcheck disable=SC2053
-      if [[ $name == $pattern ]]; then echo "== $name"; mutmut show "$name" | sed -n '2,$p'; break; fi
-    done
+  echo "survivors (benchmarks/mutation-survivors.md says why each kind is left):"
+  for name in $(survivors); do
+    echo "== $name"
+    mutmut show "$name" | sed -n '2,$p'
   done
 } > "$report"
 echo "$report"
