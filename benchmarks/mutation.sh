@@ -1,6 +1,6 @@
 #!/bin/bash
-# Mutation testing of the rules gemmscope's verdicts rest on (not part of CI: an hour or more on
-# two cores). mutmut (pip install 'gemmscope[mutation]') changes one thing at a time in the
+# Mutation testing of the rules gemmscope's verdicts rest on (not part of CI: hours on two cores,
+# where mutants whose tests read real traces run at 5-8 a minute). mutmut (pip install 'gemmscope[mutation]') changes one thing at a time in the
 # functions named below and runs the tests that cover each one ([tool.mutmut] in pyproject.toml);
 # a mutant no test kills is a survivor. Writes benchmarks/mutation-report.txt: date, commit, counts
 # per function, and every survivor with its diff. Arguments replace the default function patterns.
