@@ -10,6 +10,7 @@
 #   bash benchmarks/mutation.sh --survivors                       # the last run's survivors again, with
 #                                                                 # the tests as they are now
 #   bash benchmarks/mutation.sh --survivors 'gemmscope.kernels.*' # those of some functions only
+#   bash benchmarks/mutation.sh --survivors none                  # the report only, written anew
 #   MUTATION_CHILDREN=4 bash benchmarks/mutation.sh               # mutants run 4 at a time (default 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,14 +67,19 @@ survivors() {
   mutmut results | awk -F: '/survived|no tests/ {print $1}' | matching "${functions[@]}"
 }
 if $survivors_only; then
-  # mutmut copies the tests afresh and maps the new ones to the functions they call
+  # mutmut copies the tests afresh and maps the new ones to the functions they call; with no
+  # survivor to run again the report is only written anew
   mapfile -t again < <(survivors | matching "${again_patterns[@]}")
-  [ ${#again[@]} -eq 0 ] || mutmut run --max-children "${MUTATION_CHILDREN:-1}" "${again[@]}"
-  echo "survivors re-run $(stamp)" >> mutants/runs.txt
+  if [ ${#again[@]} -gt 0 ]; then
+    started=$(stamp)  # mutmut copies the tests when it starts
+    mutmut run --max-children "${MUTATION_CHILDREN:-1}" "${again[@]}"
+    echo "survivors re-run $started" >> mutants/runs.txt
+  fi
 else
   rm -rf mutants  # mutmut keeps results per mutant: a full run starts from none
+  started=$(stamp)
   mutmut run --max-children "${MUTATION_CHILDREN:-1}" "${functions[@]}"
-  echo "full run $(stamp)" > mutants/runs.txt
+  echo "full run $started" > mutants/runs.txt
 fi
 report=benchmarks/mutation-report.txt
 {
