@@ -238,3 +238,34 @@ def torch_cpu():
     except ImportError as exc:
         pytest.fail(f"torch not importable ({exc}) -- CI is set, so the hook's tests must run", pytrace=False)
     return torch
+
+
+# ------------------------------------------------------------------------------------------------
+# Every pytest session decodes kernel names afresh. kernels.decode keeps what it decoded for the
+# life of the process, and mutmut (benchmarks/mutation.sh) runs each mutant's tests in a process
+# forked from one that already ran them all: without this, a mutant of a name decoder would
+# never be called for the names decoded before the fork, and would survive every test.
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="session", autouse=True)
+def _kernel_names_decoded_afresh():
+    from gemmscope import kernels
+
+    kernels.decode.cache_clear()
+
+
+# ------------------------------------------------------------------------------------------------
+# Under mutmut (benchmarks/mutation.sh), a mutant's tests run test file by test file, the files
+# quickest in mutmut's own timings first: it stops at the first failure, and most mutants fail a
+# quick test. Each file's tests keep their order, so module fixtures are set up once.
+# ------------------------------------------------------------------------------------------------
+def pytest_collection_modifyitems(config, items):
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return
+    timings = Path("mutmut-stats.json")  # mutmut runs the tests from its mutants/ folder
+    if not timings.is_file():
+        return
+    seconds = json.loads(timings.read_text(encoding="utf-8"))["duration_by_test"]
+    per_file: dict[str, float] = {}
+    for item in items:
+        per_file[item.fspath.strpath] = per_file.get(item.fspath.strpath, 0.0) + seconds.get(item.nodeid, 0.0)
+    items.sort(key=lambda item: per_file[item.fspath.strpath])

@@ -15,10 +15,10 @@ import shutil
 import pytest
 
 from gemmscope.attribution import launches_with_ranges
-from gemmscope.autocast_hook.gemmscope_protocol import PROCESS_PREFIX
+from gemmscope.autocast_hook.gemmscope_protocol import AUTOCAST_PREFIX, PROCESS_PREFIX
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import check
+from gemmscope.verify import check, recorded_recipes
 
 from nsys_export import DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport
 
@@ -53,6 +53,10 @@ CASES = {
         lambda t: (_push(t, T0 - 300, T1 + 300, "a"), _push(t, T0 - 280, T0 - 250, "sibling"),
                       _push(t, T0 - 200, T1 + 200, "b"), _push(t, T0 - 100, T1 + 100, "c")),
         ["a", "b", "c"]),
+    "push-pop sibling ends where the next one starts": (
+        # the first is closed when the second opens: a sibling, not its parent
+        lambda t: (_push(t, T0 - 100, T0 - 50, "first"), _push(t, T0 - 50, T1 + 50, "second")),
+        ["second"]),
     "push-pop on another thread of the process": (
         lambda t: _push(t, T0 - 50, T1 + 50, "R", tid=MAIN + 1), []),
     "push-pop on a thread of another process": (
@@ -181,6 +185,72 @@ def test_rank_from_place_when_names_say_none(schema, tmp_path):
     assert _ranks(check([read_trace(first), read_trace(second)], "bf16")) == {"b.sqlite": [0], "a.sqlite": [1]}
     alone = check(read_trace(first), "bf16")
     assert alone.kernels["rank"].isna().all()  # one file, nothing says its rank
+
+
+# --- --expect-map and --allow where no range encloses a GEMM --------------------------------
+
+AMAX = "void transformer_engine::delayed_scaling_recipe::kernel_bulk<(int)128>(...)"  # a quantize kernel
+
+
+def _trace_without_ranges_around_gemms(path, schema, case):
+    trace = HandBuiltExport(path, schema)
+    trace.thread(MAIN, MAIN, "python")
+    if case == "a rank mark, no range":
+        _rank_mark(trace, MAIN, 0)
+    if case == "no GEMM, a range around another kernel":
+        _push(trace, T0 - 50, T1 + 50, "BF16_4096")
+        trace.launch(MAIN, MAIN, T0, T1, AMAX)
+    else:
+        trace.launch(MAIN, MAIN, T0, T1)
+    return trace.close()
+
+
+@pytest.mark.parametrize("case", ["no NVTX at all", "a rank mark, no range", "no GEMM, a range around another kernel"])
+def test_expect_map_where_no_range_holds_a_gemm(schema, tmp_path, case):
+    # the mapped range is not found (or holds no GEMM): a failure, never a pass nor a crash
+    path = _trace_without_ranges_around_gemms(tmp_path / "t.sqlite", schema, case)
+    result = check(read_trace(path), expect_map=[("BF16_*", "bf16")])
+    assert result.gemms["expect_range"].isna().all()
+    verdict = "NO GEMM" if case.startswith("no GEMM") else "NOT FOUND"
+    assert result.ranges_checked["verdict"].tolist() == [verdict] and result.failed
+
+
+def test_allow_matches_only_ranges_around_the_gemm(schema, tmp_path):
+    # the GEMM is the trace's first kernel; the range --allow names holds only a later, other kernel
+    trace = HandBuiltExport(tmp_path / "t.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    trace.launch(MAIN, MAIN, T0, T1)
+    _push(trace, 4000, 6000, "optimizer")
+    trace.launch(MAIN, MAIN, 5000, 5100, AMAX)
+    result = check(read_trace(trace.close()), "fp8-current", allow=("optimizer",))
+    assert result.gemms["verdict"].tolist() == ["FALLBACK"] and not result.gemms["allowed"].any() and result.failed
+
+
+def test_a_recipe_class_gemmscope_does_not_know_is_recorded_by_name_and_checks_nothing(schema, tmp_path):
+    # a te.autocast with a program's own recipe class: named as recorded, no recipe to check against
+    trace = HandBuiltExport(tmp_path / "t.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    _push(trace, T0 - 100, T1 + 100, f"{AUTOCAST_PREFIX}MyScaling)")
+    _push(trace, T0 - 50, T1 + 50, f"{AUTOCAST_PREFIX}Float8CurrentScaling)")
+    trace.launch(MAIN, MAIN, T0, T1)
+    traces = [read_trace(trace.close())]
+    assert recorded_recipes(traces) == ["MyScaling", "fp8-current"]
+    result = check(traces)
+    assert result.expected is None and not result.checked and not result.failed
+
+
+MXFP8_GEMM = "nvjet_sm100_qqtst_128x256_128x6_2x1_v_bz_Avec32UE8M0_Bvec32UE8M0_TNT"
+
+
+@pytest.mark.parametrize("cc_major, verdict", [(10, "EXPECTED-SUBSTITUTION"), (9, "FALLBACK")])
+def test_fp8_block_run_as_mxfp8_is_by_design_only_on_blackwell(schema, tmp_path, cc_major, verdict):
+    # TE runs FP8 block scaling as MXFP8 on sm100+: the trace's GPU decides the verdict
+    trace = HandBuiltExport(tmp_path / "t.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    trace.launch(MAIN, MAIN, T0, T1, MXFP8_GEMM)
+    trace.conn.execute("UPDATE TARGET_INFO_GPU SET computeMajor = ?, computeMinor = 0", (cc_major,))
+    result = check(read_trace(trace.close()), "fp8-block")
+    assert result.gemms["precision"].tolist() == ["mxfp8"] and result.gemms["verdict"].tolist() == [verdict]
 
 
 # --- GEMM tails -------------------------------------------------------------------------------

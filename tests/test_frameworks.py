@@ -134,6 +134,18 @@ def test_expecting_the_other_fp8_recipe_fails_and_names_both(name, expect, recor
     assert f"requested-{recorded}" in done.stdout
 
 
+@pytest.mark.parametrize("name, expect, recorded", [
+    ("megatron_gpt_fp8-tensorwise", "fp8-delayed", "fp8-current"),
+    ("megatron_gpt_fp8-delayed", "fp8-current", "fp8-delayed"),
+])
+def test_expecting_the_other_fp8_recipe_flags_each_te_gemm_though_its_kernel_is_fp8(name, expect, recorded):
+    # the same FP8 kernels run under either recipe: what TE was handed says which one was asked
+    gemms = check([read_trace(CORPUS / f"{name}.sqlite.xz")], expect).gemms
+    te = gemms[gemms["origin"] == "te"]
+    assert len(te) == 144 and set(te["precision"]) == {"fp8"}
+    assert set(te["verdict"]) == {"FALLBACK"} and set(te["cause"]) == {f"requested-{recorded}"}
+
+
 def test_megatron_first_last_layers_bf16_are_coverage_not_mismatches(checked):
     name = "megatron_gpt_first-last-bf16"
     tree = expected(name)
@@ -201,6 +213,16 @@ def test_torchao_rowwise_every_fp8_gemm_is_rowwise_never_a_mismatch_or_bare_fp8(
     assert set(rescaled["te_pass"]) <= {"dgrad", "wgrad"}
 
 
+def test_a_rescaled_gemm_is_a_substitution_only_where_row_wise_was_expected():
+    # --expect fp8-current: the tensor-wise kernel of a rescaled row-wise request is what was
+    # expected (OK), and the row-wise kernels are fallbacks
+    gemms = check([read_trace(CORPUS / "torchao_rowwise.sqlite.xz")], "fp8-current").gemms
+    rescaled = gemms["requested_scale"] == "rowwise-rescaled"
+    assert rescaled.sum() == 18 and set(gemms.loc[rescaled, "verdict"]) == {"OK"}
+    row_wise = gemms[gemms["precision"] == "fp8-rowwise"]
+    assert set(zip(row_wise["verdict"], row_wise["cause"])) == {("FALLBACK", "requested-fp8-rowwise")}
+
+
 def test_torchao_rowwise_with_gw_hp_weight_gradients_are_coverage(checked):
     result = checked("torchao_rowwise_with_gw_hp")
     high = result.coverage
@@ -208,7 +230,7 @@ def test_torchao_rowwise_with_gw_hp_weight_gradients_are_coverage(checked):
     assert len(float8) == 3 * 3 and set(float8["te_pass"]) == {"wgrad"} and (float8["precision"] == "bf16").all()
 
 
-def test_a_dispatch_mismatch_fails_fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path):
+def _fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path: Path) -> Path:
     """The real Megatron trace with one FP8 kernel's name changed to the BF16 kernel of the same
     tile: TE was handed FP8 (the hook's record) and a BF16 kernel ran."""
     forced = tmp_path / "forced.sqlite"
@@ -218,11 +240,24 @@ def test_a_dispatch_mismatch_fails_fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_pa
             "SELECT id, value FROM StringIds WHERE value LIKE 'nvjet_sm90_qqtst%' ORDER BY id").fetchone()
         db.execute("UPDATE StringIds SET value = ? WHERE id = ?", (fp8_name.replace("_qqtst_", "_tst_"), string_id))
     db.close()
-    done = gemmscope("verify", "--trace", forced, "--format", "json", "--per-launch")
+    return forced
+
+
+def test_a_dispatch_mismatch_fails_fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path):
+    done = gemmscope("verify", "--trace", _fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path), "--format", "json",
+                     "--per-launch")
     assert done.returncode == 1
     mismatches = json.loads(done.stdout)["mismatches"]
     assert mismatches and {m["cause"] for m in mismatches} == {"kernel-differs"}
     assert {(m["requested"], m["precision"]) for m in mismatches} == {("fp8", "bf16")}
+
+
+@pytest.mark.parametrize("expect", [None, "fp8-current"])
+def test_a_kernel_that_differs_from_what_te_was_handed_is_kernel_differs(tmp_path, expect):
+    # in-process (mutmut sees no subprocess), and against the recipe TE was handed too
+    forced = _fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path)
+    handed_fp8 = check([read_trace(forced)], expect).mismatches.query("requested == 'fp8'")
+    assert len(handed_fp8) and set(handed_fp8["cause"]) == {"kernel-differs"}
 
 
 def test_plain_megatron_capture_is_checked_strictly_never_passed_silently():

@@ -265,8 +265,9 @@ def test_recorded_values_paths_and_names():
     assert redact.document({"alice": ["x 0123456789abcdef", 3, None]}) == {REDACTED: ["x [redacted]", 3, None]}
 
 
-def test_redactor_of_an_export_learns_its_secret_variables_names_and_command_line(tmp_path):
-    path = tmp_path / "made.sqlite"
+def _export_with_records(path: Path) -> Path:
+    """An export holding what nsys records of a run: environment (a user name, secrets, a working
+    folder), host name, command line, and an exec's environment block among the strings."""
     with closing(sqlite3.connect(path)) as conn:
         conn.executescript("""
             CREATE TABLE TARGET_INFO_SYSTEM_ENV (name TEXT, value TEXT);
@@ -274,7 +275,7 @@ def test_redactor_of_an_export_learns_its_secret_variables_names_and_command_lin
             CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
             CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
             INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES
-                ('DeviceEnvironment', 'USER=carol;WANDB_API_KEY=deadbeefcafe01;TOKENIZERS_PARALLELISM=false'),
+                ('DeviceEnvironment', 'USER=carol;WANDB_API_KEY=deadbeefcafe01;TOKENIZERS_PARALLELISM=false;PWD=/data/proj-x'),
                 ('Hostname', 'dgx-42');
             INSERT INTO META_DATA_CAPTURE VALUES
                 ('PROCESS_0:ENVIRONMENT_VARIABLE', 'DB_PASSWORD="pw-hunter22"'),
@@ -283,7 +284,34 @@ def test_redactor_of_an_export_learns_its_secret_variables_names_and_command_lin
                 ('PROCESS_0:ARGUMENT_3', '--auth-token=letmein99');
             INSERT INTO StringIds VALUES (1, 'GH_TOKEN=fromstrings1' || char(0) || 'HOME=/home/carol');
         """)
+    return path
+
+
+def test_redactor_of_an_export_learns_its_secret_variables_names_and_command_line(tmp_path):
+    path = _export_with_records(tmp_path / "made.sqlite")
+    with closing(sqlite3.connect(path)) as conn:
         assert command_lines(conn) == [["python", "train.py", "--secret", "opensesame", "--auth-token=letmein99"]]
     redact = Redactor.of_exports([path])
     assert redact("carol on dgx-42: deadbeefcafe01 pw-hunter22 opensesame letmein99 fromstrings1 false") == (
         "[redacted] on [redacted]: [redacted] [redacted] [redacted] [redacted] [redacted] false")
+    # every path of every removed value, not only the last value's
+    assert redact("/data/proj-x/ckpt.pt") == "[redacted]/ckpt.pt"
+
+
+def test_redactor_of_torch_traces_and_an_export_learns_from_each(tmp_path):
+    # a torch.profiler trace records only its host name ("vm" here): it adds to what the export
+    # before it recorded, and the export after a torch trace is still read; --keep still applies
+    kineto = Path(__file__).parent / "fixtures" / "kineto"
+    exports = [kineto / "cpu_train.json.gz", _export_with_records(tmp_path / "made.sqlite"),
+               kineto / "hta_v100_train_rank0.json.gz"]
+    redact = Redactor.of_exports(exports, keep=["dgx-*"])
+    assert redact("carol on vm and dgx-42: opensesame") == "[redacted] on [redacted] and dgx-42: [redacted]"
+
+
+def test_a_recorded_secret_is_taken_whole_and_each_redaction_counted():
+    # a secret whose value starts like another rule's match ("Bearer …") goes whole, counted as recorded
+    redact = Redactor(secret_values=["Bearer abcdefghijklmnopqrstu"])
+    assert redact("Authorization: Bearer abcdefghijklmnopqrstu") == "Authorization: [redacted]"
+    assert redact("mail a@example.org and b@example.org") == "mail [redacted] and [redacted]"
+    assert redact.counts == {"recorded-secret": 1, "email": 2}
+    assert redact.summary() == "2 email, 1 recorded-secret"
