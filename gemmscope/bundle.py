@@ -59,6 +59,7 @@ from gemmscope.report.profile_run import is_run_dir, profile_report
 from gemmscope.report.tables import csv_text
 from gemmscope.report.verification import verification_report
 from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
+from gemmscope.traces import nsys
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace, trace_paths
 
@@ -86,7 +87,7 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
     else:
         paths = [run_dir / name for name in RUN_TRACES if (run_dir / name).exists()][:1]
     originals = [read_trace(path) for path in paths]
-    sources = [t.sqlite or t.path for t in originals]  # a torch.profiler trace is read as it is
+    sources = [nsys.redactable(t.sqlite) if t.sqlite else t.path for t in originals]  # a torch.profiler trace as it is
     check_output(out, [*map(Path, inputs), *paths, *sources], "bundle")
     redactor = Redactor.of_exports(sources, keep)
     # The unzipped bundle of a run directory is a run directory.

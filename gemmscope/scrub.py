@@ -38,7 +38,7 @@ import pandas as pd
 from gemmscope import scratch
 from gemmscope.atomic import written_whole
 from gemmscope.errors import InputError
-from gemmscope.traces import kineto
+from gemmscope.traces import kineto, nsys
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import trace_source
 
@@ -335,7 +335,8 @@ def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None 
     the private scratch folder; `out` appears whole, or not at all."""
     out = Path(out)
     given = trace.path if isinstance(trace, Trace) else Path(trace)
-    source = (trace.sqlite or trace.path) if isinstance(trace, Trace) else trace_source(trace)  # validates; decompresses or exports
+    source = (nsys.redactable(trace.sqlite) if trace.sqlite else trace.path) if isinstance(trace, Trace) \
+        else trace_source(trace)  # validates; decompresses or exports
     check_output(out, (source, given), "scrub")
     if redactor is None:
         redactor = Redactor.of_exports([source])

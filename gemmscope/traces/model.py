@@ -46,7 +46,7 @@ class Trace:
     """Everything gemmscope reads from one export, as DataFrames; times are ns on nsys's clock."""
 
     path: Path  # as given (.sqlite, .sqlite.xz, .nsys-rep, or a torch.profiler trace: .json, .json.gz)
-    sqlite: Path | None  # the export actually read; None for a torch.profiler trace (traces.kineto)
+    sqlite: Path | None  # the nsys export read (SQLite file, or Parquet/Arrow folder); None for a torch.profiler trace
     meta: dict
     kernels: pd.DataFrame
     memops: pd.DataFrame

@@ -112,11 +112,161 @@ class _Export:
                 out[name] = values
         return {name: out[name] for name in columns}
 
+    def meta(self) -> dict[str, str]:
+        """META_DATA_EXPORT's name → value."""
+        return dict(self.conn.execute("SELECT name, value FROM META_DATA_EXPORT"))
+
+    def has_rows(self, table: str) -> bool:
+        return table in self.tables and bool(self.conn.execute(f'SELECT EXISTS (SELECT 1 FROM "{table}")').fetchone()[0])
+
+    def max_of(self, table: str, column: str) -> float | None:
+        """The largest value of `column` (None when the table or column is missing or empty)."""
+        if column not in self.columns(table):
+            return None
+        (largest,) = self.conn.execute(f'SELECT MAX("{column}") FROM "{table}"').fetchone()
+        return None if largest is None else float(largest)
+
+    def api_calls(self, columns: dict[str, str], names: str) -> pd.DataFrame:
+        """CUPTI_ACTIVITY_KIND_RUNTIME's calls `names` (_LAUNCH_CALLS or _OTHER_CALLS) selects;
+        of the others only those that launched a kernel."""
+        where = f"WHERE nameId {names} ({_LAUNCHING_NAMES})"
+        if names == _OTHER_CALLS and "CUPTI_ACTIVITY_KIND_KERNEL" in self.tables:
+            where += " AND correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+        return self.frame("CUPTI_ACTIVITY_KIND_RUNTIME", columns, where)
+
     def strings(self) -> pd.Series:
         """StringIds as a Series indexed by id (for vectorised lookups)."""
         if "StringIds" not in self.tables:
             return pd.Series(dtype="object")
         frame = pd.read_sql_query("SELECT id, value FROM StringIds", self.conn)
+        return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
+
+
+# nsys export --type parquetdir / arrowdir: a folder of one file per table, the SQLite export's
+# tables and columns, typed by Arrow (ids unsigned).
+COLUMNAR_SUFFIXES = (".parquet", ".arrow")
+
+
+def columnar_export(path: Path) -> str | None:
+    """The file suffix of the folder `path` if it is an nsys columnar export, else None."""
+    return next((suffix for suffix in COLUMNAR_SUFFIXES if (path / f"META_DATA_EXPORT{suffix}").is_file()), None)
+
+
+def redactable(export: Path) -> Path:
+    """`export` where gemmscope can redact it (scrub, report, bundle): an SQLite export; a
+    columnar one is refused in one line (the redactor rewrites SQLite tables)."""
+    if export.is_dir() and columnar_export(export):
+        raise InputError(f"{export} is an nsys Parquet/Arrow export: report, bundle and scrub redact an SQLite "
+                         "export (nsys export --type sqlite); analyze, verify --trace, diagnose and compare read "
+                         "the folder as it is")
+    return export
+
+
+class _ColumnarExport:
+    """A columnar export read with pyarrow, answering as _Export does (no SQL: filters in pandas)."""
+
+    def __init__(self, path: Path):
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise InputError(f"{path} is an nsys Parquet/Arrow export: reading it needs pyarrow "
+                             "(pip install 'gemmscope[columnar]')") from None
+        self.path = path
+        self.suffix = columnar_export(path)
+        self.tables = {f.name.removesuffix(self.suffix) for f in path.iterdir() if f.name.endswith(self.suffix)}
+        self._schemas: dict[str, object] = {}
+
+    def _schema(self, table: str):
+        if table not in self._schemas:
+            import pyarrow.ipc
+            import pyarrow.parquet
+
+            file = self.path / f"{table}{self.suffix}"
+            if self.suffix == ".parquet":
+                self._schemas[table] = pyarrow.parquet.read_schema(file)
+            else:
+                with pyarrow.ipc.open_stream(file) as stream:
+                    self._schemas[table] = stream.schema
+        return self._schemas[table]
+
+    def _read(self, table: str, columns: list[str]):
+        import pyarrow.ipc
+        import pyarrow.parquet
+
+        file = self.path / f"{table}{self.suffix}"
+        if self.suffix == ".parquet":
+            return pyarrow.parquet.read_table(file, columns=columns)
+        with pyarrow.ipc.open_stream(file) as stream:
+            return stream.read_all().select(columns)
+
+    def columns(self, table: str) -> set[str]:
+        return set(self.types(table))
+
+    def types(self, table: str) -> dict[str, type]:
+        import pyarrow
+
+        if table not in self.tables:
+            return {}
+        return {f.name: int if pyarrow.types.is_integer(f.type) else object for f in self._schema(table)}
+
+    def frame(self, table: str, columns: dict[str, str], rows=None) -> pd.DataFrame:
+        """As _Export.frame (integers as int64, float64 with NaN where some are missing, None
+        where all are); `rows`, a function of the frame read, keeps the rows it is true for."""
+        types = self.types(table)
+        if not types:
+            return pd.DataFrame({name: pd.Series(dtype="object") for name in columns})
+        read = self._read(table, list(dict.fromkeys(c for c in columns.values() if c in types)))
+        out = {}
+        for name, column in columns.items():
+            if column not in types:
+                out[name] = np.full(read.num_rows, None, dtype=object)
+                continue
+            values = read.column(column)
+            if types[column] is not int:
+                out[name] = values.to_pandas().to_numpy(dtype=object)
+            elif values.null_count == 0:
+                out[name] = values.to_numpy().astype("int64")
+            elif values.null_count == len(values):
+                out[name] = np.full(len(values), None, dtype=object)
+            else:
+                out[name] = values.cast("float64").to_numpy(zero_copy_only=False)
+        frame = pd.DataFrame(out)
+        return frame[rows(frame)].reset_index(drop=True) if rows is not None else frame
+
+    def meta(self) -> dict[str, str]:
+        rows = self.frame("META_DATA_EXPORT", {"name": "name", "value": "value"})
+        return dict(zip(rows["name"], rows["value"]))
+
+    def has_rows(self, table: str) -> bool:
+        return table in self.tables and self._read(table, []).num_rows > 0
+
+    def max_of(self, table: str, column: str) -> float | None:
+        if column not in self.columns(table):
+            return None
+        import pyarrow.compute
+
+        largest = pyarrow.compute.max(self._read(table, [column]).column(column)).as_py()
+        return None if largest is None else float(largest)
+
+    def api_calls(self, columns: dict[str, str], names: str) -> pd.DataFrame:
+        """As _Export.api_calls: a call launches by its name (SQLite's LIKE '%Launch%', which
+        ignores case); of the others only those that launched a kernel."""
+        strings = self.strings()
+        launching = strings.index[strings.str.contains("launch", case=False, na=False).to_numpy()]
+        kernels = self.frame("CUPTI_ACTIVITY_KIND_KERNEL", {"c": "correlationId"})["c"]
+
+        def rows(calls: pd.DataFrame) -> pd.Series:
+            named = calls["_name_id"].isin(launching)
+            return named if names == _LAUNCH_CALLS else ~named & calls["_correlation"].isin(kernels)
+
+        frame = self.frame("CUPTI_ACTIVITY_KIND_RUNTIME",
+                           columns | {"_name_id": "nameId", "_correlation": "correlationId"}, rows)
+        return frame.drop(columns=["_name_id", "_correlation"])
+
+    def strings(self) -> pd.Series:
+        if "StringIds" not in self.tables:
+            return pd.Series(dtype="object")
+        frame = self.frame("StringIds", {"id": "id", "value": "value"})
         return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
 
 
@@ -136,8 +286,10 @@ def _check_file(path: Path, given: Path) -> None:
 
 
 def read(given: Path, threads: int = 2) -> Trace:
-    """The nsys trace `given` (.sqlite, .sqlite.xz or .nsys-rep: sqlite_export) read; `threads`
-    as traces.read.read_trace's."""
+    """The nsys trace `given` (.sqlite, .sqlite.xz or .nsys-rep: sqlite_export; or a folder nsys
+    exported as Parquet or Arrow) read; `threads` as traces.read.read_trace's."""
+    if given.is_dir() and columnar_export(given):
+        return _read(_ColumnarExport(given), given, threads)
     path = sqlite_export(given)
     try:
         return _read(_Export(path), given, threads)
@@ -194,7 +346,7 @@ def _decompressed(path: Path) -> Path:
 
 def _read(export: _Export, given: Path, threads: int) -> Trace:
     strings = export.strings()
-    meta_rows = dict(export.conn.execute("SELECT name, value FROM META_DATA_EXPORT"))
+    meta_rows = export.meta()
     gpus = _gpus(export)
     meta = {
         "nsys_version": meta_rows.get("EXPORT_PRODUCT_VERSION"),
@@ -204,8 +356,7 @@ def _read(export: _Export, given: Path, threads: int) -> Trace:
         "lacks": [],
         # CUDA API calls were captured (an export may hold every table, empty): a trace without
         # kernels then ran none, it was not blind to them
-        "cuda_api_traced": "CUPTI_ACTIVITY_KIND_RUNTIME" in export.tables and bool(
-            export.conn.execute("SELECT EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME)").fetchone()[0]),
+        "cuda_api_traced": export.has_rows("CUPTI_ACTIVITY_KIND_RUNTIME"),
     }
     # The three long reads first: kernels and NVTX ranges start at once, and the launch calls go
     # to whichever thread is free first (a replicated trace has more launch calls than ranges,
@@ -222,7 +373,7 @@ def _read(export: _Export, given: Path, threads: int) -> Trace:
         # Each table on a connection of its own: SQLite lets go of the GIL while it steps, so
         # the threads read side by side.
         with ThreadPoolExecutor(threads) as pool:
-            futures = {name: pool.submit(lambda read=read: read(_Export(export.path))) for name, read in readers.items()}
+            futures = {name: pool.submit(lambda read=read: read(type(export)(export.path))) for name, read in readers.items()}
             frames = {name: future.result() for name, future in futures.items()}
     else:
         frames = {name: read(export) for name, read in readers.items()}
@@ -306,11 +457,7 @@ _LAUNCHING_NAMES = "SELECT id FROM StringIds WHERE value LIKE '%Launch%'"
 def _api_calls(export: _Export, strings: pd.Series, names: str) -> pd.DataFrame:
     """The CUDA API calls `names` (_LAUNCH_CALLS or _OTHER_CALLS) selects; of the others only
     those that launched a kernel, the rest stay in the export."""
-    where = f"WHERE nameId {names} ({_LAUNCHING_NAMES})"
-    if names == _OTHER_CALLS and "CUPTI_ACTIVITY_KIND_KERNEL" in export.tables:
-        where += " AND correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)"
-    a = export.frame(
-        "CUPTI_ACTIVITY_KIND_RUNTIME",
+    a = export.api_calls(
         {
             "start": "start",
             "end": "end",
@@ -319,7 +466,7 @@ def _api_calls(export: _Export, strings: pd.Series, names: str) -> pd.DataFrame:
             "name_id": "nameId",
             "event_class": "eventClass",
         },
-        where,
+        names,
     )
     a["name"] = _name(a["name_id"], strings)
     a["api"] = a["event_class"].map({0: "runtime", 1: "driver"})
@@ -375,10 +522,8 @@ def _domain_key(nvtx: pd.DataFrame) -> pd.Series:
 
 def _session_end(export: _Export) -> float:
     """End of the capture on the trace's clock (ANALYSIS_DETAILS.duration), or +inf if absent."""
-    if "duration" not in export.columns("ANALYSIS_DETAILS"):
-        return float("inf")
-    (end,) = export.conn.execute("SELECT MAX(duration) FROM ANALYSIS_DETAILS").fetchone()
-    return float(end) if end is not None else float("inf")
+    end = export.max_of("ANALYSIS_DETAILS", "duration")
+    return end if end is not None else float("inf")
 
 
 def _threads(export: _Export, strings: pd.Series) -> pd.DataFrame:

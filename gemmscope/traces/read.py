@@ -26,10 +26,13 @@ def _is_trace(path: Path) -> bool:
 
 def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
     """The traces named by files, folders (every export inside; an .nsys-rep only where no
-    export of it is beside it) and glob patterns, in name order, each once."""
+    export of it is beside it; a folder nsys exported as Parquet or Arrow is one trace) and glob
+    patterns, in name order, each once."""
     found: list[Path] = []
     for argument in map(Path, arguments):
-        if argument.is_dir():
+        if argument.is_dir() and nsys.columnar_export(argument):  # one trace: nsys's Parquet or Arrow export
+            found.append(argument)
+        elif argument.is_dir():
             inside = [p for p in sorted(argument.iterdir()) if _is_trace(p)]
             exported = {p.name.removesuffix(".xz").removesuffix(".sqlite") for p in inside
                         if not p.name.endswith(".nsys-rep")}
@@ -65,4 +68,4 @@ def trace_source(path: str | Path) -> Path:
     path = Path(path)
     if path.is_file() and kineto.is_kineto(path):
         return path
-    return nsys.sqlite_export(path)
+    return nsys.sqlite_export(nsys.redactable(path))

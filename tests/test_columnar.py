@@ -1,0 +1,52 @@
+"""nsys's columnar exports (`nsys export --type parquetdir` / `arrowdir`: a folder of one file per
+table) read into the same frames as its SQLite export of the same capture. The exports are made
+here with real nsys from the CPU capture of every NVTX case (conftest's cpu_traces)."""
+
+import subprocess
+
+import pandas as pd
+import pytest
+
+from gemmscope.traces.read import read_trace, trace_paths
+
+from test_cli import assert_one_line_error, gemmscope
+
+pytest.importorskip("pyarrow")
+
+
+@pytest.fixture(scope="module", params=["parquetdir", "arrowdir"])
+def export(request, cpu_traces, nsys_bin, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(request.param) / "nvtx_edge_cases"
+    subprocess.run([nsys_bin, "export", "--type", request.param, "-o", str(folder),
+                    str(cpu_traces / "nvtx_edge_cases.nsys-rep")], check=True, capture_output=True)
+    return folder
+
+
+@pytest.mark.parametrize("frame", ["kernels", "nvtx", "api_calls", "threads", "memops", "memory", "gpus"])
+def test_the_same_frames_as_the_sqlite_export(export, cpu_traces, frame):
+    sqlite, columnar = read_trace(cpu_traces / "nvtx_edge_cases.sqlite"), read_trace(export)
+    assert len(getattr(sqlite, frame)) == len(getattr(columnar, frame))
+    pd.testing.assert_frame_equal(getattr(sqlite, frame), getattr(columnar, frame), check_dtype=False)
+    assert {k: v for k, v in sqlite.meta.items() if k != "lacks"} == {k: v for k, v in columnar.meta.items() if k != "lacks"}
+
+
+def test_the_nvtx_cases_are_there(export, cpu_traces_expected):
+    """Not two empty frames compared: the capture's ranges are read from the folder."""
+    nvtx = read_trace(export).nvtx
+    assert len(nvtx) > 10 and nvtx["name"].notna().all()
+    assert set(nvtx["kind"]) == {"mark", "push-pop", "start-end"}
+
+
+def test_a_folder_export_is_one_trace(export, tmp_path):
+    assert trace_paths([export]) == [export]
+    done = gemmscope("verify", "--trace", export, "--expect", "bf16")
+    assert done.returncode == 2 and "holds no GPU kernels" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", [("report", "-o", "x.md"), ("bundle", "-o", "x.zip"), ("scrub", "-o", "x.sqlite")])
+def test_what_redacts_refuses_the_folder_in_one_line(export, tmp_path, command):
+    """The redactor rewrites SQLite tables: a columnar export is refused, nothing written."""
+    name, flag, output = command
+    done = gemmscope(name, export, flag, tmp_path / output)
+    assert_one_line_error(done)
+    assert "is an nsys Parquet/Arrow export" in done.stderr and not list(tmp_path.iterdir())
