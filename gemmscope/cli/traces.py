@@ -313,8 +313,6 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
     # The command line itself stays out of reports: it may hold secrets.
     if seen:
         click.echo(f"gemmscope: the trace holds {seen}; the command ran to its own end", err=True)
-    if not exported:  # written after nsys returned: never seen, but not to be read as nothing
-        export_once_written()
     if isinstance(exported[0], InputError):
         raise exported[0]
     return [exported[0]], outcome

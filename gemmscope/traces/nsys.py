@@ -175,6 +175,7 @@ class _ColumnarExport:
         self.suffix = columnar_export(path)
         self.tables = {f.name.removesuffix(self.suffix) for f in path.iterdir() if f.name.endswith(self.suffix)}
         self._schemas: dict[str, object] = {}
+        self._strings: pd.Series | None = None
 
     def _schema(self, table: str):
         if table not in self._schemas:
@@ -264,10 +265,11 @@ class _ColumnarExport:
         return frame.drop(columns=["_name_id", "_correlation"])
 
     def strings(self) -> pd.Series:
-        if "StringIds" not in self.tables:
-            return pd.Series(dtype="object")
-        frame = self.frame("StringIds", {"id": "id", "value": "value"})
-        return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
+        """As _Export.strings, read once (api_calls looks launch names up in them too)."""
+        if self._strings is None:
+            frame = self.frame("StringIds", {"id": "id", "value": "value"})
+            self._strings = pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
+        return self._strings
 
 
 def _check_file(path: Path, given: Path) -> None:
