@@ -11,15 +11,21 @@
 #                                                                 # the tests as they are now
 #   bash benchmarks/mutation.sh --survivors 'gemmscope.kernels.*' # those of some functions only
 #   bash benchmarks/mutation.sh --survivors none                  # the report only, written anew
+#   bash benchmarks/mutation.sh --resume                          # an interrupted run on: the mutants
+#                                                                 # of the default functions not run yet
 #   MUTATION_CHILDREN=4 bash benchmarks/mutation.sh               # mutants run 4 at a time (default 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 survivors_only=false
+resume=false
 if [ "${1:-}" = --survivors ]; then
   survivors_only=true
   shift
   again_patterns=("${@:-*}")  # which survivors to run again; the report covers the default functions
   set --
+elif [ "${1:-}" = --resume ]; then
+  resume=true
+  shift
 fi
 export NSYS=${NSYS:-/opt/nsys-cpu/target-linux-x64/nsys}
 functions=("$@")
@@ -74,6 +80,15 @@ if $survivors_only; then
     started=$(stamp)  # mutmut copies the tests when it starts
     mutmut run --max-children "${MUTATION_CHILDREN:-1}" "${again[@]}"
     echo "survivors re-run $started" >> mutants/runs.txt
+  fi
+elif $resume; then
+  # mutmut runs every mutant named to it again, so the ones not run yet are named one by one
+  mapfile -t pending < <(mutmut results --all true | awk -F': ' '$2 == "not checked" {print $1}' \
+    | matching "${functions[@]}")
+  if [ ${#pending[@]} -gt 0 ]; then
+    started=$(stamp)
+    mutmut run --max-children "${MUTATION_CHILDREN:-1}" "${pending[@]}"
+    echo "resumed $started: ${#pending[@]} mutants not run before" >> mutants/runs.txt
   fi
 else
   rm -rf mutants  # mutmut keeps results per mutant: a full run starts from none
