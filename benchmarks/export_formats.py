@@ -1,5 +1,6 @@
 """Benchmark: from an nsys report to a verdict through each export format nsys writes: SQLite
-(what verify exports today), a Parquet folder and an Arrow folder. Per round and format, in run
+as verify exports it (`--lazy=false`: every table), SQLite as nsys exports it by default (only
+tables with rows), a Parquet folder and an Arrow folder. Per round and format, in run
 order rotated every round: `nsys export --type FORMAT` of the report (wall seconds), then reading
 and checking the export in a fresh process (`read_trace` + `verify.check`, wall seconds and peak
 RSS); medians [IQR] per format, and the kernels each read (they must agree).
@@ -24,7 +25,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-FORMATS = {"sqlite": "trace.sqlite", "parquetdir": "trace_parquetdir", "arrowdir": "trace_arrowdir"}
+# format: (nsys export's --type and flags, the export's name)
+FORMATS = {
+    "sqlite": (["--type", "sqlite", "--lazy=false"], "trace.sqlite"),
+    "sqlite-lazy": (["--type", "sqlite"], "trace_lazy.sqlite"),
+    "parquetdir": (["--type", "parquetdir"], "trace_parquetdir"),
+    "arrowdir": (["--type", "arrowdir"], "trace_arrowdir"),
+}
 CHECK = """
 import json, resource, sys, time
 t = time.perf_counter()
@@ -46,12 +53,18 @@ def checked(export: Path) -> dict:
 
 
 def exported(nsys: str, report: Path, kind: str, out: Path) -> float:
-    target = out / FORMATS[kind]
+    flags, name = FORMATS[kind]
+    target = out / name
     shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
     started = time.perf_counter()
-    subprocess.run([nsys, "export", "--type", kind, "--force-overwrite", "true", "-o", str(target), str(report)],
+    subprocess.run([nsys, "export", *flags, "--force-overwrite", "true", "-o", str(target), str(report)],
                    check=True, capture_output=True)
     return time.perf_counter() - started
+
+
+def size_mb(export: Path) -> float:
+    files = export.rglob("*") if export.is_dir() else [export]
+    return sum(f.stat().st_size for f in files if f.is_file()) / 1e6
 
 
 def summary(values: list[float]) -> str:
@@ -73,19 +86,20 @@ def main() -> None:
         for round_ in range(options.rounds):
             for kind in kinds[round_ % len(kinds):] + kinds[:round_ % len(kinds)]:
                 run = runs.setdefault(kind, {"export": [], "check": []})
+                export = Path(scratch) / FORMATS[kind][1] if options.report else Path(kind)
                 if options.report:
                     run["export"].append(exported(options.nsys, options.report, kind, Path(scratch)))
-                    run["check"].append(checked(Path(scratch) / FORMATS[kind]))
-                else:
-                    run["check"].append(checked(Path(kind)))
+                run["check"].append(checked(export))
+                run["mb"] = size_mb(export)
     print(f"{options.rounds} rounds; median [IQR], wall seconds; peak RSS of the check")
-    print(f"{'format':28} {'export s':>20} {'read + check s':>20} {'sum s':>9} {'RSS MiB':>8} {'kernels':>8} {'GEMMs':>6}")
+    print(f"{'format':28} {'export s':>20} {'read + check s':>20} {'sum s':>9} {'RSS MiB':>8} {'MB':>7} {'kernels':>8} {'GEMMs':>6}")
     for kind, run in runs.items():
         checks = run["check"]
         total = statistics.median([e + c["seconds"] for e, c in zip(run["export"], checks)]) if run["export"] else None
         print(f"{Path(kind).name:28} {summary(run['export']) if run['export'] else '-':>20} "
               f"{summary([c['seconds'] for c in checks]):>20} {'-' if total is None else f'{total:.2f}':>9} "
-              f"{statistics.median(c['max_rss_mib'] for c in checks):8.0f} {checks[0]['kernels']:8} {checks[0]['gemms']:6}")
+              f"{statistics.median(c['max_rss_mib'] for c in checks):8.0f} {run['mb']:7.1f} {checks[0]['kernels']:8} "
+              f"{checks[0]['gemms']:6}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Output formats are checked in-process with click's CliRunner; exit codes and the
 on stderr are checked by running the command in a subprocess, so the real sys.exit paths run."""
 
 import csv
+import importlib.util
 import io
 import json
 import os
@@ -16,9 +17,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gemmscope import nsys_runner
 from gemmscope.attribution import launches_with_ranges
 from gemmscope.cli import main
-from gemmscope.traces.read import read_trace
+from gemmscope.traces.read import read_trace, trace_paths
 
 REPO = Path(__file__).resolve().parent.parent
 GEMM_FIELDS = {"kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges", "te_module", "te_pass"}
@@ -410,6 +412,24 @@ def test_verify_prints_no_nsys_progress_bar(nsys_bin, tmp_path):
     assert "[1/1] [" in verbose.stderr and "Generated:" in verbose.stderr
 
 
+def assert_kept_capture(out: Path, stderr: str) -> Path:
+    """verify's capture kept in `out`: the report and its export, Parquet where pyarrow reads it
+    (quicker from report to verdict: benchmarks/export_formats.py), else SQLite; the export as
+    the one trace of the folder, nothing half-written beside it."""
+    parquet = importlib.util.find_spec("pyarrow") is not None
+    export = out / ("trace.parquetdir" if parquet else "trace.sqlite")
+    assert f"[2/3] exporting the trace to {'Parquet' if parquet else 'SQLite'} ({out / 'trace.nsys-rep'})" in stderr
+    assert (out / "trace.nsys-rep").is_file() and (export.is_dir() if parquet else export.is_file())
+    assert not (out / "trace.sqlite").exists() if parquet else True
+    assert trace_paths([out]) == [export] and not list(out.glob("*.partial"))
+    return export
+
+
+def test_without_pyarrow_verify_exports_its_capture_to_sqlite(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as where it is not installed
+    assert nsys_runner.capture_export_format() == "SQLite"
+
+
 # Runs well past a 1 s window, then ends on its own with a status of its own.
 _OUTLIVES_THE_WINDOW = "import time, sys; time.sleep(10); print('ran to its own end', file=sys.stderr); sys.exit(6)"
 
@@ -422,7 +442,8 @@ def test_a_capture_window_bounds_the_trace_not_the_run(nsys_bin, tmp_path):
                      "--format", "json", "--", sys.executable, "-c", _OUTLIVES_THE_WINDOW, timeout=300)
     assert "ran to its own end" in done.stderr, done.stderr[-2000:]
     exported, ended = done.stderr.index("gemmscope: [2/3] exporting"), done.stderr.index("ran to its own end")
-    assert exported < ended and (tmp_path / "trace.sqlite").is_file()
+    assert exported < ended
+    assert_kept_capture(tmp_path, done.stderr)
     assert done.returncode == 3 and "the command failed (exit 6)" in done.stderr
     assert "the trace holds from 0.5 s after the start to 1.5 s; the command ran to its own end" in done.stderr
     assert "{" not in done.stderr  # no Python dict for the window
@@ -546,7 +567,7 @@ def test_verify_capture_range_holds_only_the_window(cpu_traces, tmp_path):
                      cpu_traces / "build" / "nvtx_edge_cases", timeout=300)
     assert "the trace holds the first instance of NVTX range 'outer'" in done.stderr
     assert done.returncode == 1 and "the command exited 0 and ran no GPU kernel" in done.stderr
-    names = set(read_trace(tmp_path / "trace.sqlite").nvtx["name"])
+    names = set(read_trace(assert_kept_capture(tmp_path, done.stderr)).nvtx["name"])
     assert {"outer", "inner", "innermost", "inner-sibling"} <= names  # the window and what it holds
     assert not names & {"registered:hello", "interleave:default", "worker-a:outer"}  # pushed after it
 

@@ -2,11 +2,13 @@
 table) read into the same frames as its SQLite export of the same capture. The exports are made
 here with real nsys from the CPU capture of every NVTX case (conftest's cpu_traces)."""
 
+import shutil
 import subprocess
 
 import pandas as pd
 import pytest
 
+from gemmscope import nsys_runner
 from gemmscope.traces.read import read_trace, trace_paths
 
 from test_cli import assert_one_line_error, gemmscope
@@ -50,3 +52,15 @@ def test_what_redacts_refuses_the_folder_in_one_line(export, tmp_path, command):
     done = gemmscope(name, export, flag, tmp_path / output)
     assert_one_line_error(done)
     assert "is an nsys Parquet/Arrow export" in done.stderr and not list(tmp_path.iterdir())
+
+
+def test_with_its_report_beside_the_folder_is_redacted_through_it(cpu_traces, nsys_bin, tmp_path, monkeypatch):
+    """As verify keeps its capture (trace.nsys-rep, trace.parquetdir): the folder is the one trace
+    of its folder, and what redacts exports the report beside it to SQLite instead of refusing."""
+    monkeypatch.setenv("NSYS", nsys_bin)
+    report = shutil.copy(cpu_traces / "nvtx_edge_cases.nsys-rep", tmp_path / "trace.nsys-rep")
+    folder = nsys_runner.export_parquet(report)
+    assert folder == tmp_path / "trace.parquetdir" and trace_paths([tmp_path]) == [folder]
+    done = gemmscope("scrub", folder, "-o", tmp_path / "scrubbed.sqlite")
+    assert done.returncode == 0, done.stderr
+    assert len(read_trace(tmp_path / "scrubbed.sqlite").nvtx) == len(read_trace(folder).nvtx) > 10

@@ -275,7 +275,8 @@ def _say_if_failed(done) -> dict:
 
 def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: dict,
                   echo_nsys: bool) -> tuple[list[Path], dict]:
-    """The command under nsys, with TE's NVTX ranges on: its trace's SQLite export."""
+    """The command under nsys, with TE's NVTX ranges on: its trace's export (Parquet where pyarrow
+    reads it, else SQLite: nsys_runner.capture_export_format)."""
     from gemmscope import nsys_runner
 
     report = out / "trace.nsys-rep"
@@ -292,9 +293,10 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
         # the export is done meanwhile, not after it (an error in it said once the program ends)
         if report.exists():
             # a trace in the scratch folder is gone when gemmscope exits: its path is said only when kept
-            _progress(2, f"exporting the trace to SQLite{f' ({report})' if kept else ''}")
+            export_format = nsys_runner.capture_export_format()
+            _progress(2, f"exporting the trace to {export_format}{f' ({report})' if kept else ''}")
             try:
-                exported.append(nsys_runner.export_sqlite(report))
+                exported.append(nsys_runner.CAPTURE_EXPORTERS[export_format](report))
             except InputError as exc:
                 exported.append(exc)
 

@@ -153,12 +153,17 @@ def columnar_export(path: Path) -> str | None:
 
 
 def redactable(export: Path) -> Path:
-    """`export` where gemmscope can redact it (scrub, report, bundle): an SQLite export; a
-    columnar one is refused in one line (the redactor rewrites SQLite tables)."""
+    """`export` where gemmscope can redact it (scrub, report, bundle): an SQLite export; for a
+    columnar one, the SQLite export of the report it came from where that lies beside it (as
+    verify keeps its capture: trace.nsys-rep and trace.parquetdir), else it is refused in one line
+    (the redactor rewrites SQLite tables)."""
     if export.is_dir() and columnar_export(export):
+        report = export.with_suffix(".nsys-rep")
+        if report.is_file():
+            return sqlite_export(report)
         raise InputError(f"{export} is an nsys Parquet/Arrow export: report, bundle and scrub redact an SQLite "
-                         "export (nsys export --type sqlite); analyze, verify --trace, diagnose and compare read "
-                         "the folder as it is")
+                         "export (nsys export --type sqlite, or the .nsys-rep beside the folder); analyze, "
+                         "verify --trace, diagnose and compare read the folder as it is")
     return export
 
 

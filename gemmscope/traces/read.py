@@ -33,8 +33,9 @@ def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
         if argument.is_dir() and nsys.columnar_export(argument):  # one trace: nsys's Parquet or Arrow export
             found.append(argument)
         elif argument.is_dir():
-            inside = [p for p in sorted(argument.iterdir()) if _is_trace(p)]
-            exported = {p.name.removesuffix(".xz").removesuffix(".sqlite") for p in inside
+            inside = [p for p in sorted(argument.iterdir()) if _is_trace(p) or (p.is_dir() and nsys.columnar_export(p))]
+            # the export of REPORT.nsys-rep: REPORT.sqlite, REPORT.sqlite.xz, or a folder REPORT.parquetdir
+            exported = {p.stem if p.is_dir() else p.name.removesuffix(".xz").removesuffix(".sqlite") for p in inside
                         if not p.name.endswith(".nsys-rep")}
             inside = [p for p in inside if not (p.suffix == ".nsys-rep" and p.stem in exported)]
             if not inside:
