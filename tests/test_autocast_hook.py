@@ -3,41 +3,52 @@ module paths, the module a GEMM runs in, the records of GEMMs outside Transforme
 backward, torch._scaled_mm's scaling; every record read back by gemmscope's own parser
 (te_ranges.parse), so that the hook and the reader agree.
 
-The hook is loaded from its folder with gemmscope_protocol beside it, as `verify`'s PYTHONPATH
-loads it, and patches torch with its own _patch_torch (undone after this module). Two things are
-replaced for these tests only: its device check (`_launches_kernel`: a CPU tensor stands for a GPU
+The hook is loaded from its folder with its gemmscope_* modules beside it, as `verify`'s PYTHONPATH
+loads it, and patches torch with its own patch_torch (undone after this module); the `hook` fixture
+holds its parts (records, modules, te, torch_gemms). Two things are
+replaced for these tests only: its device check (`launches_kernel`: a CPU tensor stands for a GPU
 one) and torch.cuda.nvtx's writers (a CPU build of torch has none), by a recorder of what the hook
 would have written. test_hook_installs_itself_on_import runs it unreplaced at start-up, in a
 process of its own."""
 
 import contextlib
+import importlib
 import importlib.util
 import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 import gemmscope
 from gemmscope import te_ranges
-from gemmscope.autocast_hook.gemmscope_protocol import SOFTWARE_PREFIX, TORCH_GEMM_PREFIX, parse_record
+from gemmscope.autocast_hook.gemmscope_protocol import (
+    GEMM_PREFIX,
+    PASS_BY_LAYOUT,
+    PROCESS_PREFIX,
+    SOFTWARE_PREFIX,
+    TORCH_GEMM_PREFIX,
+    format_record,
+    parse_record,
+)
 
 HOOK_DIR = Path(gemmscope.__file__).resolve().parent / "autocast_hook"
 
 
 @contextlib.contextmanager
 def _torch_patched_by(hook, torch):
-    """hook._patch_torch(torch) for the duration: the calls it replaces and Function.apply are put
+    """The hook's patch_torch(torch) for the duration: the calls it replaces and Function.apply are put
     back afterwards, so the rest of the suite sees torch as it was."""
     owners = [(torch.Tensor if where == "torch.Tensor" else sys.modules[where], attribute)
-              for where, attribute, *_ in hook._TORCH_GEMM_CALLS]
+              for where, attribute, *_ in hook.torch_gemms._TORCH_GEMM_CALLS]
     owners.append((torch.autograd.Function, "apply"))
     missing = object()
     saved = [(owner, attribute, vars(owner).get(attribute, missing)) for owner, attribute in owners]
-    hook._patch_torch(torch)
+    hook.torch_gemms.patch_torch(torch)
     try:
         yield
     finally:
@@ -64,8 +75,10 @@ def hook(torch):
         # On import it waits for torch and TE to be imported; torch already is (patched below as
         # its finder would), and TE must not be looked for by the rest of the suite.
         mp.setattr(sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, module._Finder)])
-        with _torch_patched_by(module, torch):
-            yield module
+        parts = {part: importlib.import_module(f"gemmscope_{part}") for part in ("records", "modules", "te", "torch_gemms")}
+        hook = SimpleNamespace(site=module, **parts)
+        with _torch_patched_by(hook, torch):
+            yield hook
 
 
 class NvtxRecorder:
@@ -120,9 +133,10 @@ def nvtx(hook, torch, monkeypatch) -> NvtxRecorder:
     recorder = NvtxRecorder()
     for writer in ("range_push", "range_pop", "mark"):
         monkeypatch.setattr(torch.cuda.nvtx, writer, getattr(recorder, writer))
-    monkeypatch.setattr(hook, "_launches_kernel", lambda tensor: isinstance(tensor, torch.Tensor))
-    monkeypatch.setattr(hook, "_thread", threading.local())
-    return recorder
+    monkeypatch.setattr(hook.torch_gemms, "launches_kernel", lambda tensor: isinstance(tensor, torch.Tensor))
+    hook.records.thread.__dict__.clear()  # fresh per-thread state
+    yield recorder
+    hook.records.thread.__dict__.clear()
 
 
 def _layer_of(gemm: dict) -> tuple[str | None, str | None]:
@@ -141,7 +155,7 @@ def test_cpu_gemms_are_not_recorded_by_the_hook_as_shipped(hook, torch, monkeypa
 
 
 def test_software_versions_marked_once_at_the_first_gemm(hook, torch, nvtx, monkeypatch):
-    monkeypatch.setattr(hook, "_software_marked", [])
+    monkeypatch.setattr(hook.records, "_software_marked", [])
     torch.mm(torch.randn(4, 8), torch.randn(8, 2))
     torch.mm(torch.randn(4, 8), torch.randn(8, 2))
     marks = [label for kind, label in nvtx.events if kind == "mark"]
@@ -313,7 +327,7 @@ def test_real_wrappers_left_out_checkpoint_wrapper_and_ddp(torch, nvtx, tmp_path
 def test_compiled_module_wrapper_left_out_of_paths(hook, torch):
     model = _two_block_model(torch)
     outer = torch.nn.Sequential(torch.compile(model))  # OptimizedModule holds it as _orig_mod
-    hook._name_tree(outer)
+    hook.modules.name_tree(outer)
     assert model.__dict__["_gemmscope_path"] == "0"
     assert model.layers[1].mlp["up"].__dict__["_gemmscope_path"] == "0.layers.1.mlp.up"
 
@@ -331,7 +345,7 @@ def test_basic_operations_of_a_fused_operation_share_its_path(hook, torch):
     model.blocks[0].fused = FusedOperation()
     model.blocks[0].skipped = None
     model.blocks[0].register_module("absent", None)
-    hook._name_tree(model)
+    hook.modules.name_tree(model)
     fused = model.blocks[0].fused
     assert [op.__dict__["_gemmscope_path"] for op in fused.basic_ops] == ["blocks.0.fused"] * 2
     assert fused.basic_ops.__dict__["_gemmscope_path"] == "blocks.0.fused"
@@ -432,7 +446,7 @@ def test_backward_of_a_gemm_autograd_runs_in_cpp_is_one_range_around_its_node(
     assert (backward["op"], backward["pass"], *_layer_of(backward)) == (node, "backward", "Linear", "0")
     assert (backward["operand_a"], backward["operand_b"], backward["requested"]) == ("bf16", "bf16", "bf16")
     assert backward["m"] is None and backward["flops"] is None  # two GEMMs run inside: no one shape
-    assert nvtx.balanced() and hook._thread.node == []
+    assert nvtx.balanced() and hook.records.thread.node == []
 
 
 def test_backward_node_range_holds_the_node_only(torch, nvtx):
@@ -477,7 +491,7 @@ def test_a_forward_recomputed_in_backward_is_fprop_of_its_own_modules(hook, torc
     assert [(g["layer"], g["pass"], g["m"], g["n"]) for g in gemms if g["op"] == "linear"] == [
         ("block.up", "fprop", 4, 16), ("block.down", "fprop", 4, 8)] * 2
     assert {g["layer"] for g in gemms if g["op"] == "MmBackward0"} == {"block.up", "block.down"}
-    assert nvtx.balanced() and hook._thread.node == []
+    assert nvtx.balanced() and hook.records.thread.node == []
 
 
 def _linear_function(torch):
@@ -521,7 +535,7 @@ def test_custom_function_backward_gemms_are_dgrad_and_wgrad_of_the_forward_modul
     ]
     # the two backward GEMMs inside the node's range
     assert [kind for kind, _ in nvtx.events if kind != "mark"][2:] == ["push", "push", "pop", "push", "pop", "pop"]
-    assert nvtx.balanced() and hook._thread.node == [] and hook._thread.pending == []
+    assert nvtx.balanced() and hook.records.thread.node == [] and hook.records.thread.pending == []
 
 
 def test_custom_function_backward_gemm_whose_shape_fits_both_is_just_backward(torch, nvtx):
@@ -557,7 +571,7 @@ def test_a_gemm_in_no_grad_outside_any_function_watches_no_backward(hook, torch,
     with torch.no_grad():
         torch.nn.Linear(8, 8)(torch.randn(4, 8))
     assert [g["pass"] for g in nvtx.torch_gemms()] == ["fprop"]
-    assert "pending" not in hook._thread.__dict__
+    assert "pending" not in hook.records.thread.__dict__
 
 
 # --- torch._scaled_mm -------------------------------------------------------------------------
@@ -636,20 +650,20 @@ def test_torchao_rowwise_request_run_tensorwise_is_rowwise_rescaled(torch, nvtx,
     ("float8_e4m3fn", "fp8"), ("float8_e5m2", "fp8"), ("float8_e4m3fnuz", "fp8"), ("float8_e5m2fnuz", "fp8"),
     ("int8", "torch.int8")])
 def test_tensor_type_of_real_tensors(hook, torch, dtype_name, torch_type):
-    assert hook.tensor_type(torch.zeros(2, 2).to(getattr(torch, dtype_name))) == torch_type
+    assert hook.torch_gemms.tensor_type(torch.zeros(2, 2).to(getattr(torch, dtype_name))) == torch_type
 
 
 def test_tensor_type_of_packed_fp4(hook, torch):
-    assert hook.tensor_type(torch.zeros(2, 2, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)) == "fp4"
+    assert hook.torch_gemms.tensor_type(torch.zeros(2, 2, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)) == "fp4"
 
 
 def test_operand_type_of_plain_tensors_lists_and_nothing(hook, torch):
     bf16 = torch.zeros(2, 2, dtype=torch.bfloat16)
-    assert [hook.operand_type(x) for x in (bf16, bf16.half(), bf16.float())] == ["bf16", "fp16", "fp32"]
-    assert hook.operand_type([bf16.float(), bf16]) == "fp32"  # a grouped GEMM: its first member
-    assert hook.operand_type((bf16,)) == "bf16"
-    assert hook.operand_type([]) == hook.operand_type(None) == "?"
-    assert hook.operand_type(bf16.double()) == "torch.float64"  # not one TE is handed: said as found
+    assert [hook.te.operand_type(x) for x in (bf16, bf16.half(), bf16.float())] == ["bf16", "fp16", "fp32"]
+    assert hook.te.operand_type([bf16.float(), bf16]) == "fp32"  # a grouped GEMM: its first member
+    assert hook.te.operand_type((bf16,)) == "bf16"
+    assert hook.te.operand_type([]) == hook.te.operand_type(None) == "?"
+    assert hook.te.operand_type(bf16.double()) == "torch.float64"  # not one TE is handed: said as found
 
 
 @pytest.mark.parametrize("quantizer, storage, expected", [
@@ -670,7 +684,7 @@ def test_operand_type_of_te_quantized_tensors_by_quantizer_then_storage(hook, to
     tensor_class = type("QuantizedTensor", (torch.Tensor, storage_class), {})
     tensor = torch.zeros(2, 2, dtype=torch.bfloat16).as_subclass(tensor_class)
     tensor._quantizer = type(quantizer, (), {})() if quantizer else None
-    assert hook.operand_type(tensor) == expected
+    assert hook.te.operand_type(tensor) == expected
 
 
 # --- torch.compile ----------------------------------------------------------------------------
@@ -710,9 +724,9 @@ def test_gemms_inductor_generated_code_calls_are_not_recorded(hook, torch, nvtx,
 # --- installed as verify installs it ----------------------------------------------------------
 
 _PROGRAM = """
-import sitecustomize as hook
+import gemmscope_torch_gemms
 import torch
-hook._launches_kernel = lambda tensor: True
+gemmscope_torch_gemms.launches_kernel = lambda tensor: True
 torch.cuda.nvtx.range_push = lambda label: print("push", label)
 torch.cuda.nvtx.range_pop = lambda: print("pop")
 torch.cuda.nvtx.mark = lambda label: print("mark", label)
@@ -750,25 +764,25 @@ def test_hook_installs_itself_on_import(torch, tmp_path):
 ])
 def test_te_gemm_shape_and_flops_from_operands_and_layout(hook, torch, gemm_pass, a_shape, b_shape, layout, shape):
     a, b = torch.zeros(*a_shape), torch.zeros(*b_shape)
-    assert hook.PASS_BY_LAYOUT[layout] == gemm_pass
-    assert hook.gemm_shape(a, b, layout) == shape
+    assert PASS_BY_LAYOUT[layout] == gemm_pass
+    assert hook.te.gemm_shape(a, b, layout) == shape
     m, n, k = shape
-    assert hook.gemm_flops(a, b, layout) == 2 * m * n * k
+    assert hook.te.gemm_flops(a, b, layout) == 2 * m * n * k
     # a grouped GEMM (lists of operands): its members' FLOPs summed
-    assert hook.gemm_flops([a, a], [b, b], layout) == 2 * (2 * m * n * k)
+    assert hook.te.gemm_flops([a, a], [b, b], layout) == 2 * (2 * m * n * k)
 
 
 def test_te_gemm_shape_unknown_without_matrices(hook, torch):
-    assert hook.gemm_shape(torch.zeros(8), torch.zeros(4, 8), "TN") is None
-    assert hook.gemm_shape(None, torch.zeros(4, 8), "TN") is None
-    assert hook.gemm_flops([torch.zeros(4, 8), None], [torch.zeros(4, 8)] * 2, "TN") is None
+    assert hook.te.gemm_shape(torch.zeros(8), torch.zeros(4, 8), "TN") is None
+    assert hook.te.gemm_shape(None, torch.zeros(4, 8), "TN") is None
+    assert hook.te.gemm_flops([torch.zeros(4, 8), None], [torch.zeros(4, 8)] * 2, "TN") is None
 
 
 def test_te_base_class_of_a_framework_subclass(hook, torch):
     te_linear = type("Linear", (torch.nn.Module,), {"__module__": "transformer_engine.pytorch.module.linear"})
     framework_linear = type("TELayerNormColumnParallelLinear", (te_linear,), {"__module__": "megatron.core.extensions"})
-    assert hook.te_base_class(framework_linear) == hook.te_base_class(te_linear) == "Linear"
-    assert hook.te_base_class(torch.nn.Linear) is None
+    assert hook.records.te_base_class(framework_linear) == hook.records.te_base_class(te_linear) == "Linear"
+    assert hook.records.te_base_class(torch.nn.Linear) is None
 
 
 @pytest.mark.parametrize("env, rank", [
@@ -783,12 +797,12 @@ def test_process_mark_names_the_launchers_rank(hook, torch, nvtx, monkeypatch, e
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    hook._mark_process(torch)
+    hook.records.mark_process(torch)
     (kind, label), = nvtx.events
     assert kind == "mark"
     read = te_ranges.parse(label)
     assert (read["kind"], read["rank"]) == (te_ranges.PROCESS, rank)
-    assert parse_record(hook.PROCESS_PREFIX, label)["pid"] == str(os.getpid())
+    assert parse_record(PROCESS_PREFIX, label)["pid"] == str(os.getpid())
 
 
 # --- TE GEMM calls: which TE module made them, forward and backward ---------------------------
@@ -801,7 +815,7 @@ def _te_model(torch, hook):
     def general_gemm(A, B, out_dtype=None, layout="TN", grad=False):
         return None
 
-    gemm = hook._recording("general_gemm", general_gemm, torch)
+    gemm = hook.te._recording("general_gemm", general_gemm, torch)
 
     class _Linear(torch.autograd.Function):
         @staticmethod
@@ -835,7 +849,7 @@ def test_te_gemms_name_their_module_forward_from_the_stack_backward_from_the_nod
     path: in the forward pass the innermost running module; in the backward pass the module whose
     Function's node runs, stamped at apply -- neither reads the calling frames."""
     model = _te_model(torch, hook)
-    monkeypatch.setattr(hook, "_calling_frames", lambda *args: pytest.fail("calling frames read"))
+    monkeypatch.setattr(hook.modules, "calling_frames", lambda *args: pytest.fail("calling frames read"))
     model(torch.randn(4, 8, requires_grad=True)).sum().backward()
     records = [te_ranges.parse(label) for label in nvtx.pushed()]
     assert all(r["kind"] == te_ranges.HOOK_GEMM for r in records)
@@ -843,7 +857,7 @@ def test_te_gemms_name_their_module_forward_from_the_stack_backward_from_the_nod
         ("0.proj", "fprop"), ("1.proj", "fprop"),
         ("1.proj", "dgrad"), ("1.proj", "wgrad"), ("0.proj", "dgrad"), ("0.proj", "wgrad")]
     assert {r["module"] for r in records} == {te_ranges.parse(
-        hook.format_record(hook.GEMM_PREFIX, {"module": "Linear"}))["module"]}
+        format_record(GEMM_PREFIX, {"module": "Linear"}))["module"]}
     assert nvtx.balanced()
 
 
@@ -852,8 +866,8 @@ def test_te_gemm_of_an_unstamped_node_falls_back_to_the_calling_frames(hook, tor
     the calling frames are read, and with no TE frame among them the GEMM's module is unknown."""
     model = _te_model(torch, hook)
     read = []
-    frames = hook._calling_frames
-    monkeypatch.setattr(hook, "_calling_frames", lambda *args: read.append(True) or frames(*args))
+    frames = hook.modules.calling_frames
+    monkeypatch.setattr(hook.modules, "calling_frames", lambda *args: read.append(True) or frames(*args))
     linear = model[0].proj
     linear.forward(torch.randn(4, 8, requires_grad=True)).sum().backward()  # forward, not __call__: no module hook
     records = [r for r in map(te_ranges.parse, nvtx.pushed()) if r["kind"] == te_ranges.HOOK_GEMM]

@@ -3,7 +3,7 @@ here) and gemmscope's hook, which runs the real torch.profiler in its processes;
 write are read back as gemmscope reads any. Nothing of the profiler is mocked.
 
 On a CPU no process uses CUDA, so none would write its trace: the programs below stand for one
-that did by replacing the hook's `_used_cuda` (as the hook's own tests replace `_launches_kernel`),
+that did by replacing the hook's `used_cuda` (as the hook's own tests replace `launches_kernel`),
 and what their trace then holds is what a CPU trace can (operators and their shapes, no kernel).
 The GPU run of the same command is tests/test_gpu.py's."""
 
@@ -23,7 +23,7 @@ import os, sys
 import torch
 
 if "--as-if-cuda" in sys.argv:  # count as a process that used CUDA: the hook writes its trace
-    sys.modules["sitecustomize"]._used_cuda = lambda torch: True
+    sys.modules["gemmscope_torch_profiler"].used_cuda = lambda torch: True
 print(f"program pid {os.getpid()}", file=sys.stderr)
 if "--own-profiler" in sys.argv:  # a program that profiles itself, as many do
     with torch.profiler.profile() as own:

@@ -1,0 +1,167 @@
+"""Transformer Engine's side of gemmscope's start-up hook (sitecustomize.py beside this file): each
+te.autocast region with its recipe, and each GEMM call of TE's Python with the module that made it,
+its pass, the operand types TE was handed and its shape, as a range on the launching thread."""
+
+import inspect
+import threading
+
+from gemmscope_modules import await_backward_node, calling_module
+from gemmscope_protocol import AUTOCAST_PREFIX, GEMM_PREFIX, PASS_BY_LAYOUT, UNKNOWN, format_record
+from gemmscope_records import argument, mark_process, mark_software_once, note, pop, push, te_base_class
+
+QUANTIZATION_MODULE = "transformer_engine.pytorch.quantization"
+GEMM_MODULE = "transformer_engine.pytorch.cpp_extensions.gemm"
+# TE's Python GEMM entry points (transformer_engine/pytorch/cpp_extensions/gemm.py); the grouped
+# ones may call general_gemm per group, which then records nothing of its own.
+_GEMM_ENTRY_POINTS = ("general_gemm", "general_grouped_gemm", "general_grouped_gemm_for_grouped_tensor")
+
+
+def patch_quantization(quantization_module) -> None:
+    import torch
+
+    manager = quantization_module.FP8GlobalStateManager
+    original_enter = manager.autocast_enter.__func__
+    original_exit = manager.autocast_exit.__func__
+
+    def autocast_enter(cls, *args, **kwargs):
+        original_enter(cls, *args, **kwargs)
+        recipe = cls.get_fp8_recipe() if cls.is_fp8_enabled() else None
+        name = (te_base_class(type(recipe)) or type(recipe).__name__) if recipe is not None else "disabled"
+        push(torch, f"{AUTOCAST_PREFIX}{name})")
+
+    def autocast_exit(cls, *args, **kwargs):
+        pop(torch)
+        original_exit(cls, *args, **kwargs)
+
+    manager.autocast_enter = classmethod(autocast_enter)
+    manager.autocast_exit = classmethod(autocast_exit)
+    mark_process(torch)
+
+
+# --- what TE was handed -----------------------------------------------------------------------
+
+_BY_QUANTIZER = {
+    "Float8Quantizer": "fp8-delayed",
+    "Float8CurrentScalingQuantizer": "fp8-current",
+    "Float8BlockQuantizer": "fp8-block",
+    "MXFP8Quantizer": "mxfp8",
+    "NVFP4Quantizer": "nvfp4",
+}
+_BY_STORAGE = {
+    "Float8TensorStorage": "fp8",
+    "Float8BlockwiseQTensorStorage": "fp8-block",
+    "MXFP8TensorStorage": "mxfp8",
+    "NVFP4TensorStorage": "nvfp4",
+}
+_BY_DTYPE = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+
+
+def operand_type(operand) -> str:
+    """One of gemmscope_protocol.OPERAND_TYPES, or the class / dtype as found when TE hands over
+    something else. A list (grouped GEMM) is typed by its first member."""
+    if isinstance(operand, (list, tuple)):
+        operand = operand[0] if operand else None
+    if operand is None:
+        return UNKNOWN
+    quantizer = getattr(operand, "_quantizer", None) or getattr(operand, "quantizer", None)
+    if quantizer is not None and type(quantizer).__name__ in _BY_QUANTIZER:
+        return _BY_QUANTIZER[type(quantizer).__name__]
+    for cls in type(operand).__mro__:
+        if cls.__name__ in _BY_STORAGE:
+            return _BY_STORAGE[cls.__name__]
+    dtype = str(getattr(operand, "dtype", ""))
+    return _BY_DTYPE.get(dtype, dtype or type(operand).__name__)
+
+
+_in_gemm_call = threading.local()
+
+
+def _matrix(operand) -> tuple[int, int] | None:
+    """An operand as the 2-D matrix the GEMM sees: leading dimensions folded into rows."""
+    shape = getattr(operand, "shape", None)
+    if shape is None and callable(getattr(operand, "size", None)):
+        shape = operand.size()
+    if shape is None or len(shape) < 2:
+        return None
+    rows = 1
+    for dim in shape[:-1]:
+        rows *= int(dim)
+    return rows, int(shape[-1])
+
+
+def gemm_shape(a, b, layout: str) -> tuple[int, int, int] | None:
+    """(M, N, K) of one TE GEMM from its operands and layout: TE contracts A's second dimension
+    when A is transposed ("T"), else its first, and B's second when B is not ("N") -- fprop
+    (weight, input, TN), dgrad (weight, grad_output, NN), wgrad (input, grad_output, NT)."""
+    ma, mb = _matrix(a), _matrix(b)
+    if ma is None or mb is None or len(layout) != 2:
+        return None
+    ka = 1 if layout[0] == "T" else 0
+    kb = 1 if layout[1] == "N" else 0
+    return mb[1 - kb], ma[1 - ka], ma[ka]
+
+
+def gemm_flops(a, b, layout: str) -> int | None:
+    """2·M·N·K summed over a grouped GEMM's members (None when a shape cannot be read)."""
+    pairs = zip(a, b) if isinstance(a, (list, tuple)) else [(a, b)]
+    total = 0
+    for x, y in pairs:
+        shape = gemm_shape(x, y, layout)
+        if shape is None:
+            return None
+        m, n, k = shape
+        total += 2 * m * n * k
+    return total
+
+
+def _recording(entry: str, original, torch):
+    parameters = list(inspect.signature(original).parameters.values())
+    position = {p.name: i for i, p in enumerate(parameters)}
+    layout_default = parameters[position["layout"]].default
+    function_ctx_type = torch.autograd.function.FunctionCtx
+
+    def recorded(*args, **kwargs):
+        if getattr(_in_gemm_call, "inside", False):  # a grouped entry point calling general_gemm
+            return original(*args, **kwargs)
+        mark_software_once(torch)
+        try:
+            layout = argument(args, kwargs, "layout", position["layout"], layout_default)
+            a = argument(args, kwargs, "A", position["A"])
+            b = argument(args, kwargs, "B", position["B"])
+            record = {"entry": entry, **calling_module(torch, function_ctx_type),
+                      "pass": PASS_BY_LAYOUT.get(layout, UNKNOWN),
+                      "a": operand_type(a), "b": operand_type(b)}
+            # A GroupedTensor operand's shape is not its members' (grouped_tensor entry point).
+            shape = gemm_shape(a, b, layout) if entry == "general_gemm" else None
+            if shape is not None:
+                record.update(zip(("m", "n", "k"), shape))
+            flops = gemm_flops(a, b, layout) if entry != "general_grouped_gemm_for_grouped_tensor" else None
+            record["flops"] = flops or UNKNOWN
+            label = format_record(GEMM_PREFIX, record)
+            if record["module"] == UNKNOWN:  # no TE module's autograd context will say whose backward it is
+                await_backward_node({"module": record["owner"], "layer": record["layer"],
+                                      "a": record["a"], "b": record["b"]})
+        except Exception as exc:  # never break the program being checked
+            label = format_record(GEMM_PREFIX, {"entry": entry, "error": type(exc).__name__})
+        push(torch, label)
+        _in_gemm_call.inside = True
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _in_gemm_call.inside = False
+            pop(torch)
+
+    recorded.__wrapped__ = original
+    return recorded
+
+
+def patch_gemm(gemm_module) -> None:
+    import torch
+
+    missing = [entry for entry in _GEMM_ENTRY_POINTS if not callable(getattr(gemm_module, entry, None))]
+    if "general_gemm" in missing:
+        note(f"{GEMM_MODULE}.general_gemm not found: GEMM records off, TE's own NVTX ranges only")
+        return
+    for entry in _GEMM_ENTRY_POINTS:
+        if entry not in missing:
+            setattr(gemm_module, entry, _recording(entry, getattr(gemm_module, entry), torch))
