@@ -67,6 +67,9 @@ class CheckResult:
     passed: bool  # no FALLBACK outside --allow, a GEMM ran, every trace was read, every mapped range held a GEMM
     expected: list[str]  # the recipes GEMMs were checked against (none: each against its own recorded request)
     unreadable: list[dict]  # traces that could not be read: trace, rank, error
+    # traces whose process launched no GPU kernel beside traces that did (torch.compile's
+    # workers ...): trace, rank; nothing in them to check, no failure
+    without_kernels: list[dict]
     gemms: pd.DataFrame = field(repr=False)  # GEMM_COLUMNS and VERDICT_COLUMNS
     verification: Verification = field(repr=False)  # everything verify computed (the CLI's reports read it)
 
@@ -85,6 +88,7 @@ class CheckResult:
         from gemmscope.jsonable import frame_records
 
         return {"passed": self.passed, "expected": self.expected, "unreadable": self.unreadable,
+                "without_kernels": self.without_kernels,
                 "gemm_launches": len(self.gemms), "allowed_launches": len(self.allowed),
                 "mismatches": frame_records(self.mismatches)}
 
@@ -119,7 +123,7 @@ def check(traces: PathsOrTraces, expect: str | None = None, allow: Sequence[str]
     loaded = traces if isinstance(traces, Traces) else load(traces, workers)
     result = _verify(loaded.loaded, expect, tuple(allow), mapped)
     return CheckResult(passed=not result.failed, expected=result.expected_recipes, unreadable=result.unreadable,
-                       gemms=_table(result.gemms, GEMM_COLUMNS | VERDICT_COLUMNS), verification=result)
+                       without_kernels=result.without_kernels, gemms=_table(result.gemms, GEMM_COLUMNS | VERDICT_COLUMNS), verification=result)
 
 
 def diagnose(traces: CheckResult | PathsOrTraces, expect: str | None = None, step_range: str | None = None,

@@ -79,6 +79,18 @@ def test_load_takes_folders_and_globs_and_keeps_unreadable(tmp_path):
     assert not result.passed and result.unreadable[0]["trace"] == "rank9.sqlite"
 
 
+
+def test_check_names_the_traces_whose_process_launched_no_kernel():
+    """verify --profiler torch's traces of a small training run on an H100: the program's, and one
+    of a process that launched nothing. The check passes and names that one apart from the
+    unreadable, in the result and in its dict."""
+    mixed = ROOT / "tests" / "fixtures" / "gpu" / "kineto" / "verify_torch_train_small_mixed"
+    result = gs.check(sorted(mixed.glob("trace.*.json.gz")))
+    assert result.passed and result.unreadable == []
+    assert result.without_kernels == [{"trace": "trace.538.json.gz", "rank": None}]
+    assert json.loads(json.dumps(result.to_dict()))["without_kernels"] == result.without_kernels
+    assert len(result.gemms) == 81
+
 @pytest.mark.parametrize("call", [
     lambda: gs.load(CORPUS / "no-such-trace-*.sqlite"),
     lambda: gs.check(FIRST_LAST_BF16, expect="fp9"),
