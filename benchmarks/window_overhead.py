@@ -1,7 +1,8 @@
 """Benchmark: what checking a long run through a capture window costs. `gemmscope verify --delay D
 --duration S -- COMMAND` must bound what nsys collects, never the run: COMMAND runs to its own end
-(nsys is told `--kill=none`, where its default ends the program with SIGTERM at the window's end)
-and the whole check should cost at most 1.05x COMMAND's bare wall time.
+(gemmscope times the window itself: nsys profile's own --duration ends the session, and processes
+the program starts later fail) and the whole check should cost at most 1.05x COMMAND's bare wall
+time.
 
 Runs COMMAND bare WARMUP times first, not counted (the first run on a fresh machine pays for cold
 file and kernel caches), then bare and under `gemmscope verify --delay D --duration S --expect
@@ -28,7 +29,11 @@ import sys
 import tempfile
 import time
 
+_NSYS_ALONE = """import sys
 from gemmscope import nsys_runner
+report, delay_s, duration_s, *command = sys.argv[1:]
+sys.exit(nsys_runner.profile(command, report, delay_s=float(delay_s), duration_s=float(duration_s)).returncode)
+"""
 
 
 def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, list[str]]:
@@ -62,9 +67,9 @@ def main() -> None:
         # kind: (argv, environment); verify's own run last in each round's order
         runs = {"bare": (command, None)}
         if args.parts:
-            under_nsys = [nsys_runner.require_nsys(), "profile", *nsys_runner.PROFILE_FLAGS,
-                          *nsys_runner.capture_window_flags(delay_s=args.delay, duration_s=args.duration),
-                          "--force-overwrite=true", "-o", f"{out}/nsys-alone", *command]
+            # nsys as verify runs it (its flags, the window timed as verify times it), nothing else
+            under_nsys = [sys.executable, "-c", _NSYS_ALONE, f"{out}/nsys-alone.nsys-rep", f"{args.delay:g}",
+                          f"{args.duration:g}", *command]
             runs["nsys"] = (under_nsys, None)
             runs["nsys+TE"] = (under_nsys, {**os.environ, "NVTE_NVTX_ENABLED": "1"})
         runs["verify"] = ([sys.executable, "-c", "from gemmscope.cli import main; main()", "verify",

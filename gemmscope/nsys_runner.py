@@ -9,6 +9,9 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,14 +28,11 @@ _SEARCH = (
 )
 
 # What every gemmscope capture records: CUDA API + kernels, NVTX, GPU memory events, and one row
-# per kernel inside CUDA graphs (without `node` a graph launch is a single row).
-PROFILE_FLAGS = (
-    "--trace=cuda,nvtx",
-    "--cuda-memory-usage=true",
-    "--cuda-graph-trace=node",
-    "--sample=none",
-    "--cpuctxsw=none",
-)
+# per kernel inside CUDA graphs (without `node` a graph launch is a single row); no CPU sampling.
+# A window timed by gemmscope (profile) gives the first to `nsys launch`, the others to `nsys start`.
+_TRACE_FLAGS = ("--trace=cuda,nvtx", "--cuda-memory-usage=true", "--cuda-graph-trace=node")
+_COLLECT_FLAGS = ("--sample=none", "--cpuctxsw=none")
+PROFILE_FLAGS = _TRACE_FLAGS + _COLLECT_FLAGS
 
 
 def find_nsys() -> str | None:
@@ -123,14 +123,11 @@ def _remove(path: Path) -> None:
 PROFILER_API_RANGE = "cudaProfilerApi"
 
 
-def capture_window_flags(nvtx_range: str | None = None, delay_s: float | None = None,
-                         duration_s: float | None = None) -> list[str]:
+def capture_window_flags(nvtx_range: str | None = None, delay_s: float | None = None) -> list[str]:
     """nsys flags that collect only part of a long run: from the start to the end of the first
     instance of an NVTX range, or between the program's first cudaProfilerStart and Stop
     (`nvtx_range` "cudaProfilerApi", as TE's GEMM benchmark expects), the program then running on
-    uncollected; or from `delay_s` for `duration_s` seconds. The window bounds what is collected,
-    never the run: at the end of `--duration` nsys would send the program SIGTERM (its default
-    `--kill`), so it is told to send nothing."""
+    uncollected; or from `delay_s` on. (A window that ends at a time is timed by `profile`.)"""
     flags = []
     if nvtx_range == PROFILER_API_RANGE:
         flags += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
@@ -138,9 +135,15 @@ def capture_window_flags(nvtx_range: str | None = None, delay_s: float | None = 
         flags += ["--capture-range=nvtx", f"--nvtx-capture={nvtx_range}", "--capture-range-end=stop"]
     if delay_s is not None:
         flags.append(f"--delay={delay_s:g}")
-    if duration_s is not None:
-        flags += [f"--duration={duration_s:g}", "--kill=none"]
     return flags
+
+
+def check_window(nvtx_range: str | None = None, delay_s: float | None = None,
+                 duration_s: float | None = None) -> None:
+    """A window ends at its range's end or after a time, not both (InputError)."""
+    if nvtx_range is not None and duration_s is not None:
+        raise InputError("a capture window ends at its range's end (--capture-range) or after a time (--duration), "
+                         "not both")
 
 
 def describe_window(nvtx_range: str | None = None, delay_s: float | None = None,
@@ -178,30 +181,77 @@ _RECORD_EXIT_STATUS = 'status_file=$1; shift; "$@"; status=$?; printf %s "$statu
 
 
 def profile(command: list[str], report: Path, env: dict[str, str] | None = None,
-            window: list[str] = (), echo_nsys: bool = False,
-            once_written: Callable[[], None] = lambda: None) -> relay.Capture:
-    """Run `command` under nsys profile, writing `report` (.nsys-rep), with the capture
-    `window` flags (capture_window_flags), until the program itself ends (a window may end
-    first). Its output goes to stderr, so that stdout holds only gemmscope's report (e.g. clean
-    JSON); nsys's own text too with `echo_nsys`, else it is held in the result. The program's
-    own exit status is returned for the caller to judge. `once_written` is called as soon as nsys
-    returns, its report written: at a window's end the program may still run for long, and
-    work on the report (its export) need not wait for it."""
+            nvtx_range: str | None = None, delay_s: float | None = None, duration_s: float | None = None,
+            echo_nsys: bool = False, once_written: Callable[[], None] = lambda: None) -> relay.Capture:
+    """Run `command` under nsys, writing `report` (.nsys-rep), collecting only in the capture
+    window given (capture_window_flags; `duration_s`: for that long from `delay_s`), until the
+    program itself ends (a window may end first). Its output goes to stderr, so that stdout holds
+    only gemmscope's report (e.g. clean JSON); nsys's own text too with `echo_nsys`, else it is
+    held in the result. The program's own exit status is returned for the caller to judge.
+    `once_written` is called as soon as the report is written: at a window's end the program may
+    still run for long, and work on the report (its export) need not wait for it."""
     nsys = require_nsys()
     report = Path(report)
     report.parent.mkdir(parents=True, exist_ok=True)
     status_file = report.with_name(f".{report.stem}.exit-status")
     status_file.unlink(missing_ok=True)
+    program = ["sh", "-c", _RECORD_EXIT_STATUS, "sh", str(status_file), *command]
     try:
-        # The program holds the streams until it ends, also when nsys returned at a window's end;
-        # one that hands them to a daemon of its own has ended once its status is written.
-        capture = relay.run(
-            [nsys, "profile", *PROFILE_FLAGS, *window, "--force-overwrite=true", "-o", str(report.with_suffix("")),
-             "sh", "-c", _RECORD_EXIT_STATUS, "sh", str(status_file), *command],
-            env, _NSYS_OWN_TEXT, echo_nsys, ended=status_file.exists, once_returned=once_written)
+        if duration_s is None:
+            # The program holds the streams until it ends, also when nsys returned at a range's
+            # end; one that hands them to a daemon of its own has ended once its status is written.
+            capture = relay.run(
+                [nsys, "profile", *PROFILE_FLAGS, *capture_window_flags(nvtx_range, delay_s), "--force-overwrite=true",
+                 "-o", str(report.with_suffix("")), *program],
+                env, _NSYS_OWN_TEXT, echo_nsys, ended=status_file.exists, once_returned=once_written)
+        else:
+            check_window(nvtx_range, delay_s, duration_s)
+            capture = _profile_timed(nsys, program, report, env, delay_s or 0.0, duration_s, echo_nsys, once_written)
         own = status_file.read_text().strip() if status_file.exists() else ""
         if own.isdigit():  # else nsys's own status stands
             capture.returncode = int(own)
         return capture
     finally:
         status_file.unlink(missing_ok=True)
+
+
+def _profile_timed(nsys: str, program: list[str], report: Path, env: dict[str, str] | None, delay_s: float,
+                   duration_s: float, echo_nsys: bool, once_written: Callable[[], None]) -> relay.Capture:
+    """A window that ends at a time, timed here: the program runs under `nsys launch` for its
+    whole life, collection is started (`nsys start`) after `delay_s` and stopped (`nsys stop`,
+    which writes the report) `duration_s` later. nsys profile's own --duration ends the whole
+    session instead: a process the program starts after it (a subprocess, a compiler's) fails to
+    start under nsys 2025.3 ("Failed to connect to Agent"), whatever --kill says."""
+    session = f"gemmscope-{os.getpid()}-{time.monotonic_ns()}"
+    launch = [nsys, "launch", f"--session-new={session}", *_TRACE_FLAGS]
+    start = [nsys, "start", f"--session={session}", *_COLLECT_FLAGS, "--force-overwrite=true",
+             "-o", str(report.with_suffix(""))]
+    program_ended = threading.Event()
+    nsys_text: list[str] = []
+    written: list[bool] = []
+
+    def report_written() -> None:
+        if report.exists() and not written:
+            written.append(True)
+            once_written()
+
+    def window() -> None:
+        # a program that ends before the window opens leaves no report; one that ends inside it
+        # ends the session, and nsys writes the report at its exit
+        for command, wait_s in ((start, delay_s), ([nsys, "stop", f"--session={session}"], duration_s)):
+            if program_ended.wait(wait_s):
+                return
+            done = subprocess.run(command, capture_output=True, text=True, errors="replace", check=False)
+            nsys_text.extend(line for line in (done.stdout + done.stderr).splitlines() if line.strip())
+        report_written()
+
+    timer = threading.Thread(target=window, daemon=True)
+    timer.start()
+    capture = relay.run([*launch, *program], env, _NSYS_OWN_TEXT, echo_nsys)
+    program_ended.set()
+    timer.join()
+    report_written()
+    if echo_nsys and nsys_text:
+        sys.stderr.write("".join(f"{line}\n" for line in nsys_text))
+    capture.profiler_text += nsys_text
+    return capture

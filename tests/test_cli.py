@@ -430,23 +430,39 @@ def test_without_pyarrow_verify_exports_its_capture_to_sqlite(monkeypatch):
     assert nsys_runner.capture_export_format() == "SQLite"
 
 
-# Runs well past a 1 s window, then ends on its own with a status of its own.
-_OUTLIVES_THE_WINDOW = "import time, sys; time.sleep(10); print('ran to its own end', file=sys.stderr); sys.exit(6)"
+# Runs well past a 1 s window, starts a process of its own, then ends on its own with a status of
+# its own.
+_OUTLIVES_THE_WINDOW = ("import subprocess, sys, time; time.sleep(10); "
+                        "subprocess.run([sys.executable, '-c', 'print(\"started after the window\")'], check=True); "
+                        "print('ran to its own end', file=sys.stderr); sys.exit(6)")
 
 
 def test_a_capture_window_bounds_the_trace_not_the_run(nsys_bin, tmp_path):
-    """--duration ends collection, never the program (nsys's default would SIGTERM it): the
-    program runs to its own end and its exit status is its own; the window is said in words.
+    """--duration ends collection, never the program (nsys's default would SIGTERM it, and with
+    the session ended a process it starts later fails): the program runs to its own end, a process
+    it starts after the window runs, and its exit status is its own; the window is said in words.
     The window's trace is exported while the program runs on, not after it."""
     done = gemmscope("verify", "--expect", "bf16", "--delay", "0.5", "--duration", "1", "--out", tmp_path,
                      "--format", "json", "--", sys.executable, "-c", _OUTLIVES_THE_WINDOW, timeout=300)
     assert "ran to its own end" in done.stderr, done.stderr[-2000:]
+    assert "started after the window" in done.stderr
     exported, ended = done.stderr.index("gemmscope: [2/3] exporting"), done.stderr.index("ran to its own end")
     assert exported < ended
     assert_kept_capture(tmp_path, done.stderr)
     assert done.returncode == 3 and "the command failed (exit 6)" in done.stderr
     assert "the trace holds from 0.5 s after the start to 1.5 s; the command ran to its own end" in done.stderr
     assert "{" not in done.stderr  # no Python dict for the window
+
+
+
+@pytest.mark.parametrize("duration", [[], ["--duration", "1"]])
+def test_a_command_that_ends_before_the_window_opens_is_said_so(nsys_bin, duration):
+    done = gemmscope("verify", "--expect", "bf16", "--delay", "3", *duration, "--",
+                     sys.executable, "-c", "print('quick')", timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.splitlines()[-1] == (
+        "gemmscope: error: the command ended before the capture window opened (3 s after the start): nothing was "
+        "collected; give a shorter --delay")
 
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
@@ -575,6 +591,13 @@ def test_verify_capture_range_holds_only_the_window(cpu_traces, tmp_path):
 def test_capture_window_does_not_apply_to_a_trace(gpu_xz):
     result = invoke("verify", "--trace", gpu_xz("train_clean"), "--delay", "5")
     assert result.exit_code == 2 and "do not apply to --trace" in result.stderr
+
+
+def test_a_window_ends_at_a_range_or_after_a_time_not_both():
+    result = invoke("verify", "--capture-range", "step_3", "--duration", "5", "--", "true")
+    assert result.exit_code == 2 and result.stderr == (
+        "gemmscope: error: a capture window ends at its range's end (--capture-range) or after a time "
+        "(--duration), not both\n")
 
 
 BENCH_MAP = ["--expect-map", "BF16_*=bf16", "--expect-map", "FP8Current_*=fp8-current",

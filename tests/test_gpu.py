@@ -213,3 +213,26 @@ def test_a_capture_window_does_not_end_the_run(tmp_path):
     assert (tmp_path / "expected.json").is_file()  # the run reached its end
     assert "the trace holds from 2 s after the start to 3 s; the command ran to its own end" in done.stderr
     assert "the command failed" not in done.stderr
+
+
+# A CUDA program that starts a process of its own well after its first GEMM (as torch.compile
+# does when TE first compiles a fused function): under nsys profile's own --duration the session
+# had ended by then and the process failed to start, and the run with it.
+_STARTS_A_PROCESS_LATE = """
+import subprocess, sys, time, torch
+a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+torch.cuda.nvtx.range_push("early_window")
+(a @ a).sum().item()
+torch.cuda.nvtx.range_pop()
+time.sleep(5)
+subprocess.run([sys.executable, "-c", "print('started after the window')"], check=True)
+(a @ a).sum().item()
+print("ran to its own end", file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("window", [["--delay", "1", "--duration", "1"], ["--capture-range", "early_window"]])
+def test_a_process_the_program_starts_after_the_window_runs(window):
+    done = gemmscope("verify", "--expect", "bf16", *window, "--", sys.executable, "-c", _STARTS_A_PROCESS_LATE)
+    assert "started after the window" in done.stderr and "ran to its own end" in done.stderr, done.stderr[-2000:]
+    assert done.returncode in (0, 1) and "the command failed" not in done.stderr

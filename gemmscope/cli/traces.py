@@ -167,7 +167,7 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
                    "'cudaProfilerApi': from COMMAND's first cudaProfilerStart to its cudaProfilerStop.")
 @click.option("--delay", type=click.FloatRange(min=0), metavar="SECONDS", help="Start collecting after this long.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Collect for this long; COMMAND runs on to its own end.")
+              help="Collect for this long; COMMAND runs on to its own end. Not with --capture-range.")
 @check_options
 @format_option()
 @detail_options
@@ -189,6 +189,9 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
         raise InputError("--profiler, --capture-range, --delay and --duration choose how a command is captured: "
                          "they do not apply to --trace")
     profiler = profiler or "nsys"
+    from gemmscope import nsys_runner
+
+    nsys_runner.check_window(**window)
     if profiler == "torch" and any(v is not None for v in window.values()):
         raise InputError("--capture-range, --delay and --duration are nsys's capture window: --profiler torch "
                          "records each process from its import of torch to its exit (give no window, or use nsys)")
@@ -300,13 +303,15 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
             except InputError as exc:
                 exported.append(exc)
 
-    done = nsys_runner.profile(command, report, env, nsys_runner.capture_window_flags(**window), echo_nsys,
-                               once_written=export_once_written)
+    done = nsys_runner.profile(command, report, env, **window, echo_nsys=echo_nsys, once_written=export_once_written)
     outcome = {**_say_if_failed(done), "capture_window": {k: v for k, v in window.items() if v is not None} or None,
                "profiler": "nsys"}
     if not report.exists():
         if not echo_nsys and done.profiler_text:
             click.echo("\n".join(done.profiler_text), err=True)
+        if done.returncode == 0 and window["delay_s"]:
+            raise InputError(f"the command ended before the capture window opened ({window['delay_s']:g} s after the "
+                             "start): nothing was collected; give a shorter --delay")
         if done.returncode == 0:
             raise InputError(f"nsys wrote no report for {' '.join(command)}")
         # a command that failed is reported as such even when it left nothing to read
