@@ -337,3 +337,117 @@ def test_autotuning_gemms_are_left_out_of_the_check(gpu_sqlite, tmp_path):
     assert Counter(result.gemms["name"].str[:30]) == {"nvjet_sm90_qqtst_128x128_128x6": 3, "triton_tem_fused_mm_0": 3}
     assert summary_document(result)["autotuning_gemm_launches"] == 15
     assert set(result.gemms["verdict"]) == {"OK", "UNKNOWN"}  # no autotuning candidate is a FALLBACK
+
+
+# --- summarize() and compare_ranks() called here, on checked real traces ---------------------------
+# (the per-module and per-rank tables are asserted through the CLI elsewhere; these run them in
+# the test itself, with the expected values counted from the rows or the model, not by the code)
+
+SUMMARY_COLUMNS = ["module", "pass", "gemms", "gemm_time_ns"]
+VERDICT_COUNT_COLUMNS = ["expected_time_share", "ok", "fallback", "expected-substitution", "unknown", "allowed"]
+
+
+def _first_seen(pairs) -> list:
+    return list(dict.fromkeys(pairs))
+
+
+def test_summarize_per_module_and_pass(checked, gpu_expected):
+    """train_mixed against its recipe: a row per (module, pass) in the order the GEMMs ran, the
+    launches, their kernel time, the share of it at the expected precision, the verdict counts."""
+    from gemmscope.verify import summarize
+
+    expected = gpu_expected("train_mixed")
+    gemms = checked("train_mixed", allow=("(outside TE)",)).gemms
+    summary = summarize(gemms, "fp8-current")
+    assert list(summary.columns) == SUMMARY_COLUMNS + VERDICT_COUNT_COLUMNS
+    rows = list(zip(gemms["module"], gemms["te_pass"]))
+    assert list(zip(summary["module"], summary["pass"])) == _first_seen(rows)
+    for _, row in summary.iterrows():
+        mine = [i for i, key in enumerate(rows) if key == (row["module"], row["pass"])]
+        durations = [int(gemms["duration_ns"].iloc[i]) for i in mine]
+        verdict_of = [gemms["verdict"].iloc[i] for i in mine]
+        ok_time = sum(d for d, v in zip(durations, verdict_of) if v == "OK")
+        assert row["gemms"] == len(mine) and row["gemm_time_ns"] == sum(durations)
+        assert row["expected_time_share"] == pytest.approx(ok_time / sum(durations))
+        assert (row["ok"], row["fallback"]) == (verdict_of.count("OK"), verdict_of.count("FALLBACK"))
+        assert row["expected-substitution"] == row["unknown"] == 0
+        assert row["allowed"] == sum(bool(gemms["allowed"].iloc[i]) for i in mine)
+    module = summary.set_index(["module", "pass"])
+    for name in ("_LayerNormLinear", "_Linear", "_LayerNormMLP"):
+        for p in ("fprop", "dgrad", "wgrad"):
+            assert module.loc[(name, p), "ok"] == expected["fp8"][name][p]
+            assert module.loc[(name, p), "fallback"] == expected["bf16"][name][p]
+    head = summary[summary["module"] == "(outside TE)"]
+    assert head["allowed"].tolist() == head["gemms"].tolist() == list(expected["bf16"]["outside_te"].values())
+
+
+def test_summarize_expected_substitutions_count_as_expected_time(checked):
+    """An expected substitution ran as the recipe means (e.g. TE's BF16 wgrad): its time is the
+    expected time, its verdict counted apart; without a recipe only launches and time."""
+    from gemmscope.verify import summarize
+
+    gemms = checked("train_mixed").gemms.copy()
+    substituted = gemms.index[gemms["verdict"] == "FALLBACK"][:5]
+    gemms.loc[substituted, "verdict"] = "EXPECTED-SUBSTITUTION"
+    unknown = gemms.index[gemms["verdict"] == "OK"][:2]
+    gemms.loc[unknown, "verdict"] = "UNKNOWN"
+    summary = summarize(gemms, "fp8-current")
+    assert summary["expected-substitution"].sum() == 5 and summary["unknown"].sum() == 2
+    ok_or_substituted = gemms["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"])
+    assert (summary["expected_time_share"] * summary["gemm_time_ns"]).sum() == pytest.approx(
+        gemms.loc[ok_or_substituted, "duration_ns"].sum())
+    without = summarize(gemms, None)
+    assert list(without.columns) == SUMMARY_COLUMNS and without["gemms"].sum() == len(gemms)
+
+
+def test_summarize_a_gemm_without_a_pass_and_no_gemm():
+    from gemmscope.verify import summarize
+
+    result = check([read_trace(CORPUS / "fsdp_fp8_2gpu_plain.sqlite.xz")], "fp8-delayed")
+    gemms = result.gemms.copy()
+    gemms.loc[gemms.index[:3], "te_pass"] = None
+    summary = summarize(gemms, "fp8-delayed").set_index(["module", "pass"])
+    assert summary.loc[("(TE, module unknown)", "?"), "gemms"] == 3
+    assert summary["gemms"].sum() == len(gemms) == 144
+    empty = summarize(gemms.iloc[:0], "fp8-delayed")
+    assert empty.empty and list(empty.columns) == SUMMARY_COLUMNS
+
+
+RANK_COLUMNS = ["layer", "module", "pass", "ranks", "kernels", "differing_ranks"]
+
+
+@pytest.mark.parametrize("name", ["te_stack_fp8-block_2gpu", "fsdp_fp8_2gpu_plain"])
+def test_compare_ranks_per_layer_module_and_pass(name):
+    """Two ranks that ran the same model: per (layer, module, pass), in the order first run, both
+    ranks and the kernels they ran, no rank differing. A plain capture names no layer: its rows
+    are kept (NaN is a key too)."""
+    from gemmscope.verify import compare_ranks
+
+    gemms = check([read_trace(CORPUS / f"{name}.sqlite.xz")], None).gemms
+    compared = compare_ranks(gemms)
+    assert list(compared.columns) == RANK_COLUMNS
+    def named(value) -> str:
+        return value if isinstance(value, str) else "-"
+
+    keys = [tuple(map(named, key)) for key in zip(gemms["layer"], gemms["module"], gemms["te_pass"])]
+    assert [tuple(map(named, key)) for key in zip(compared["layer"], compared["module"], compared["pass"])] == (
+        _first_seen(keys))
+    for _, row in compared.iterrows():
+        key = (named(row["layer"]), row["module"], row["pass"])
+        names = {gemms["name"].iloc[i] for i, k in enumerate(keys) if k == key}
+        assert row["kernels"] == " + ".join(sorted(names))
+        assert row["ranks"] == 2 and row["differing_ranks"] == []
+
+
+def test_compare_ranks_names_the_rank_that_ran_other_kernels():
+    from gemmscope.verify import compare_ranks
+
+    gemms = check([read_trace(CORPUS / "fsdp_fp8_2gpu_plain.sqlite.xz")], None).gemms.copy()
+    rank1_fprop = gemms.index[(gemms["rank"] == 1) & (gemms["te_pass"] == "fprop")]
+    gemms.loc[rank1_fprop[:1], "name"] = "zz_other_kernel"  # sorts after the common set: rank 0's stays common
+    compared = compare_ranks(gemms).set_index("pass")
+    assert compared.loc["fprop", "differing_ranks"] == [1]
+    assert "zz_other_kernel" not in compared.loc["fprop", "kernels"]
+    assert compared.loc["backward", "differing_ranks"] == []
+    alone = compare_ranks(gemms[gemms["rank"] == 0])
+    assert alone.empty and list(alone.columns) == RANK_COLUMNS
