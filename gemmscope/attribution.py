@@ -15,6 +15,7 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -93,7 +94,9 @@ class EnclosingRanges:
             return np.full(len(rows), None, dtype=object)
         launches = int(max(self.launch.max(initial=-1), rows.max(initial=-1))) + 1
         found = _innermost(self.launch, self.name, self.matching_names(patterns), launches)[rows]
-        return np.where(found >= 0, self.names[np.maximum(found, 0)], None)
+        # numpy's stubs take no None for where's `y` (an object array's missing value) and fall back to its
+        # one-argument form
+        return cast(np.ndarray, np.where(found >= 0, self.names[np.maximum(found, 0)], None))
 
     def any_matching(self, patterns: Sequence[str], rows: np.ndarray) -> np.ndarray:
         """Per launch of `rows`, whether a pattern matches any range around it."""
@@ -104,7 +107,7 @@ class EnclosingRanges:
         return hit[rows]
 
     @classmethod
-    def concat(cls, parts: Sequence[EnclosingRanges], offsets: Sequence[int]) -> EnclosingRanges:
+    def concat(cls, parts: Sequence[EnclosingRanges], offsets: Sequence[int] | np.ndarray) -> EnclosingRanges:
         """The ranges of several launches frames stacked in order, the n-th starting at row
         offsets[n]."""
         if not parts:
@@ -332,8 +335,9 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     out["layer"] = object_column(first((hook, "layer"), under=te_name), out.index)
     hook_pass, range_pass = first((hook, "pass")), first((te_gemm, "pass"))
     out["te_pass"] = object_column(first((hook, "pass"), (te_gemm, "pass")), out.index)
-    out["pass_source"] = object_column(np.select([pd.notna(hook_pass), pd.notna(range_pass)], ["hook", "te-range"], None),
-                                  out.index)
+    # numpy's stubs take no None (an object array's missing value) as select's default
+    out["pass_source"] = object_column(np.select(  # type: ignore[call-overload]
+        [pd.notna(hook_pass), pd.notna(range_pass)], ["hook", "te-range"], None), out.index)
     for column, source in (("requested_a", "operand_a"), ("requested_b", "operand_b"), ("requested", "requested"),
                            ("requested_scale", "scale")):
         out[column] = object_column(first((hook, source)), out.index)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -226,6 +227,7 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     usable = [item for item in loaded if item.error is None]
     if not usable:
         if loaded and all(item.no_kernels for item in loaded):
+            assert loaded[0].error is not None  # none is usable: each says why
             raise NoGpuKernels(loaded[0].error, cuda_traced=all(item.cuda_traced for item in loaded))
         raise InputError(loaded[0].error if loaded else "no trace to check")
     idle = [item.error is not None and item.no_kernels and item.cuda_traced for item in loaded]
@@ -233,25 +235,31 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
                        for item, no_kernel in zip(loaded, idle) if no_kernel]
     unreadable = [{"trace": item.path.name, "rank": _rank_in_name(item.path), "error": item.error}
                   for item, no_kernel in zip(loaded, idle) if item.error is not None and not no_kernel]
-    traces = [item.trace for item in usable]
+    read_traces = []
+    for item in usable:
+        assert item.trace is not None  # attribute() leaves it None only with an error
+        read_traces.append(item.trace)
     expect_map = tuple(expect_map)
-    expected = resolve_expected(traces, expect)
-    kernel_parts, memop_parts = [], []
+    expected = resolve_expected(read_traces, expect)
+    kernel_parts, memop_parts, range_parts = [], [], []
     trace_names = pd.unique(pd.Series([item.path.name for item in usable], dtype=object))
     for index, item in enumerate(usable):
         trace, all_launches = item.trace, item.launches
+        # attribute() leaves these None only with an error
+        assert trace is not None and all_launches is not None and item.ranges is not None
         # one code per launch, not a string: a long trace's million are compared and grouped often
         code = np.full(len(all_launches), trace_names.tolist().index(trace.path.name))
         all_launches["trace"] = pd.Categorical.from_codes(code, categories=trace_names)
-        all_launches["rank"] = _fill_ranks(all_launches, trace, index, len(traces))
+        all_launches["rank"] = _fill_ranks(all_launches, trace, index, len(read_traces))
         kernel_parts.append(all_launches)
+        range_parts.append(item.ranges)
         rank_of_pid = all_launches[["global_pid", "rank"]].drop_duplicates("global_pid").set_index("global_pid")["rank"]
         memop_parts.append(trace.memops.assign(trace=trace.path.name,
                                                rank=trace.memops["global_pid"].map(rank_of_pid).astype("Int64")))
     # one trace's launches as they are: a copy of a long trace's would double what it holds
     all_kernels = kernel_parts[0] if len(kernel_parts) == 1 else pd.concat(kernel_parts, ignore_index=True)
     offsets = np.cumsum([0] + [len(part) for part in kernel_parts[:-1]])
-    ranges = EnclosingRanges.concat([item.ranges for item in usable], offsets)
+    ranges = EnclosingRanges.concat(range_parts, offsets)
     memops = pd.concat(memop_parts, ignore_index=True)
     tails_ns = int(all_kernels.loc[all_kernels["role"] == "gemm-tail", "duration_ns"].sum())
     autotuning = autotuning_launches(all_kernels)
@@ -276,12 +284,12 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         if expect_map:
             own &= gemms["expect_range"].isna().to_numpy()
         gemms["asked_high"] = own & gemms["expected"].isin(HIGH_PRECISIONS).to_numpy()
-        _judge(gemms, _sm(traces), allow, ranges)
+        _judge(gemms, _sm(read_traces), allow, ranges)
     result = Verification(expected=expected, strict=expect is not None, gemms=gemms, tails_ns=tails_ns,
-                          traces=traces, kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
+                          traces=read_traces, kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
                           without_kernels=without_kernels, expect_map=expect_map, autotuning=autotuned)
     if expect_map:
-        result.ranges_checked = ranges_checked(gemms, ranges, traces, expect_map)
+        result.ranges_checked = ranges_checked(gemms, ranges, read_traces, expect_map)
     result.summary = summarize(gemms, expected)
     result.groups = group(gemms)
     result.rank_comparison = compare_ranks(gemms)
@@ -426,7 +434,8 @@ def _causes(gemms: pd.DataFrame) -> np.ndarray:
         ["outside-te", "no-record", "requested-" + operand_recipe.fillna("").astype(str)],
         default="kernel-differs",
     )
-    return np.where(gemms["verdict"] == "FALLBACK", cause, None)
+    # numpy's stubs take no None for where's `y` (an object array's missing value) and fall back to its one-argument form
+    return cast(np.ndarray, np.where(gemms["verdict"] == "FALLBACK", cause, None))
 
 
 def allowed(patterns: Sequence[str], gemms: pd.DataFrame, ranges: EnclosingRanges) -> np.ndarray:
