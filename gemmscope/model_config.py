@@ -9,6 +9,7 @@ layer is `*-`, a Mixtral layer `*E`, a Nemotron-H layer one block.
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from gemmscope.errors import InputError
 
@@ -19,7 +20,7 @@ ATTENTION, MLP, MOE, MAMBA = "*", "-", "E", "M"
 BLOCKS = {ATTENTION: "attention", MLP: "MLP", MOE: "MoE", MAMBA: "Mamba2"}
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -195,6 +196,7 @@ class ModelConfig:
             if self.shared_expert_intermediate_size:
                 split_sizes["shared_expert_intermediate_size"] = self.shared_expert_intermediate_size
         if MAMBA in blocks:
+            assert self.mamba is not None  # _check_layer_pattern refused Mamba2 blocks without Mamba2 sizes
             split_sizes["mamba num_heads"] = self.mamba.num_heads
             split_sizes["mamba groups"] = self.mamba.groups
         if self.mtp_layers:

@@ -86,6 +86,7 @@ def _latent_attention_linears(config: ModelConfig, count: int) -> list[_Linear]:
     projections out of them (q_proj, q_b_proj, kv_b_proj) by head, column-parallel, and the output
     projection by head too, row-parallel."""
     mla, tokens, hidden = config.mla, config.tokens, config.hidden_size
+    assert mla is not None  # _attention_linears sends only MLA configs here
     heads = config.num_attention_heads // config.tp  # on one rank
     if mla.q_lora_rank is None:
         queries = [_Linear("q_proj", tokens, hidden, heads * mla.qk_head_dim, count)]
@@ -141,6 +142,7 @@ def _mamba_linears(config: ModelConfig, count: int) -> list[_Linear]:
     through TE, so they are not planned. Megatron's MambaMixer splits in_proj column-parallel (each of
     z, x, B, C and dt is per head or per group, and tp divides both) and out_proj row-parallel."""
     mamba, tokens, hidden, tp = config.mamba, config.tokens, config.hidden_size, config.tp
+    assert mamba is not None  # ModelConfig refuses Mamba2 blocks without Mamba2 sizes
     return [
         _Linear("mamba_in_proj", tokens, hidden, mamba.in_proj_size // tp, count),
         _Linear("mamba_out_proj", tokens, mamba.inner_size // tp, hidden, count),
