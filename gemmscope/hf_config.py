@@ -133,7 +133,8 @@ def from_hf_config(path: str | Path) -> ModelConfig:
     name = path.resolve().parent.name if path.name == "config.json" else path.stem
     try:
         _refuse_unmodelled_keys(hf)
-        read_fields = _FAMILY_READERS.get(hf.get("model_type"), _transformer_fields)
+        # a config without model_type (None) is no key: it is read as a plain transformer
+        read_fields = _FAMILY_READERS.get(hf.get("model_type"), _transformer_fields)  # type: ignore[arg-type]
         return ModelConfig(**read_fields(hf), name=name)
     except InputError as error:
         raise InputError(f"{path}: {error}") from None

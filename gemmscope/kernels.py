@@ -88,7 +88,8 @@ def _precision(a: str | None, b: str | None, scale_mode: str | None) -> str:
             "mx-ue8m0-32": "mxfp8",
         }.get(scale_mode, "unknown")
     if a == b == "e2m1":
-        return {"nv-ue4m3-16": "nvfp4", "mx-ue8m0-32": "mxfp4"}.get(scale_mode, "unknown")
+        # an unscaled FP4 GEMM (scale_mode None) is no key: it is "unknown"
+        return {"nv-ue4m3-16": "nvfp4", "mx-ue8m0-32": "mxfp4"}.get(scale_mode, "unknown")  # type: ignore[arg-type]
     if a == b and a in {"bf16", "fp16", "int8"} and scale_mode is None:
         return a
     return "unknown"
@@ -281,10 +282,11 @@ def _cutlass3_operands(name: str) -> Operands:
     tokens = match[2].split("_") if match else []
     if len(tokens) < 5:
         return UNKNOWN_OPERANDS
+    assert match is not None  # without one there are no tokens
     (a, a_mode), (b, b_mode) = _cutlass3_operand(tokens[0]), _cutlass3_operand(tokens[1])
     out, _ = _cutlass3_operand(tokens[4])
     layout = next((t[:2].upper() for t in tokens[5:] if re.fullmatch(r"[tn]{3}", t)), None)
-    scale_mode = _scale_mode({a_mode, b_mode} - {None})
+    scale_mode = _scale_mode({mode for mode in (a_mode, b_mode) if mode is not None})
     if match[1] == "tf32" and a == b == "fp32":  # f32 operands multiplied as TF32
         precision = "tf32"
     else:
