@@ -170,6 +170,7 @@ class Redactor:
 
     def _replace(self, match: re.Match) -> str:
         group = match.lastgroup  # the rule's group: it closes after any group inside it
+        assert group is not None  # every alternative of the pattern is a rule's group
         lead_group = "lead" + group.removeprefix("rule")
         lead = (match.group(lead_group) if lead_group in self._pattern.groupindex else None) or ""
         value = match.group()[len(lead):]

@@ -188,4 +188,5 @@ def recorded_software(names: pd.Series) -> dict[str, str | None] | None:
     if marks.empty:
         return None
     record = parse_record(SOFTWARE_PREFIX, marks.iloc[0])
+    assert record is not None  # the mark starts with its prefix
     return {key: None if value == UNKNOWN else value for key, value in record.items()}
