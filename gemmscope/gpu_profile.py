@@ -11,12 +11,16 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gemmscope import shapes
 from gemmscope.errors import InputError
 from gemmscope.model_config import ModelConfig
 from gemmscope.profile_run import MODES
 from gemmscope.recipes import RECIPES
+
+if TYPE_CHECKING:
+    from gemmscope.relay import Capture
 
 
 def spec_for(config: ModelConfig, plan: list[shapes.Gemm], precisions, modes, iters, warmup) -> dict:
@@ -57,6 +61,7 @@ def run(spec: dict, out: Path, use_nsys: bool = True) -> Path:
     spec = dict(spec, events_out=str(partial / "events.json"))
     (partial / "spec.json").write_text(json.dumps(spec, indent=1))
     command = [sys.executable, "-m", "gemmscope.workload", str(partial / "spec.json")]
+    done: Capture | subprocess.CompletedProcess[bytes]  # how the workload ended, under nsys or not
     try:
         if use_nsys:
             from gemmscope import nsys_runner

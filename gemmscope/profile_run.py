@@ -11,6 +11,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,7 +40,7 @@ def parse_label(text: str) -> dict:
     """`prefix|key=value|…|reason=free text` → dict (numbers as numbers; reason may hold '|')."""
     body = text.split("|", 1)[1]
     head, sep, reason = body.partition("|reason=")
-    fields = dict(part.split("=", 1) for part in head.split("|"))
+    fields: dict[str, Any] = dict(part.split("=", 1) for part in head.split("|"))
     if sep:
         fields["reason"] = reason
     for key in ("m", "k", "n", "iters"):

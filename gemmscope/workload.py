@@ -155,7 +155,7 @@ def _classify(exc: BaseException) -> str:
 
 def run_entry(entry: Entry, warmup: int) -> str:
     """Time one entry; returns its result mark, which it also leaves in the trace."""
-    result = {"status": "ok"}
+    result: dict[str, str | float] = {"status": "ok"}
     reason = unsupported_reason(entry.precision)
     if reason is not None:
         result = {"status": "unsupported", "reason": reason}

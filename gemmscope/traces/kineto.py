@@ -234,7 +234,8 @@ class _Events:
         self.backward_nodes = _Columns(start="q", end="q", pid="q", tid="q")
         self.scaled_mm: list[tuple[int, int, int, int, dict]] = []  # (start, end, pid, tid, args)
         self.cpu_ops = 0
-        self.thread_names: dict[tuple[int, int], list[str]] = {}  # every name given, in order
+        # every name given, in order, by (pid, tid) as the trace writes them (_threads keeps the int ones)
+        self.thread_names: dict[tuple[object, object], list[str]] = {}
 
     def consume(self, events: Iterator[dict]) -> None:
         names = self.names
