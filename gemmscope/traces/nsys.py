@@ -178,6 +178,7 @@ class _ColumnarExport:
                              "(pip install 'gemmscope[columnar]')") from None
         self.path = path
         self.suffix = columnar_export(path)
+        assert self.suffix is not None  # read() makes one only of a folder columnar_export names
         self.tables = {f.name.removesuffix(self.suffix) for f in path.iterdir() if f.name.endswith(self.suffix)}
         self._schemas: dict[str, object] = {}
         self._strings: pd.Series | None = None
@@ -351,7 +352,7 @@ def _decompressed(path: Path) -> Path:
     return target
 
 
-def _read(export: _Export, given: Path, threads: int) -> Trace:
+def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace:
     strings = export.strings()
     meta_rows = export.meta()
     gpus = _gpus(export)
@@ -380,7 +381,9 @@ def _read(export: _Export, given: Path, threads: int) -> Trace:
         # Each table on a connection of its own: SQLite lets go of the GIL while it steps, so
         # the threads read side by side.
         with ThreadPoolExecutor(threads) as pool:
-            futures = {name: pool.submit(lambda read=read: read(type(export)(export.path))) for name, read in readers.items()}
+            # no type is inferred for a lambda whose parameter has a default (here, to bind each reader)
+            futures = {name: pool.submit(lambda read=read: read(type(export)(export.path)))  # type: ignore[misc]
+                       for name, read in readers.items()}
             frames = {name: future.result() for name, future in futures.items()}
     else:
         frames = {name: read(export) for name, read in readers.items()}
@@ -408,7 +411,8 @@ def _name(ids: pd.Series, strings: pd.Series) -> pd.Series:
     """The strings of StringIds `ids` (None where an id is missing or unknown)."""
     at = strings.index.get_indexer(ids.to_numpy()) if len(strings) else np.full(len(ids), -1)
     names = strings.to_numpy(dtype=object)[np.maximum(at, 0)] if len(strings) else np.full(len(ids), None)
-    return object_column(np.where(at >= 0, names, None), ids.index)
+    # numpy's stubs take no None (an object array's missing value) as where's `y`
+    return object_column(np.where(at >= 0, names, None), ids.index)  # type: ignore[arg-type]
 
 
 # Columns every CUPTI GPU activity table (kernels, memsets, memcpys) has.
@@ -422,7 +426,7 @@ _GPU_ACTIVITY = {
 }
 
 
-def _kernels(export: _Export, strings: pd.Series) -> pd.DataFrame:
+def _kernels(export: _Export | _ColumnarExport, strings: pd.Series) -> pd.DataFrame:
     k = export.frame(
         "CUPTI_ACTIVITY_KIND_KERNEL",
         _GPU_ACTIVITY | {"demangled_id": "demangledName", "short_id": "shortName", "graph_node_id": "graphNodeId"},
@@ -438,7 +442,7 @@ def _kernels(export: _Export, strings: pd.Series) -> pd.DataFrame:
     return k.drop(columns=["demangled_id", "short_id"])
 
 
-def _memops(export: _Export) -> pd.DataFrame:
+def _memops(export: _Export | _ColumnarExport) -> pd.DataFrame:
     frames = []
     for table, kind in (("CUPTI_ACTIVITY_KIND_MEMSET", "memset"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy")):
         f = export.frame(table, _GPU_ACTIVITY | {"bytes": "bytes"})
@@ -461,7 +465,7 @@ _OTHER_CALLS = "NOT IN"
 _LAUNCHING_NAMES = "SELECT id FROM StringIds WHERE value LIKE '%Launch%'"
 
 
-def _api_calls(export: _Export, strings: pd.Series, names: str) -> pd.DataFrame:
+def _api_calls(export: _Export | _ColumnarExport, strings: pd.Series, names: str) -> pd.DataFrame:
     """The CUDA API calls `names` (_LAUNCH_CALLS or _OTHER_CALLS) selects; of the others only
     those that launched a kernel, the rest stay in the export."""
     a = export.api_calls(
@@ -481,7 +485,7 @@ def _api_calls(export: _Export, strings: pd.Series, names: str) -> pd.DataFrame:
     return a.drop(columns=["name_id", "event_class"])
 
 
-def _nvtx(export: _Export, strings: pd.Series, session_end: float) -> pd.DataFrame:
+def _nvtx(export: _Export | _ColumnarExport, strings: pd.Series, session_end: float) -> pd.DataFrame:
     n = export.frame(
         "NVTX_EVENTS",
         {
@@ -501,7 +505,9 @@ def _nvtx(export: _Export, strings: pd.Series, session_end: float) -> pd.DataFra
     # names a million times, hundreds of MB as separate strings).
     named = n["text"].where(n["text"].notna(), _name(n["text_id"], strings)).to_numpy(dtype=object)
     codes, distinct = pd.factorize(named)
-    n["name"] = object_column(np.append(np.asarray(distinct, dtype=object), None)[codes], n.index)
+    # numpy's stubs take no None (an object array's missing value) as append's values
+    n["name"] = object_column(np.append(np.asarray(distinct, dtype=object), None)[codes],  # type: ignore[call-overload]
+                              n.index)
     del n["text"]
     n["pid"] = process_id(n["global_tid"])
     n["tid"] = thread_id(n["global_tid"])
@@ -527,13 +533,13 @@ def _domain_key(nvtx: pd.DataFrame) -> pd.Series:
     return nvtx["pid"].astype("int64") * (1 << 32) + nvtx["domain_id"].fillna(0).astype("int64")
 
 
-def _session_end(export: _Export) -> float:
+def _session_end(export: _Export | _ColumnarExport) -> float:
     """End of the capture on the trace's clock (ANALYSIS_DETAILS.duration), or +inf if absent."""
     end = export.max_of("ANALYSIS_DETAILS", "duration")
     return end if end is not None else float("inf")
 
 
-def _threads(export: _Export, strings: pd.Series) -> pd.DataFrame:
+def _threads(export: _Export | _ColumnarExport, strings: pd.Series) -> pd.DataFrame:
     t = export.frame("ThreadNames", {"global_tid": "globalTid", "name_id": "nameId", "priority": "priority"})
     t["name"] = _name(t["name_id"], strings)
     t["pid"] = process_id(t["global_tid"])
@@ -543,7 +549,7 @@ def _threads(export: _Export, strings: pd.Series) -> pd.DataFrame:
     return t.drop(columns=["name_id", "priority"])
 
 
-def _gpus(export: _Export) -> pd.DataFrame:
+def _gpus(export: _Export | _ColumnarExport) -> pd.DataFrame:
     g = export.frame(
         "TARGET_INFO_GPU",
         {
@@ -563,7 +569,7 @@ def _gpus(export: _Export) -> pd.DataFrame:
     return g
 
 
-def _memory(export: _Export) -> pd.DataFrame:
+def _memory(export: _Export | _ColumnarExport) -> pd.DataFrame:
     m = export.frame(
         "CUDA_GPU_MEMORY_USAGE_EVENTS",
         {
