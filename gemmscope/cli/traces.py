@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -74,7 +75,7 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
     sys.exit(ExitCode.MISMATCH if result.failed else ExitCode.OK)
 
 
-def _exit_no_gemm_ran(said: str, expect: str | None) -> None:
+def _exit_no_gemm_ran(said: str, expect: str | None) -> NoReturn:
     """A run that launched no GPU kernel (captured with CUDA tracing): nothing ran at any recipe,
     which fails a check (exit 1), unlike a capture blind to kernels (bad input, exit 2)."""
     click.echo(f"gemmscope: {said}: no GEMM ran{f' at {expect}' if expect else ''}", err=True)
@@ -231,10 +232,12 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
                       diagnosis, detail)
         _write_plots(plots_dir, result, diagnosis)
     if failed_command:
+        assert outcome is not None  # only a command run here can fail
         if result is not None:  # after a long report, the reason for the exit status once more
             click.echo(f"gemmscope: the command failed (exit {outcome['exit_code']}): a failed run is never "
                        "a pass, whatever ran before it", err=True)
         sys.exit(ExitCode.COMMAND_FAILED)
+    assert result is not None  # without a failed command, the paths were checked (none: exited above)
     if not result.checked and not expect_map:
         click.echo("gemmscope: no recipe to check against: the run recorded no enabled te.autocast "
                    "recipe; pass --expect RECIPE (e.g. --expect bf16)", err=True)
