@@ -130,6 +130,8 @@ def from_hf_config(path: str | Path) -> ModelConfig:
         raise InputError(f"{path} is not JSON: {error.msg} at line {error.lineno}") from None
     if not isinstance(hf, dict):
         raise InputError(f"{path} is not a model config: expected a JSON object")
+    if not isinstance(hf.get("model_type"), (str, type(None))):  # it is looked up in tables keyed by name
+        raise InputError(f"{path}: model_type must be a name, not {json.dumps(hf['model_type'])}")
     name = path.resolve().parent.name if path.name == "config.json" else path.stem
     try:
         _refuse_unmodelled_keys(hf)

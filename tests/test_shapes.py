@@ -243,6 +243,8 @@ def write_json(tmp_path, text):
      "hidden_size"),
     ('{"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "hidden_act": "silu",'
      ' "num_local_experts": 4}', "num_experts_per_tok"),
+    ('{"model_type": ["llama"], "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,'
+     ' "num_hidden_layers": 2}', r'model_type must be a name, not \["llama"\]'),
 ])
 def test_hf_bad_configs(tmp_path, text, message):
     with pytest.raises(InputError, match=message) as error:
