@@ -82,6 +82,14 @@ CASES = {
                       _start(t, T0 - 50, T1 + 200, "s2")),
         ["s1", "p", "s2"]),
     "push-pop never closed": (lambda t: _push(t, T0 - 50, None, "R"), ["R"]),
+    "push-pop pushed at the same time, the inner closed before the launch": (
+        # pushed in one nanosecond, the longer is the outer: the closed inner one is not its parent
+        lambda t: (_push(t, T0 - 50, T1 + 100, "outer"), _push(t, T0 - 50, T0 - 10, "inner")),
+        ["outer"]),
+    "push-pop first on a thread that launches nothing": (
+        # that thread's stack is passed over, not the ones after it
+        lambda t: (_push(t, T0 - 300, T0 - 200, "idle", tid=MAIN + 1), _push(t, T0 - 50, T1 + 50, "R")),
+        ["R"]),
 }
 
 
