@@ -86,6 +86,9 @@ CASES = {
         # pushed in one nanosecond, the longer is the outer: the closed inner one is not its parent
         lambda t: (_push(t, T0 - 50, T1 + 100, "outer"), _push(t, T0 - 50, T0 - 10, "inner")),
         ["outer"]),
+    "push-pop pushed at the same time, both open": (
+        lambda t: (_push(t, T0 - 50, T1 + 100, "outer"), _push(t, T0 - 50, T1 + 50, "inner")),
+        ["outer", "inner"]),
     "push-pop first on a thread that launches nothing": (
         # that thread's stack is passed over, not the ones after it
         lambda t: (_push(t, T0 - 300, T0 - 200, "idle", tid=MAIN + 1), _push(t, T0 - 50, T1 + 50, "R")),
@@ -113,6 +116,7 @@ def test_enclosing_ranges_at_the_edges(schema, tmp_path, case):
     frame, ranges = launches_with_ranges(read_trace(trace.close()))
     assert frame["launch_start"].tolist() == [T0] and frame["role"].tolist() == ["gemm"]
     assert ranges.lists([0]) == [enclosing]
+    assert len(ranges.launch) == len(ranges.name) == len(enclosing)  # one pair per range around it
 
 
 def test_kernel_without_its_launch_call_is_placed_by_its_own_start(schema, tmp_path):
@@ -125,6 +129,16 @@ def test_kernel_without_its_launch_call_is_placed_by_its_own_start(schema, tmp_p
     trace.launch(MAIN, MAIN, T0, T1, call=False)
     frame, ranges = launches_with_ranges(read_trace(trace.close()))
     assert frame["launch_start"].isna().all() and frame["start"].tolist() == [T1 + 10]
+    assert ranges.lists([0]) == [["S"]]
+
+
+def test_start_end_range_that_ends_at_a_callless_kernel_s_start_holds_it(schema, tmp_path):
+    # such a kernel is placed at the instant it starts: a range ending then still holds it
+    trace = HandBuiltExport(tmp_path / "uncalled.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    _start(trace, T0, T1 + 10, "S")  # the kernel runs at [T1 + 10, T1 + 1010]
+    trace.launch(MAIN, MAIN, T0, T1, call=False)
+    _, ranges = launches_with_ranges(read_trace(trace.close()))
     assert ranges.lists([0]) == [["S"]]
 
 
@@ -160,6 +174,16 @@ def test_rank_marks_belong_to_their_own_process(schema, tmp_path):
         trace.launch(pid, pid, pid * 10, pid * 10 + 100)
     frame, _ = launches_with_ranges(read_trace(trace.close()))
     assert dict(zip(frame["pid"], frame["rank"])) == {MAIN: 1, OTHER: 0}
+
+
+def test_a_process_marked_twice_has_its_later_mark_s_rank(schema, tmp_path):
+    trace = HandBuiltExport(tmp_path / "twice.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    _rank_mark(trace, MAIN, 3)
+    trace.nvtx(MARK, MAIN, MAIN, 20, None, f"{PROCESS_PREFIX}rank=5|local_rank=1|world_size=8")
+    trace.launch(MAIN, MAIN, T0, T1)
+    frame, _ = launches_with_ranges(read_trace(trace.close()))
+    assert frame["rank"].tolist() == [5]
 
 
 def test_process_without_a_mark_has_no_rank_from_another_s(schema, tmp_path):
