@@ -10,7 +10,10 @@ own; start/end ranges count on every thread of their process and never in anothe
 
 from __future__ import annotations
 
+import json
 import shutil
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -301,3 +304,17 @@ def test_trace_without_any_nvtx_event_is_attributed(schema, tmp_path):
     assert len(frame) == 2 and ranges.lists([0, 1]) == [[], []]
     assert not frame["recorded"].any() and frame["gemm_m"].isna().all() and frame["rank"].isna().all()
     assert (frame["te_pass"] == "fprop").all() and (frame["pass_source"] == "thread").all()
+
+
+def test_passes_no_per_gemm_range_names_follow_te_s_order():
+    """te_layernorm_fp8-current (H100, TE's ranges on, no GEMM records of the hook):
+    LayerNormMLP pushes only module-level ranges, so its GEMMs' passes come from TE's order
+    inside them ("te-order": fprop in its forward range, dgrad and wgrad in its backward one);
+    LayerNormLinear's from TE's per-GEMM ranges. As many of each as the model runs."""
+    gpu = Path(__file__).parent / "fixtures" / "gpu"
+    frame, _ = launches_with_ranges(read_trace(gpu / "te_layernorm_fp8-current.sqlite.xz"))
+    gemms = frame[frame["role"] == "gemm"]
+    expected = json.loads((gpu / "te_layernorm_fp8-current.expected.json").read_text())["gemms_by_module"]
+    source = {"_LayerNormMLP": "te-order", "_LayerNormLinear": "te-range"}
+    assert Counter(zip(gemms["te_module"], gemms["te_pass"], gemms["pass_source"])) == {
+        (module, p, source[module]): n for module, passes in expected.items() for p, n in passes.items()}
