@@ -318,3 +318,31 @@ def test_passes_no_per_gemm_range_names_follow_te_s_order():
     source = {"_LayerNormMLP": "te-order", "_LayerNormLinear": "te-range"}
     assert Counter(zip(gemms["te_module"], gemms["te_pass"], gemms["pass_source"])) == {
         (module, p, source[module]): n for module, passes in expected.items() for p, n in passes.items()}
+
+
+def test_pass_sources_of_a_mixed_run_read_here():
+    """train_mixed (H100, TE's ranges on, no GEMM records of the hook): which rule tells each
+    GEMM's pass. TE's per-GEMM ranges for Linear and LayerNormLinear; TE's order inside
+    LayerNormMLP's module ranges, except for its 16-bit backward GEMMs, whose layout letters
+    say it first; for the torch LM head outside TE, the launching thread (fprop on the main
+    thread) and the layout letters (dgrad, wgrad on autograd's). As many as the model runs."""
+    gpu = Path(__file__).parent / "fixtures" / "gpu"
+    frame, _ = launches_with_ranges(read_trace(gpu / "train_mixed.sqlite.xz"))
+    gemms = frame[frame["role"] == "gemm"]
+    expected = json.loads((gpu / "train_mixed.expected.json").read_text())
+
+    def source(module: str, p: str, precision: str) -> str:
+        if module == "outside_te":
+            return "thread" if p == "fprop" else "layout"
+        if module == "_LayerNormMLP":
+            return "layout" if p != "fprop" and precision == "bf16" else "te-order"
+        return "te-range"
+
+    want: Counter = Counter()
+    for precision in ("fp8", "bf16"):
+        for module, passes in expected[precision].items():
+            for p, n in passes.items():
+                label = "-" if module == "outside_te" else module
+                want[(label, p, source(module, p, precision), precision)] += n
+    assert Counter(zip(gemms["te_module"].fillna("-"), gemms["te_pass"], gemms["pass_source"],
+                       gemms["precision"])) == want
