@@ -1,6 +1,7 @@
 """The replicas benchmarks/trace_scale.py times gemmscope on: a real export grown 3× is still an
 export gemmscope reads, labelled as a replica, with every GEMM of the seed exactly 3 times and the
-same verdicts; benchmarks/rank_traces.py's grown rank traces likewise."""
+same verdicts; benchmarks/rank_traces.py's grown rank traces likewise; and
+benchmarks/window_overhead.py's runs of a command, on a CPU with real nsys."""
 
 import importlib.util
 import sqlite3
@@ -69,3 +70,20 @@ def test_grown_rank_traces_hold_factor_times_each_real_rank(tmp_path):
     kernels = "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"
     real = [rows(trace_scale.sqlite_of(seed, seeds), kernels) for seed in rank_traces.SEEDS]
     assert [rows(ranks / f"rank{rank}.sqlite", kernels) for rank in range(3)] == [2 * real[0], 2 * real[1], 2 * real[0]]
+
+
+def test_window_overhead_runs_each_part_to_the_program_s_own_end(nsys_bin):
+    """benchmarks/window_overhead.py --parts on a CPU program with real nsys: bare, under nsys
+    alone (as verify times the window), with TE's ranges on, and under verify; the three that do
+    not check end with the program's own status (verify: no GPU kernel ran, exit 1)."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "window_overhead.py"), "--delay", "0.5", "--duration", "0.5",
+         "--rounds", "1", "--warmup", "0", "--parts", "--", sys.executable, "-c", "import time; time.sleep(2)"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    medians = {line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("median ")}
+    assert set(medians) == {"bare", "nsys", "nsys+TE", "verify"}
+    assert all(medians[kind].endswith("exit statuses [0]") for kind in ("bare", "nsys", "nsys+TE"))
+    assert medians["verify"].endswith("exit statuses [1]")

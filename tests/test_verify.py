@@ -384,8 +384,9 @@ def test_summarize_per_module_and_pass(checked, gpu_expected):
 
 
 def test_summarize_expected_substitutions_count_as_expected_time(checked):
-    """An expected substitution ran as the recipe means (e.g. TE's BF16 wgrad): its time is the
-    expected time, its verdict counted apart; without a recipe only launches and time."""
+    """An expected substitution is another precision by design (FP8 block scaling run as MXFP8 on
+    sm100, torchao's row-wise rescaled GEMM; marked here on real rows): its time is expected time,
+    its verdict counted apart; without a recipe only launches and time."""
     from gemmscope.verify import summarize
 
     gemms = checked("train_mixed").gemms.copy()

@@ -107,7 +107,7 @@ def _module_record(module) -> dict:
 def owner_record(module) -> dict:
     """The innermost module of any kind around a GEMM call (`module`, running_module): in a
     backward pass, with no module's forward running inside it (activation checkpointing's
-    recompute), the module of the forward call whose backward node runs now (_watch_backward)."""
+    recompute), the module of the forward call whose backward node runs now (gemmscope_torch_gemms._watch_backward)."""
     if module is not None:
         return {"owner": type(module).__name__, "layer": module.__dict__.get("_gemmscope_path", "")}
     running = thread.__dict__.get("node")
@@ -119,7 +119,7 @@ def owner_record(module) -> dict:
 def calling_module(torch, function_ctx_type) -> dict:
     """The TE module or fusible operation that called this GEMM. In a forward pass it is the
     innermost module running on this thread (running_module) when that is a TE module; the
-    autograd.Function it applies is stamped with it (_recording_apply), and in the backward pass
+    autograd.Function it applies is stamped with it (gemmscope_torch_gemms._recording_apply), and in the backward pass
     that Function's node, the one running, says whose GEMM this is. Otherwise (te.ops, whose fuser calls its operations
     without calling them as modules; a node nothing stamped) TE's calling frames are read
     (calling_frames). A GEMM a framework hands TE from a module of its own (Megatron's MoE
@@ -172,7 +172,7 @@ def calling_frames(torch, function_ctx_type, module) -> dict:
 
 def await_backward_node(node: dict) -> None:
     """A GEMM inside a custom autograd.Function's forward (grad mode is off there): its node
-    exists only once the Function's apply returns (_recording_apply)."""
+    exists only once the Function's apply returns (gemmscope_torch_gemms._recording_apply)."""
     pending = thread.__dict__.get("pending")
     if pending:
         pending[-1][0] = node

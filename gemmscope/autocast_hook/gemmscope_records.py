@@ -11,7 +11,7 @@ from gemmscope_protocol import PROCESS_PREFIX, SOFTWARE_PREFIX, UNKNOWN, format_
 
 _TE_PACKAGE = "transformer_engine"
 
-# Per thread: `node`, the backward nodes running (_watch_backward); `pending`, per
+# Per thread: `node`, the backward nodes running (gemmscope_torch_gemms._watch_backward); `pending`, per
 # autograd.Function.apply running, [the record of a GEMM awaiting the Function's node
 # (await_backward_node), the TE module record that node is to keep]; `profiled`, per record range
 # open, its torch.profiler handle (push).
