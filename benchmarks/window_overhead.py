@@ -7,11 +7,12 @@ time.
 Runs COMMAND bare WARMUP times first, not counted (the first run on a fresh machine pays for cold
 file and kernel caches), then bare and under `gemmscope verify --delay D --duration S --expect
 RECIPE`, ROUNDS times each (the order rotated every round), on the same machine; with --parts also
-under nsys alone (verify's flags and window) and under nsys with TE's NVTX ranges on
-(NVTE_NVTX_ENABLED=1, as verify sets it), so that what nsys, TE's ranges and gemmscope's hook each
-add can be told apart. Prints each run's wall time (until the program itself ended: it holds
-stderr) and exit status (for verify, when each of its stages began), the medians and their ratio
-to bare, and the exit statuses (a run cut short by the window would not end with COMMAND's own).
+under nsys alone in the ways named (PARTS), so that what nsys, each of its flags, TE's ranges and
+gemmscope's hook add can be told apart. Prints each run's wall time (until the program itself
+ended: it holds stderr) and exit status (for verify, when each of its stages began), the medians
+and their ratio to bare, and the exit statuses (a run cut short by the window would not end with
+COMMAND's own).
+
 Needs a GPU for a real training command, e.g. TE's FSDP example for 400 iterations
 (tests/fixtures/gpu/corpus/commands.txt):
 
@@ -31,9 +32,19 @@ import time
 
 _NSYS_ALONE = """import sys
 from gemmscope import nsys_runner
-report, delay_s, duration_s, *command = sys.argv[1:]
-sys.exit(nsys_runner.profile(command, report, delay_s=float(delay_s), duration_s=float(duration_s)).returncode)
+report, delay_s, duration_s, memory_usage, *command = sys.argv[1:]
+sys.exit(nsys_runner.profile(command, report, delay_s=float(delay_s), duration_s=float(duration_s),
+                             memory_usage=memory_usage == "memory").returncode)
 """
+# A delay no run outlasts: nsys is in the program's processes with its flags, and never collects.
+_NEVER_S = 10**6
+# --parts: the command under nsys alone (without gemmscope's hook), as verify runs it unless said
+PARTS = {
+    "nsys": "verify's flags and window",
+    "nsys+memory": "and GPU memory events (--cuda-memory-usage, which verify recorded before 2026-11-26)",
+    "nsys+TE": "and TE's NVTX ranges (NVTE_NVTX_ENABLED=1, as verify sets it)",
+    "nsys-armed": "verify's flags, the window never opened: what nsys costs in the processes alone",
+}
 
 
 def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, list[str]]:
@@ -55,23 +66,24 @@ def main() -> None:
     parser.add_argument("--expect", default="bf16", help="recipe verify checks against")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="bare runs first, not counted")
-    parser.add_argument("--parts", action="store_true",
-                        help="also run COMMAND under nsys alone (verify's flags and window), and so with TE's "
-                             "NVTX ranges on: what nsys, TE's ranges and gemmscope's hook each add")
+    parser.add_argument("--parts", type=lambda text: text.split(","), default=[],
+                        help="comma-separated: also run COMMAND under nsys alone, " +
+                             "; ".join(f"{name}: {what}" for name, what in PARTS.items()))
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run after --")
+    if set(args.parts) - set(PARTS):
+        parser.error(f"--parts: choose from {', '.join(PARTS)}")
     with tempfile.TemporaryDirectory(prefix="window-overhead-") as out:
         # kind: (argv, environment); verify's own run last in each round's order
         runs = {"bare": (command, None)}
-        if args.parts:
-            # nsys as verify runs it (its flags, the window timed as verify times it), nothing else
-            under_nsys = [sys.executable, "-c", _NSYS_ALONE, f"{out}/nsys-alone.nsys-rep", f"{args.delay:g}",
-                          f"{args.duration:g}", *command]
-            runs["nsys"] = (under_nsys, None)
-            runs["nsys+TE"] = (under_nsys, {**os.environ, "NVTE_NVTX_ENABLED": "1"})
+        for part in args.parts:
+            delay_s = _NEVER_S if part == "nsys-armed" else args.delay
+            under_nsys = [sys.executable, "-c", _NSYS_ALONE, f"{out}/{part}.nsys-rep", f"{delay_s:g}",
+                          f"{args.duration:g}", "memory" if part == "nsys+memory" else "-", *command]
+            runs[part] = (under_nsys, {**os.environ, "NVTE_NVTX_ENABLED": "1"} if part == "nsys+TE" else None)
         runs["verify"] = ([sys.executable, "-c", "from gemmscope.cli import main; main()", "verify",
                            "--delay", f"{args.delay:g}", "--duration", f"{args.duration:g}", "--expect",
                            args.expect, "--format", "json", "--out", out, "--", *command], None)
@@ -79,18 +91,18 @@ def main() -> None:
         statuses: dict[str, set[int]] = {kind: set() for kind in runs}
         for _ in range(args.warmup):
             wall_s, status, _ = timed(command)
-            print(f"warm-up  bare     {wall_s:8.1f} s  exit {status} (not counted)", flush=True)
+            print(f"warm-up  bare        {wall_s:8.1f} s  exit {status} (not counted)", flush=True)
         for round_ in range(args.rounds):
             kinds = list(runs)
             for kind in kinds[round_ % len(kinds):] + kinds[:round_ % len(kinds)]:  # the order rotated
                 wall_s, status, stages = timed(*runs[kind])
                 walls[kind].append(wall_s)
                 statuses[kind].add(status)
-                print(f"round {round_ + 1} {kind:8s} {wall_s:8.1f} s  exit {status}"
+                print(f"round {round_ + 1} {kind:11s} {wall_s:8.1f} s  exit {status}"
                       f"{'  (stages began at ' + ', '.join(stages) + ')' if stages else ''}", flush=True)
     bare = statistics.median(walls["bare"])
     for kind, seconds in walls.items():
-        print(f"median {kind:8s} {statistics.median(seconds):6.1f} s: {statistics.median(seconds) / bare:.3f}x bare"
+        print(f"median {kind:11s} {statistics.median(seconds):6.1f} s: {statistics.median(seconds) / bare:.3f}x bare"
               f"{' (target <= 1.05x)' if kind == 'verify' else ''}; exit statuses {sorted(statuses[kind])}")
     # verify exits 0/1 on the program's success and 3 on its failure: a run the window cut short is 3
 

@@ -66,7 +66,7 @@ def run(spec: dict, out: Path, use_nsys: bool = True) -> Path:
         if use_nsys:
             from gemmscope import nsys_runner
 
-            done = nsys_runner.profile(command, partial / "trace.nsys-rep", dict(os.environ))
+            done = nsys_runner.profile(command, partial / "trace.nsys-rep", dict(os.environ), memory_usage=True)
             if done.returncode != 0:
                 raise InputError(f"the workload failed under nsys (exit {done.returncode}): see its output above")
             nsys_runner.export_sqlite(partial / "trace.nsys-rep")

@@ -27,12 +27,14 @@ _SEARCH = (
     "/opt/nsys-cpu/target-linux-x64/nsys",
 )
 
-# What every gemmscope capture records: CUDA API + kernels, NVTX, GPU memory events, and one row
-# per kernel inside CUDA graphs (without `node` a graph launch is a single row); no CPU sampling.
-# A window timed by gemmscope (profile) gives the first to `nsys launch`, the others to `nsys start`.
-_TRACE_FLAGS = ("--trace=cuda,nvtx", "--cuda-memory-usage=true", "--cuda-graph-trace=node")
+# What every gemmscope capture records: CUDA API + kernels, NVTX, and one row per kernel inside
+# CUDA graphs (without `node` a graph launch is a single row); no CPU sampling. A window timed by
+# gemmscope (profile) gives the first to `nsys launch`, the others to `nsys start`.
+_TRACE_FLAGS = ("--trace=cuda,nvtx", "--cuda-graph-trace=node")
 _COLLECT_FLAGS = ("--sample=none", "--cpuctxsw=none")
-PROFILE_FLAGS = _TRACE_FLAGS + _COLLECT_FLAGS
+# GPU memory events, only for captures whose report shows memory (the shape profiler's peak per
+# precision): nsys warns that tracking them may cost significant run time, and verify reads none.
+MEMORY_FLAGS = ("--cuda-memory-usage=true",)
 
 
 def find_nsys() -> str | None:
@@ -182,31 +184,35 @@ _RECORD_EXIT_STATUS = 'status_file=$1; shift; "$@"; status=$?; printf %s "$statu
 
 def profile(command: list[str], report: Path, env: dict[str, str] | None = None,
             nvtx_range: str | None = None, delay_s: float | None = None, duration_s: float | None = None,
-            echo_nsys: bool = False, once_written: Callable[[], None] = lambda: None) -> relay.Capture:
+            echo_nsys: bool = False, once_written: Callable[[], None] = lambda: None,
+            memory_usage: bool = False) -> relay.Capture:
     """Run `command` under nsys, writing `report` (.nsys-rep), collecting only in the capture
     window given (capture_window_flags; `duration_s`: for that long from `delay_s`), until the
     program itself ends (a window may end first). Its output goes to stderr, so that stdout holds
     only gemmscope's report (e.g. clean JSON); nsys's own text too with `echo_nsys`, else it is
     held in the result. The program's own exit status is returned for the caller to judge.
     `once_written` is called as soon as the report is written: at a window's end the program may
-    still run for long, and work on the report (its export) need not wait for it."""
+    still run for long, and work on the report (its export) need not wait for it. `memory_usage`
+    also records GPU memory events (MEMORY_FLAGS)."""
     nsys = require_nsys()
     report = Path(report)
     report.parent.mkdir(parents=True, exist_ok=True)
     status_file = report.with_name(f".{report.stem}.exit-status")
     status_file.unlink(missing_ok=True)
     program = ["sh", "-c", _RECORD_EXIT_STATUS, "sh", str(status_file), *command]
+    trace_flags = [*_TRACE_FLAGS, *(MEMORY_FLAGS if memory_usage else ())]
     try:
         if duration_s is None:
             # The program holds the streams until it ends, also when nsys returned at a range's
             # end; one that hands them to a daemon of its own has ended once its status is written.
             capture = relay.run(
-                [nsys, "profile", *PROFILE_FLAGS, *capture_window_flags(nvtx_range, delay_s), "--force-overwrite=true",
+                [nsys, "profile", *trace_flags, *_COLLECT_FLAGS, *capture_window_flags(nvtx_range, delay_s), "--force-overwrite=true",
                  "-o", str(report.with_suffix("")), *program],
                 env, _NSYS_OWN_TEXT, echo_nsys, ended=status_file.exists, once_returned=once_written)
         else:
             check_window(nvtx_range, delay_s, duration_s)
-            capture = _profile_timed(nsys, program, report, env, delay_s or 0.0, duration_s, echo_nsys, once_written)
+            capture = _profile_timed(nsys, program, report, env, trace_flags, delay_s or 0.0, duration_s, echo_nsys,
+                                     once_written)
         own = status_file.read_text().strip() if status_file.exists() else ""
         if own.isdigit():  # else nsys's own status stands
             capture.returncode = int(own)
@@ -215,15 +221,15 @@ def profile(command: list[str], report: Path, env: dict[str, str] | None = None,
         status_file.unlink(missing_ok=True)
 
 
-def _profile_timed(nsys: str, program: list[str], report: Path, env: dict[str, str] | None, delay_s: float,
-                   duration_s: float, echo_nsys: bool, once_written: Callable[[], None]) -> relay.Capture:
+def _profile_timed(nsys: str, program: list[str], report: Path, env: dict[str, str] | None, trace_flags: list[str],
+                   delay_s: float, duration_s: float, echo_nsys: bool, once_written: Callable[[], None]) -> relay.Capture:
     """A window that ends at a time, timed here: the program runs under `nsys launch` for its
     whole life, collection is started (`nsys start`) after `delay_s` and stopped (`nsys stop`,
     which writes the report) `duration_s` later. nsys profile's own --duration ends the whole
     session instead: a process the program starts after it (a subprocess, a compiler's) fails to
     start under nsys 2025.3 ("Failed to connect to Agent"), whatever --kill says."""
     session = f"gemmscope-{os.getpid()}-{time.monotonic_ns()}"
-    launch = [nsys, "launch", f"--session-new={session}", *_TRACE_FLAGS]
+    launch = [nsys, "launch", f"--session-new={session}", *trace_flags]
     start = [nsys, "start", f"--session={session}", *_COLLECT_FLAGS, "--force-overwrite=true",
              "-o", str(report.with_suffix(""))]
     program_ended = threading.Event()

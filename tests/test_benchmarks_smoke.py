@@ -74,16 +74,19 @@ def test_grown_rank_traces_hold_factor_times_each_real_rank(tmp_path):
 
 def test_window_overhead_runs_each_part_to_the_program_s_own_end(nsys_bin):
     """benchmarks/window_overhead.py --parts on a CPU program with real nsys: bare, under nsys
-    alone (as verify times the window), with TE's ranges on, and under verify; the three that do
-    not check end with the program's own status (verify: no GPU kernel ran, exit 1)."""
+    alone (as verify times the window), with memory events, with TE's ranges on, armed with no
+    window, and under verify; those that do not check end with the program's own status (verify:
+    no GPU kernel ran, exit 1)."""
     import subprocess
 
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "window_overhead.py"), "--delay", "0.5", "--duration", "0.5",
-         "--rounds", "1", "--warmup", "0", "--parts", "--", sys.executable, "-c", "import time; time.sleep(2)"],
+         "--rounds", "1", "--warmup", "0", "--parts",
+         "nsys,nsys+memory,nsys+TE,nsys-armed", "--", sys.executable, "-c", "import time; time.sleep(2)"],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     medians = {line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("median ")}
-    assert set(medians) == {"bare", "nsys", "nsys+TE", "verify"}
-    assert all(medians[kind].endswith("exit statuses [0]") for kind in ("bare", "nsys", "nsys+TE"))
+    parts = {"bare", "nsys", "nsys+memory", "nsys+TE", "nsys-armed"}
+    assert set(medians) == parts | {"verify"}
+    assert all(medians[kind].endswith("exit statuses [0]") for kind in parts)
     assert medians["verify"].endswith("exit statuses [1]")
