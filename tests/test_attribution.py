@@ -346,3 +346,31 @@ def test_pass_sources_of_a_mixed_run_read_here():
                 want[(label, p, source(module, p, precision), precision)] += n
     assert Counter(zip(gemms["te_module"].fillna("-"), gemms["te_pass"], gemms["pass_source"],
                        gemms["precision"])) == want
+
+
+def test_deferred_wgrad_gemms_are_wgrad_by_te_s_module_range_read_here():
+    """deferred_wgrad (H100, ours): TE modules built with delay_wgrad_compute=True run their wgrad
+    GEMMs in backward_dw(), on the main thread, inside TE's `_<Class>_wgrad` range. As verify
+    runs it, the hook's records give every GEMM's module and pass, as many as the model runs
+    (its expected.json). With TE's ranges but no hook, that range alone says wgrad: by thread
+    alone they would read as fprop. Backward ranges of LayerNormMLP and GroupedLinear then hold
+    only their dgrad GEMMs, fewer than TE's order needs: at least backward, from the thread."""
+    corpus = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+    expected = json.loads((corpus / "deferred_wgrad_fp8-block.expected.json").read_text())["calls"]
+    frame, _ = launches_with_ranges(read_trace(corpus / "deferred_wgrad_fp8-block.sqlite.xz"))
+    gemms = frame[frame["role"] == "gemm"]
+    assert Counter(zip(gemms["te_module"], gemms["te_pass"], gemms["pass_source"])) == {
+        (module, p, "hook"): n for module, passes in expected.items() for p, n in passes.items()}
+    main_thread = set(gemms.loc[gemms["te_pass"] == "fprop", "thread"])
+    assert len(main_thread) == 1 and set(gemms.loc[gemms["te_pass"] == "wgrad", "thread"]) == main_thread
+
+    frame, _ = launches_with_ranges(read_trace(corpus / "deferred_wgrad_fp8-block_te-ranges.sqlite.xz"))
+    gemms = frame[frame["role"] == "gemm"]
+    assert not frame["recorded"].any()
+    want = Counter({("_Linear", p, "te-range"): n for p, n in expected["_Linear"].items()})
+    for module in ("_LayerNormMLP", "_GroupedLinear"):
+        passes = expected[module]
+        want.update({(module, "fprop", "te-order"): passes["fprop"], (module, "wgrad", "te-order"): passes["wgrad"],
+                     (module, "backward", "thread"): passes["dgrad"]})
+    assert Counter(zip(gemms["te_module"], gemms["te_pass"], gemms["pass_source"])) == want
+    assert set(gemms.loc[gemms["te_pass"] == "wgrad", "thread"]) == main_thread
