@@ -80,7 +80,7 @@ class EnclosingRanges:
         counts = high - low
         which = np.repeat(np.arange(len(rows)), counts)
         pair = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(low, counts)
-        return which, self.names[self.name[pair]] if len(pair) else np.empty(0, dtype=object)
+        return which, self.names[self.name[pair]]
 
     def matching_names(self, patterns: Sequence[str]) -> np.ndarray:
         """Per distinct name, whether a shell pattern (case-sensitive) matches it."""

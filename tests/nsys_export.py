@@ -60,29 +60,42 @@ class HandBuiltExport:
         self.conn.execute("INSERT INTO ThreadNames (nameId, priority, globalTid) VALUES (?, 20, ?)",
                           (self.string(name), global_tid(pid, tid)))
 
+    def call(self, pid: int, tid: int, start: int, end: int, correlation: int | None = None) -> int:
+        """A launch call on thread (pid, tid) over [start, end]; `correlation` repeats an earlier
+        call's id (a call nested in another, as a runtime call around a driver call is), else a new
+        one. Returns the call's correlation id."""
+        if correlation is None:
+            self._correlation += 1
+            correlation = self._correlation
+        self.conn.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, "
+            "returnValue) VALUES (?, ?, 0, ?, ?, ?, 0)",
+            (start, end, global_tid(pid, tid), correlation, self.string(LAUNCH_CALL)))
+        return correlation
+
     def launch(self, pid: int, tid: int, start: int, end: int, kernel: str = BF16_GEMM,
-               kernel_ns: int = 1000, call: bool = True) -> None:
+               kernel_ns: int = 1000, call: bool = True) -> int:
         """A launch call on thread (pid, tid) over [start, end] and the kernel it launched, which
         runs for `kernel_ns` right after the call; `call` False: the kernel alone, as a capture
-        that missed its call has it."""
-        self._correlation += 1
+        that missed its call has it. Returns the correlation id."""
         if call:
-            self.conn.execute(
-                "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, "
-                "returnValue) VALUES (?, ?, 0, ?, ?, ?, 0)",
-                (start, end, global_tid(pid, tid), self._correlation, self.string(LAUNCH_CALL)))
+            correlation = self.call(pid, tid, start, end)
+        else:
+            self._correlation += 1
+            correlation = self._correlation
         name = self.string(kernel)
         self.conn.execute(
             "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId, "
             "globalPid, demangledName, shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, "
             "staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, gridId) "
             "VALUES (?, ?, 0, 1, 7, ?, ?, ?, ?, 128, 1, 1, 1, 256, 1, 1, 0, 0, 0, 0, ?)",
-            (end + 10, end + 10 + kernel_ns, self._correlation, global_tid(pid, 0), name, name, self._correlation))
+            (end + 10, end + 10 + kernel_ns, correlation, global_tid(pid, 0), name, name, correlation))
+        return correlation
 
-    def nvtx(self, kind: int, pid: int, tid: int, start: int, end: int | None, text: str,
+    def nvtx(self, kind: int, pid: int, tid: int, start: int, end: int | None, text: str | None,
              domain: int = 0) -> None:
         """One NVTX event (`kind`: MARK, PUSH_POP, START_END, DOMAIN_CREATE); `end` None: a range
-        never closed, as an older export leaves it."""
+        never closed, as an older export leaves it; `text` None: a range pushed without a message."""
         self.conn.execute(
             "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, ?, ?, ?, ?)",
             (start, end, kind, text, global_tid(pid, tid), domain))

@@ -15,10 +15,12 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
-from gemmscope.attribution import launches_with_ranges
-from gemmscope.autocast_hook.gemmscope_protocol import AUTOCAST_PREFIX, PROCESS_PREFIX
+from gemmscope.attribution import EnclosingRanges, attribute, launches_with_ranges
+from gemmscope.autocast_hook.gemmscope_protocol import AUTOCAST_PREFIX, GEMM_PREFIX, PROCESS_PREFIX, format_record
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check, recorded_recipes
@@ -143,6 +145,121 @@ def test_start_end_range_that_ends_at_a_callless_kernel_s_start_holds_it(schema,
     trace.launch(MAIN, MAIN, T0, T1, call=False)
     _, ranges = launches_with_ranges(read_trace(trace.close()))
     assert ranges.lists([0]) == [["S"]]
+
+
+
+# --- the launches frame and the ranges around each launch ------------------------------------
+
+def test_a_launch_call_repeated_in_the_trace_is_one_launch_at_the_outer_call(schema, tmp_path):
+    # a call nested in another under the same correlation id (a runtime call around the driver
+    # call) launched one kernel: one row, placed by the outer call
+    trace = HandBuiltExport(tmp_path / "nested.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    correlation = trace.launch(MAIN, MAIN, T0, T1)
+    trace.call(MAIN, MAIN, T0 - 20, T1 + 5, correlation=correlation)
+    trace.launch(MAIN, MAIN, 5000, 5100)
+    frame, _ = launches_with_ranges(read_trace(trace.close()))
+    assert frame["launch_start"].tolist() == [T0 - 20, 5000]
+    assert frame["launch_end"].tolist() == [T1 + 5, 5100]
+
+
+def test_launches_come_in_start_order_ties_in_the_trace_s_row_order(schema, tmp_path):
+    # row positions are what EnclosingRanges and the verdicts point at: 0..n-1 in start order,
+    # kernels that start together in the order the trace holds them
+    trace = HandBuiltExport(tmp_path / "order.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    trace.thread(MAIN, MAIN + 1, "worker")
+    for start in (4000, 3000, 2000, 1000):  # kernels inserted latest first, two at each time
+        for tid in (MAIN, MAIN + 1):
+            trace.launch(MAIN, tid, start, start + 100)
+    frame, _ = launches_with_ranges(read_trace(trace.close()))
+    assert frame.index.equals(pd.RangeIndex(8))
+    assert frame["launch_start"].tolist() == [1000, 1000, 2000, 2000, 3000, 3000, 4000, 4000]
+    assert frame["correlation_id"].tolist() == [7, 8, 5, 6, 3, 4, 1, 2]
+
+
+def test_a_range_pushed_without_a_message_has_no_name(schema, tmp_path):
+    trace = HandBuiltExport(tmp_path / "unnamed.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    _push(trace, T0 - 100, T1 + 100, "R")
+    _push(trace, T0 - 50, T1 + 50, None)
+    trace.launch(MAIN, MAIN, T0, T1)
+    _, ranges = launches_with_ranges(read_trace(trace.close()))
+    assert ranges.lists([0]) == [["R", None]]
+
+
+def test_a_failed_hook_record_leaves_module_name_and_pass_to_te_s_range(schema, tmp_path):
+    # the hook writes an error record when it cannot read a GEMM call; TE's per-GEMM range around
+    # it (here the trace's first NVTX row, with no module-level range) still says what ran
+    trace = HandBuiltExport(tmp_path / "failed.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    _push(trace, T0 - 100, T1 + 100, "transformer_engine._Linear.forward.qkv.gemm")
+    _push(trace, T0 - 50, T1 + 50, format_record(GEMM_PREFIX, {"entry": "general_gemm", "error": "ValueError"}))
+    trace.launch(MAIN, MAIN, T0, T1)
+    frame, _ = launches_with_ranges(read_trace(trace.close()))
+    row = frame.iloc[0]
+    assert (row["te_module"], row["te_name"], row["layer"], row["te_pass"], row["pass_source"]) == (
+        "_Linear", "qkv", "qkv", "fprop", "te-range")
+    assert row["recorded"] and row["via_te"]
+
+
+def test_attribute_says_why_a_trace_has_no_kernel(schema, tmp_path):
+    calls_only = HandBuiltExport(tmp_path / "calls.sqlite", schema)
+    calls_only.thread(MAIN, MAIN, "python")
+    calls_only.call(MAIN, MAIN, T0, T1)
+    loaded = attribute(read_trace(calls_only.close()))
+    assert (loaded.no_kernels, loaded.cuda_traced, loaded.path) == (True, True, tmp_path / "calls.sqlite")
+    assert loaded.error == f"{tmp_path / 'calls.sqlite'} ran no GPU kernel: its CUDA calls were captured, and none launched one"
+    assert loaded.launches is None
+
+    nothing = HandBuiltExport(tmp_path / "nothing.sqlite", schema)
+    nothing.thread(MAIN, MAIN, "python")
+    loaded = attribute(read_trace(nothing.close()))
+    assert (loaded.no_kernels, loaded.cuda_traced) == (True, False)
+    assert loaded.error.endswith("nothing.sqlite holds no GPU kernels: was it captured with --trace=cuda, on a GPU?")
+
+    cpu_only = Path(__file__).parent / "fixtures" / "kineto" / "cpu_train.json.gz"
+    loaded = attribute(read_trace(cpu_only))
+    assert loaded.no_kernels and "CPU-only torch.profiler trace" in loaded.error
+
+
+def test_attribute_keeps_the_launches_and_lets_the_trace_s_own_kernel_rows_go(schema, tmp_path):
+    loaded = attribute(read_trace(_one_process(tmp_path / "two.sqlite", schema)))
+    assert loaded.error is None and not loaded.no_kernels and len(loaded.launches) == 2
+    assert loaded.trace.kernels.empty and loaded.trace.api_calls.empty
+    assert {"correlation_id", "start", "name"} <= set(loaded.trace.kernels.columns)
+    assert {"correlation_id", "start", "global_tid"} <= set(loaded.trace.api_calls.columns)
+
+
+def _ranges(launch: list[int], name: list[int], names: list) -> EnclosingRanges:
+    return EnclosingRanges(np.array(launch, dtype="int64"), np.array(name, dtype="int64"), np.array(names, dtype=object))
+
+
+def test_enclosing_ranges_pairs_of_several_launches():
+    # launches 0 and 2 have two ranges each, launch 1 none; pairs outermost first
+    ranges = _ranges([0, 0, 2, 2], [0, 1, 2, 1], ["a", "b", "c"])
+    which, names = ranges.around(np.array([2, 1, 0]))
+    assert which.tolist() == [0, 0, 2, 2] and names.tolist() == ["c", "b", "a", "b"]
+    assert ranges.lists([2, 1, 0]) == [["c", "b"], [], ["a", "b"]]
+    which, names = ranges.around(np.array([1]))
+    assert which.tolist() == [] and names.tolist() == []
+
+
+def test_enclosing_ranges_of_several_frames_stacked():
+    parts = [_ranges([0, 1], [0, 1], ["a", "b"]), _ranges([0], [0], ["b"]), _ranges([1, 1], [1, 0], ["c", "d"])]
+    stacked = EnclosingRanges.concat(parts, [0, 2, 3])
+    assert stacked.lists([0, 1, 2, 3, 4]) == [["a"], ["b"], ["b"], [], ["d", "c"]]
+    assert stacked.names.tolist() == ["a", "b", "c", "d"]
+    empty = EnclosingRanges.concat([], [])
+    assert empty.lists([0]) == [[]] and len(empty.launch) == len(empty.name) == len(empty.names) == 0
+    assert empty.innermost_matching(["*"], np.array([0, 1])).tolist() == [None, None]
+
+
+def test_enclosing_ranges_matched_for_no_launch():
+    ranges = _ranges([0, 1], [0, 1], ["a", "b"])
+    assert ranges.innermost_matching(["a"], []).tolist() == []
+    assert ranges.any_matching(["a"], []).tolist() == []
+    assert ranges.any_matching(["b"], [1, 0]).tolist() == [True, False]
 
 
 # --- ranks ------------------------------------------------------------------------------------
