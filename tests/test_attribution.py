@@ -231,6 +231,32 @@ def test_attribute_keeps_the_launches_and_lets_the_trace_s_own_kernel_rows_go(sc
     assert {"correlation_id", "start", "global_tid"} <= set(loaded.trace.api_calls.columns)
 
 
+# Each case: the one range at the trace's first NVTX row (row 0), around the launch, and what
+# it makes of the launch: (te_module, te_pass, pass_source, recorded, via_te, gemm_m).
+FIRST_ROW = {
+    "the hook's record": (
+        format_record(GEMM_PREFIX, {"entry": "general_gemm", "module": "_Linear", "owner": "?", "layer": "proj",
+                                    "pass": "dgrad", "a": "bf16", "b": "bf16", "m": 8, "n": 16, "k": 32,
+                                    "flops": 8192}),
+        ("_Linear", "dgrad", "hook", True, True, 8)),
+    "TE's C GEMM call": ("nvte_cublas_gemm_v2", (None, "fprop", "thread", False, True, None)),
+    "TE's module range": ("LayerNormMLP forward", ("_LayerNormMLP", "fprop", "te-order", False, False, None)),
+}
+
+
+@pytest.mark.parametrize("case", FIRST_ROW)
+def test_a_range_at_the_trace_s_first_nvtx_row_counts(schema, tmp_path, case):
+    label, want = FIRST_ROW[case]
+    trace = HandBuiltExport(tmp_path / "first.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    _push(trace, T0 - 50, T1 + 50, label)
+    trace.launch(MAIN, MAIN, T0, T1)
+    frame, _ = launches_with_ranges(read_trace(trace.close()))
+    row = frame.iloc[0]
+    got = (row["te_module"], row["te_pass"], row["pass_source"], row["recorded"], row["via_te"], row["gemm_m"])
+    assert tuple(None if pd.isna(v) else v for v in got) == want
+
+
 def _ranges(launch: list[int], name: list[int], names: list) -> EnclosingRanges:
     return EnclosingRanges(np.array(launch, dtype="int64"), np.array(name, dtype="int64"), np.array(names, dtype=object))
 
@@ -480,6 +506,20 @@ def test_deferred_wgrad_gemms_are_wgrad_by_te_s_module_range_read_here():
         (module, p, "hook"): n for module, passes in expected.items() for p, n in passes.items()}
     main_thread = set(gemms.loc[gemms["te_pass"] == "fprop", "thread"])
     assert len(main_thread) == 1 and set(gemms.loc[gemms["te_pass"] == "wgrad", "thread"]) == main_thread
+    # each call's shape (M, N, K) and FLOPs as the hook read TE's operands, against the model's
+    # linears (out_features, in_features): fprop (T, out, in), dgrad (T, in, out), wgrad (out, in, T);
+    # a grouped call's shape is not its members' (NA), its FLOPs are their sum
+    tokens, hidden, ffn = 512, 1024, 4096
+    linears = {"_LayerNormMLP": [(ffn, hidden), (hidden, ffn)], "_Linear": [(hidden, hidden)]}
+    shapes = {(module, p, shape) for module, pairs in linears.items() for out, inner in pairs
+              for p, shape in (("fprop", (tokens, out, inner)), ("dgrad", (tokens, inner, out)),
+                               ("wgrad", (out, inner, tokens)))}
+    single = gemms[gemms["te_module"] != "_GroupedLinear"]
+    assert set(zip(single["te_module"], single["te_pass"], zip(single["gemm_m"], single["gemm_n"], single["gemm_k"]))) == shapes
+    flops = {"_LayerNormMLP": 2 * tokens * hidden * ffn, "_Linear": 2 * tokens * hidden * hidden,
+             "_GroupedLinear": 2 * tokens * hidden * hidden}
+    assert (gemms["call_flops"] == gemms["te_module"].map(flops)).all()
+    assert gemms.loc[gemms["te_module"] == "_GroupedLinear", ["gemm_m", "gemm_n", "gemm_k"]].isna().all().all()
 
     frame, _ = launches_with_ranges(read_trace(corpus / "deferred_wgrad_fp8-block_te-ranges.sqlite.xz"))
     gemms = frame[frame["role"] == "gemm"]
@@ -491,3 +531,19 @@ def test_deferred_wgrad_gemms_are_wgrad_by_te_s_module_range_read_here():
                      (module, "backward", "thread"): passes["dgrad"]})
     assert Counter(zip(gemms["te_module"], gemms["te_pass"], gemms["pass_source"])) == want
     assert set(gemms.loc[gemms["te_pass"] == "wgrad", "thread"]) == main_thread
+
+
+def test_te_names_are_the_hook_s_where_it_recorded_the_call():
+    """te_stack_fp8-block_1gpu (H100, as verify runs it): the name of each TE GEMM's module is
+    the one TE gave the module (TransformerLayer names them Layer_N.<path>), which the hook
+    recorded; TE's own per-GEMM ranges say only qkv or proj. Three passes, three steps each."""
+    frame, _ = launches_with_ranges(read_trace(Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+                                               / "te_stack_fp8-block_1gpu.sqlite.xz"))
+    gemms = frame[frame["role"] == "gemm"]
+    te = gemms[gemms["te_module"].str.startswith("_").fillna(False)]
+    names = {"_LayerNormLinear": "self_attention.layernorm_linear_qkv", "_Linear": "self_attention.proj",
+             "_LayerNormMLP": "layernorm_mlp"}
+    gemms_per_call = {"_LayerNormLinear": 1, "_Linear": 1, "_LayerNormMLP": 2}
+    assert Counter(zip(te["te_module"], te["te_name"])) == {
+        (module, f"Layer_{layer}.{name}"): 3 * 3 * gemms_per_call[module]
+        for module, name in names.items() for layer in range(1, 5)}
