@@ -20,12 +20,18 @@ import pandas as pd
 import pytest
 
 from gemmscope.attribution import EnclosingRanges, attribute, launches_with_ranges
-from gemmscope.autocast_hook.gemmscope_protocol import AUTOCAST_PREFIX, GEMM_PREFIX, PROCESS_PREFIX, format_record
+from gemmscope.autocast_hook.gemmscope_protocol import (
+    AUTOCAST_PREFIX,
+    GEMM_PREFIX,
+    PROCESS_PREFIX,
+    TORCH_GEMM_PREFIX,
+    format_record,
+)
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check, recorded_recipes
 
-from nsys_export import DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport
+from nsys_export import BF16_GEMM, DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport
 
 MAIN, OTHER = 1000, 2000  # two processes
 T0, T1 = 1000, 1100  # each case's launch call
@@ -255,6 +261,42 @@ def test_a_range_at_the_trace_s_first_nvtx_row_counts(schema, tmp_path, case):
     row = frame.iloc[0]
     got = (row["te_module"], row["te_pass"], row["pass_source"], row["recorded"], row["via_te"], row["gemm_m"])
     assert tuple(None if pd.isna(v) else v for v in got) == want
+
+
+BF16_TN = "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT"
+BF16_NT = "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NTT"
+FP8_TN = "nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_TNT"
+
+
+def test_a_gemm_without_its_launch_call_has_no_pass_from_a_thread(schema, tmp_path):
+    # with its call missing, so is the thread that launched it: it is neither fprop for running
+    # off the autograd thread nor backward for running on it; a 16-bit kernel's layout letters
+    # still say its pass, an FP8 one's nothing
+    trace = HandBuiltExport(tmp_path / "callless.sqlite", schema)
+    trace.thread(MAIN, MAIN, "python")
+    trace.launch(MAIN, MAIN, 1000, 1100, call=False)  # BF16, NN
+    trace.launch(MAIN, MAIN, 5000, 5100, FP8_TN, call=False)
+    frame, _ = launches_with_ranges(read_trace(trace.close()))
+    assert frame["thread"].isna().all()
+    assert frame["te_pass"].tolist() == ["dgrad", None] and frame["pass_source"].tolist() == ["layout", None]
+
+
+def test_a_backward_node_s_gemms_take_dgrad_or_wgrad_from_16_bit_layouts_only(schema, tmp_path):
+    # the hook's range around a backward node outside TE says "backward"; inside it a BF16 NN
+    # kernel is the dgrad and a BF16 NT one the wgrad, while a TN one (no pass of a backward
+    # node) and an FP8 one (always TN on Hopper) stay backward
+    trace = HandBuiltExport(tmp_path / "node.sqlite", schema)
+    autograd = MAIN + 1
+    trace.thread(MAIN, autograd, "pt_autograd_0")
+    _push(trace, 900, 9000, format_record(TORCH_GEMM_PREFIX, {"op": "MmBackward0", "module": "head", "layer": "head",
+                                                              "pass": "backward", "a": "bf16", "b": "bf16"}),
+          tid=autograd)
+    for start, kernel in ((1000, BF16_GEMM), (3000, BF16_NT), (5000, BF16_TN), (7000, FP8_TN)):
+        trace.launch(MAIN, autograd, start, start + 100, kernel)
+    frame, _ = launches_with_ranges(read_trace(trace.close()))
+    assert frame["te_pass"].tolist() == ["dgrad", "wgrad", "backward", "backward"]
+    assert frame["pass_source"].tolist() == ["layout", "layout", "hook", "hook"]
+    assert frame["te_module"].tolist() == ["head"] * 4
 
 
 def _ranges(launch: list[int], name: list[int], names: list) -> EnclosingRanges:
@@ -547,3 +589,14 @@ def test_te_names_are_the_hook_s_where_it_recorded_the_call():
     assert Counter(zip(te["te_module"], te["te_name"])) == {
         (module, f"Layer_{layer}.{name}"): 3 * 3 * gemms_per_call[module]
         for module, name in names.items() for layer in range(1, 5)}
+
+
+def test_the_torch_head_s_backward_gemms_in_te_stack_read_here():
+    """te_stack_fp8-block_1gpu (H100, as verify runs it): the torch.nn.Linear head's GEMMs,
+    3 steps: fprop from the hook's record of F.linear; dgrad and wgrad from the layout letters
+    inside the hook's range around its backward node."""
+    frame, _ = launches_with_ranges(read_trace(Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+                                               / "te_stack_fp8-block_1gpu.sqlite.xz"))
+    head = frame[(frame["role"] == "gemm") & (frame["layer"] == "head")]
+    assert Counter(zip(head["te_pass"], head["pass_source"], head["precision"])) == {
+        ("fprop", "hook", "bf16"): 3, ("dgrad", "layout", "bf16"): 3, ("wgrad", "layout", "bf16"): 3}
