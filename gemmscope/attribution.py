@@ -371,7 +371,7 @@ def _pass_from_layout_and_order(launch: pd.DataFrame, out: pd.DataFrame, module_
     unknown = gemm[pd.isna(te_pass[gemm])]
     in_module = unknown[module_range[unknown] >= 0]
     wgrad_range = in_module[step[in_module] == "wgrad"]
-    forward = in_module[(step[in_module] != "wgrad") & (direction[in_module] == "forward")]
+    forward = in_module[direction[in_module] == "forward"]  # a deferred-wgrad range is a backward one
     te_pass[wgrad_range], te_pass[forward] = "wgrad", "fprop"
     source[wgrad_range], source[forward] = "te-order", "te-order"
     unknown = np.setdiff1d(unknown, np.r_[wgrad_range, forward])

@@ -311,6 +311,9 @@ def test_enclosing_ranges_pairs_of_several_launches():
     assert ranges.lists([2, 1, 0]) == [["c", "b"], [], ["a", "b"]]
     which, names = ranges.around(np.array([1]))
     assert which.tolist() == [] and names.tolist() == []
+    ranges = _ranges([0, 0, 1, 2, 2, 2], [0, 1, 2, 3, 4, 5], list("abcdef"))  # two, one and three ranges
+    which, names = ranges.around(np.array([2, 1, 0]))
+    assert which.tolist() == [0, 0, 0, 1, 2, 2] and names.tolist() == ["d", "e", "f", "c", "a", "b"]
 
 
 def test_enclosing_ranges_of_several_frames_stacked():
