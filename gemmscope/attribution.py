@@ -163,8 +163,8 @@ def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     # A correlation id is unique per process; keep the outermost call if a trace repeats one.
     if not launch_key(api).is_unique:
         api = api.sort_values("launch_start").drop_duplicates(["correlation_id", "global_pid"])
+    # kernels come in start order (Trace), and a left join keeps its left side's order
     out = k.merge(api, on=["correlation_id", "global_pid"], how="left")
-    out = out.sort_values("start", kind="stable", ignore_index=True)
     threads = trace.threads.set_index("global_tid")["name"]
     out["thread"] = object_column(out["launch_global_tid"].map(threads).to_numpy(dtype=object), out.index)
     codes, ids = pd.factorize(out.pop("name_id").to_numpy())

@@ -48,7 +48,7 @@ class Trace:
     path: Path  # as given (.sqlite, .sqlite.xz, .nsys-rep, or a torch.profiler trace: .json, .json.gz)
     sqlite: Path | None  # the nsys export read (SQLite file, or Parquet/Arrow folder); None for a torch.profiler trace
     meta: dict
-    kernels: pd.DataFrame
+    kernels: pd.DataFrame  # in start order (ties as the trace holds them), indexed 0..n-1
     memops: pd.DataFrame
     api_calls: pd.DataFrame
     nvtx: pd.DataFrame
