@@ -31,13 +31,10 @@ export NSYS=${NSYS:-/opt/nsys-cpu/target-linux-x64/nsys}
 functions=("$@")
 if [ ${#functions[@]} -eq 0 ]; then
   functions=(
-    # attribution: which NVTX ranges enclose a launch, their nesting, the innermost one a pattern
-    # names (--expect-map, --allow), each process's rank
-    'gemmscope.attribution.x__enclosing_ranges__*' 'gemmscope.attribution.x__parents__*'
-    'gemmscope.attribution.x__innermost__*' 'gemmscope.attribution.x__ranks__*'
-    'gemmscope.attribution.xǁEnclosingRangesǁinnermost_matching__*'
-    'gemmscope.attribution.xǁEnclosingRangesǁany_matching__*'
-    'gemmscope.attribution.x_first_matching_pattern__*'
+    # attribution, all of it: which NVTX ranges enclose a launch, their nesting, the innermost one
+    # a pattern names (--expect-map, --allow), each process's rank, the launches frame and what
+    # the ranges say of each launch (module, name, pass and its source, shapes)
+    'gemmscope.attribution.*'
     # verify: a trace's rank (mark, GPU, file name), what a run asked for, the verdict, cause and
     # --allow per GEMM, the per-module summary and the rank comparison
     'gemmscope.verify.x__fill_ranks__*' 'gemmscope.verify.x__rank_in_name__*' 'gemmscope.verify.x__rank_by_gpu__*'
