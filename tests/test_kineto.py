@@ -203,6 +203,24 @@ def test_scrub_writes_a_kineto_trace_without_the_secrets_that_reads_the_same(tmp
     assert (scrubbed.launches["start"] == original.launches["start"]).all()
 
 
+def test_scrub_of_a_kineto_trace_in_process(tmp_path, with_secrets):
+    # the same as the CLI's, called here (mutation runs see into it): the redacted JSON, gzipped
+    # as its name asks, every launch read back alike, the redactor's counts
+    from gemmscope.scrub import Redactor, scrub
+
+    redactor = Redactor.of_exports([with_secrets])
+    out = scrub(with_secrets, tmp_path / "scrubbed.json.gz", redactor)
+    assert out == tmp_path / "scrubbed.json.gz" and not list(tmp_path.glob("*partial*"))
+    text = gzip.open(out, "rt").read()
+    assert SECRET not in text and "someone@example.com" not in text and "[redacted]" in text
+    assert redactor.counts["hugging-face-token"] == 1
+    scrubbed, original = load_one(out), load_one(with_secrets)
+    assert scrubbed.launches["te_pass"].equals(original.launches["te_pass"])
+    assert (scrubbed.launches["start"] == original.launches["start"]).all()
+    plain = scrub(with_secrets, tmp_path / "scrubbed.json")  # no .gz: plain JSON
+    assert json.loads(plain.read_text())["traceEvents"] and SECRET not in plain.read_text()
+
+
 def test_report_and_bundle_of_a_kineto_trace(tmp_path, with_secrets):
     import zipfile
 
