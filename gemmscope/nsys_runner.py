@@ -34,7 +34,7 @@ _TRACE_FLAGS = ("--trace=cuda,nvtx", "--cuda-graph-trace=node")
 _COLLECT_FLAGS = ("--sample=none", "--cpuctxsw=none")
 # GPU memory events, only for captures whose report shows memory (the shape profiler's peak per
 # precision): nsys warns that tracking them may cost significant run time, and verify reads none.
-MEMORY_FLAGS = ("--cuda-memory-usage=true",)
+_MEMORY_FLAGS = ("--cuda-memory-usage=true",)
 
 
 def find_nsys() -> str | None:
@@ -193,14 +193,14 @@ def profile(command: list[str], report: Path, env: dict[str, str] | None = None,
     held in the result. The program's own exit status is returned for the caller to judge.
     `once_written` is called as soon as the report is written: at a window's end the program may
     still run for long, and work on the report (its export) need not wait for it. `memory_usage`
-    also records GPU memory events (MEMORY_FLAGS)."""
+    also records GPU memory events (_MEMORY_FLAGS)."""
     nsys = require_nsys()
     report = Path(report)
     report.parent.mkdir(parents=True, exist_ok=True)
     status_file = report.with_name(f".{report.stem}.exit-status")
     status_file.unlink(missing_ok=True)
     program = ["sh", "-c", _RECORD_EXIT_STATUS, "sh", str(status_file), *command]
-    trace_flags = [*_TRACE_FLAGS, *(MEMORY_FLAGS if memory_usage else ())]
+    trace_flags = [*_TRACE_FLAGS, *(_MEMORY_FLAGS if memory_usage else ())]
     try:
         if duration_s is None:
             # The program holds the streams until it ends, also when nsys returned at a range's

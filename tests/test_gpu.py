@@ -66,6 +66,11 @@ def test_small_profile_every_recipe_and_mode(tmp_path):
             assert g["status"] == "ok", g
             assert g["verdict"] == "OK", g
             assert g["gemm_launches"] == 5 and g["kernel_ms"] > 0
+    # the profile's nsys capture asks for GPU memory events (verify's does not): without them
+    # every peak would read 0
+    ran = {(g["mode"], g["precision"]) for g in results["gemms"] if g["status"] == "ok"}
+    peaks = {(m["mode"], m["precision"]): m["peak_mib"] for m in results["memory"]}
+    assert ran <= set(peaks) and any(peaks[key] != 0 for key in ran), peaks
     assert set(results["speedups"]) == {"autocast", "prequant"}
     if not blackwell:
         assert results["speedups"]["autocast"]["nvfp4"] is None
