@@ -62,7 +62,7 @@ class ProfileRun:
     device: dict
     plan: dict
     gemms: pd.DataFrame
-    memory: pd.DataFrame
+    memory: pd.DataFrame  # peak_mib per mode and recipe; NaN where none of its GEMMs ran
     # nsys version, schema and GPUs of the trace the run was derived from (None: made without nsys)
     trace_meta: dict | None = None
 
@@ -150,8 +150,13 @@ def _run_from(plan: dict, result_marks: list[str], device: dict, measured: dict,
         rows.append(row)
     if not rows:
         raise InputError("the run holds no gemmscope results: the workload stopped before its first GEMM")
-    return ProfileRun(device=device, plan=plan, gemms=with_speed_figures(pd.DataFrame(rows), device["name"]),
-                      memory=memory)
+    gemms = pd.DataFrame(rows)
+    if not memory.empty:  # a precision none of whose GEMMs ran has no peak: NaN, never 0
+        ok = gemms[gemms["status"] == "ok"]
+        ran = pd.MultiIndex.from_frame(memory[["mode", "precision"]]).isin(
+            pd.MultiIndex.from_frame(ok[["mode", "precision"]]))
+        memory = memory.assign(peak_mib=memory["peak_mib"].where(ran))
+    return ProfileRun(device=device, plan=plan, gemms=with_speed_figures(gemms, device["name"]), memory=memory)
 
 
 def with_speed_figures(gemms: pd.DataFrame, device_name: str) -> pd.DataFrame:
@@ -280,7 +285,9 @@ def _measured(trace: Trace) -> dict[str, dict]:
 
 def _memory_by_precision(trace: Trace) -> pd.DataFrame:
     """Peak GPU memory above the baseline while each (mode, precision) ran, from the trace's
-    memory events (the workload empties PyTorch's cache after every entry)."""
+    memory events (the workload empties PyTorch's cache after every entry). The baseline is the
+    memory live when the first entry starts, itself the lowest peak: an entry that only frees
+    what was allocated before it peaks at 0, never below."""
     mem = trace.memory[trace.memory["mem_kind"] == 2].sort_values("start")  # device memory
     live = mem["delta_bytes"].cumsum()
     spans = trace.nvtx[trace.nvtx["name"].fillna("").str.startswith((WARMUP_PREFIX, RESULT_PREFIX))]
@@ -293,7 +300,7 @@ def _memory_by_precision(trace: Trace) -> pd.DataFrame:
         inside = live[(mem["start"] >= t0) & (mem["start"] <= t1)]
         base = before.iat[-1] if len(before) else 0
         rows.append({"mode": mode, "precision": precision,
-                     "peak_mib": (inside.max() - base) / 2**20 if len(inside) else 0.0})
+                     "peak_mib": (max(inside.max(), base) - base) / 2**20 if len(inside) else 0.0})
     return pd.DataFrame(rows)
 
 

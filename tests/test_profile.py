@@ -257,6 +257,26 @@ def test_run_without_trace_says_so(run, gpu):
     assert g.loc[ran, "pct_of_peak"].notna().all() and g.loc[ran, "kernel_tflops"].isna().all()
 
 
+def test_memory_peak_is_never_below_the_entrys_baseline(run, gpu):
+    """An entry that frees more than it then allocates peaks at 0 above the memory live when it
+    started, never below; the other entries' peaks, each above its own baseline, stay as they were."""
+    trace = read_trace(gpu.run_dir / "trace.sqlite.xz")
+    names = trace.nvtx["name"].fillna("")
+    bf16_starts = trace.nvtx.loc[names.str.startswith((run_marks.WARMUP_PREFIX, run_marks.RESULT_PREFIX))
+                                 & names.str.contains("|precision=bf16|", regex=False)
+                                 & names.str.contains("|mode=autocast|", regex=False), "start"]
+    before = run.memory.set_index(["mode", "precision"])["peak_mib"]
+    assert before[("autocast", "bf16")] > 0
+    freed = int((before[("autocast", "bf16")] + 1) * 2**20)
+    device_memory = trace.memory[trace.memory["mem_kind"] == 2].iloc[:1]
+    free = device_memory.assign(start=bf16_starts.min(), bytes=freed, operation=1, delta_bytes=-freed)
+    trace.memory = pd.concat([trace.memory, free], ignore_index=True)
+    after = profile_run.analyze_run(trace).memory.set_index(["mode", "precision"])["peak_mib"]
+    assert after[("autocast", "bf16")] == 0
+    others = before.index != ("autocast", "bf16")
+    pd.testing.assert_series_equal(after[others], before[others])
+
+
 def test_label_round_trip_keeps_free_text_reason():
     fields = profile_run.parse_label("gemmscope.result|op=qkv|pass=fprop|precision=nvfp4|mode=autocast|m=1|k=2|n=3"
                                  "|iters=5|status=failed|reason=RuntimeError: a|b=c")

@@ -205,10 +205,7 @@ def profile_memory(run) -> pd.DataFrame:
     whose GEMMs ran: blank, never 0."""
     if run.memory.empty:  # a run made without nsys: no memory events
         return pd.DataFrame(columns=["mode", "precision", "peak_mib"])
-    ok = run.gemms[run.gemms["status"] == "ok"]
-    ran = pd.MultiIndex.from_frame(run.memory[["mode", "precision"]]).isin(
-        pd.MultiIndex.from_frame(ok[["mode", "precision"]]))
-    return run.memory.assign(peak_mib=run.memory["peak_mib"].where(ran))
+    return run.memory
 
 
 def profile_summary_tables(run) -> list[tuple[str, pd.DataFrame]]:
