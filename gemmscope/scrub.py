@@ -285,9 +285,9 @@ def _recorded(conn: sqlite3.Connection) -> tuple[list[str], list[str]]:
                           if v]
                 removed += values
                 names += values if pattern in _NAME_KEYS else []
-    for table, key, _value, pattern in _DELETE:
+    for table, key, column, pattern in _DELETE:
         if table in tables:
-            removed += [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,)) if v]
+            removed += [v for (v,) in conn.execute(f"SELECT {column} FROM {table} WHERE {key} LIKE ?", (pattern,)) if v]
     if "StringIds" in tables:
         removed += [value for (value,) in conn.execute("SELECT value FROM StringIds")
                     if value and _ENV_ASSIGNMENT.match(value)]
