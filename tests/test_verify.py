@@ -467,3 +467,80 @@ def test_causes_without_the_hook_say_no_record_inside_te_and_outside_te_outside(
     assert Counter(zip(gemms["verdict"], gemms["cause"].fillna("-"))) == {
         ("OK", "-"): 2 * 111, ("FALLBACK", "outside-te"): 111, ("FALLBACK", "no-record"): 111}
     assert set(gemms.loc[gemms["cause"] == "no-record", "origin"]) == {"te"}
+
+
+# --- the small rules check() is made of, called here so that a change to one fails here ----------
+
+def test_parse_expect_map_keeps_the_order_given_and_splits_at_the_last_equals_sign():
+    from gemmscope.verify import parse_expect_map
+
+    assert parse_expect_map(["FP8Block_*=fp8-block", "BF16_*=bf16", "step=1*=fp8-current"]) == (
+        ("FP8Block_*", "fp8-block"), ("BF16_*", "bf16"), ("step=1*", "fp8-current"))
+    assert parse_expect_map([]) == ()
+
+
+@pytest.mark.parametrize("item, message", [
+    ("FP8Block_*", "--expect-map 'FP8Block_*': give PATTERN=RECIPE, e.g. 'FP8Block_*=fp8-block'"),
+    ("=bf16", "--expect-map '=bf16': give PATTERN=RECIPE, e.g. 'FP8Block_*=fp8-block'"),
+    ("BF16_*=fp9", "--expect-map 'BF16_*=fp9': unknown recipe 'fp9': choose from " + ", ".join(RECIPES)),
+    ("BF16_*=", "--expect-map 'BF16_*=': unknown recipe '': choose from " + ", ".join(RECIPES)),
+])
+def test_parse_expect_map_refuses_an_item_without_pattern_or_known_recipe(item, message):
+    from gemmscope.verify import parse_expect_map
+
+    with pytest.raises(InputError) as raised:
+        parse_expect_map(["BF16_*=bf16", item])
+    assert str(raised.value) == message
+
+
+def test_layer_numbers_are_the_first_numbered_member_of_a_module_path():
+    import pandas as pd
+
+    from gemmscope.verify import layer_numbers
+
+    paths = pd.Series(["decoder.layers.3.mlp.linear_fc1", "model.layers.12.self_attn.q_proj", "3.self_attention.proj",
+                       "layers.7", "fc2.10.5", "h.1x.2", "block7.proj", "lm_head", None], index=range(10, 19))
+    numbers = layer_numbers(paths)
+    assert numbers.dtype == "Int64" and list(numbers.index) == list(range(10, 19))
+    assert numbers.tolist() == [3, 12, 3, 7, 10, 2, pd.NA, pd.NA, pd.NA]
+
+
+def test_module_labels_name_what_te_launched_without_a_module_apart_from_what_it_did_not():
+    import numpy as np
+    import pandas as pd
+
+    from gemmscope.verify import module_labels
+
+    te_module = pd.Series(["_Linear", None, None, "_LayerNormMLP"], index=[4, 5, 6, 7], dtype=object)
+    labels = module_labels(te_module, np.array([True, True, False, False]))
+    assert labels.to_dict() == {4: "_Linear", 5: "(TE, module unknown)", 6: "(outside TE)", 7: "_LayerNormMLP"}
+
+
+def test_first_pattern_is_the_position_of_the_first_matching_pattern_per_name():
+    import pandas as pd
+
+    from gemmscope.verify import first_pattern
+
+    names = pd.Series(["BF16_4096", "FP8Block_4096", "fp8block_1", "other", None], index=[9, 8, 7, 6, 5], dtype=object)
+    position = first_pattern(names, ["FP8*", "BF16_*", "*_4096", "o*"])
+    assert position.dtype == "Int64" and list(position.index) == [9, 8, 7, 6, 5]
+    # case-sensitive; a name two patterns match takes the first; None and a name none matches: NA
+    assert position.tolist() == [1, 0, pd.NA, 3, pd.NA]
+
+
+def test_sm_is_the_compute_capability_of_the_first_gpu_that_has_one(gpu_trace):
+    from dataclasses import replace
+
+    from gemmscope.verify import _sm
+
+    h200 = gpu_trace("te_linear_bf16")
+    assert _sm([h200]) == H200_SM
+
+    def with_gpus(*capabilities):
+        gpus = [{"id": i, "name": "GPU", "cc_major": major, "cc_minor": minor}
+                for i, (major, minor) in enumerate(capabilities)]
+        return replace(h200, meta=h200.meta | {"gpus": gpus})
+
+    assert _sm([with_gpus()]) is None
+    assert _sm([with_gpus((None, None)), with_gpus((10, 3), (9, 0))]) == 103
+    assert _sm([with_gpus((12, 1)), h200]) == 121
