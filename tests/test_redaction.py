@@ -61,6 +61,16 @@ def test_recorded_values_come_after_what_their_shape_says():
     assert redact.counts == {"email": 1, "user-or-host-name": 1}
 
 
+def test_summary_says_the_most_redacted_kind_first_and_ties_by_name():
+    """Counted by count, most first, whatever the order of the kinds' names or of their matches;
+    kinds redacted as often, by name."""
+    redact = Redactor()
+    redact("via gpu-7.example.net: mail a@example.com, ops@example.com, 10.0.0.7, 10.0.0.8 and 10.0.0.9 "
+           "from gpu-8.example.net")  # host name first seen, e-mail next, most IP addresses
+    assert redact.counts == {"ip-address": 3, "email": 2, "host-name": 2}
+    assert redact.summary() == "3 ip-address, 2 email, 2 host-name"
+
+
 def test_keep_leaves_what_the_user_names_and_does_not_count_it():
     text = "see docs.example.org and 10.0.0.1 from gpu-1.corp.example.com"
     redact = Redactor(keep=["*.example.org", "10.0.*"])
@@ -77,3 +87,21 @@ def test_public_sites_gemmscope_cites_stay():
     text = "https://www.nvidia.com/en-us/data-center/h100/ and https://json-schema.org/draft/2020-12/schema"
     assert Redactor()(text) == text
     assert Redactor()("jane@nvidia.com") == REDACTED
+
+
+def test_frame_redacts_text_labels_and_cells_and_leaves_the_rest():
+    """A table's text column names and text cells (object, string and categorical columns) are
+    redacted; a label or a cell that is not text (a pivot's numbered columns, counts) stays as it is."""
+    import pandas as pd
+
+    table = pd.DataFrame({"ops@example.com": ["a@example.com", None, 3], 7: [1, 2, 3],
+                          "host": pd.Categorical(["gpu-7.example.net", "x", "x"]),
+                          "note": pd.Series(["see 10.0.0.7", "ok", pd.NA], dtype="string")})
+    redact = Redactor()
+    out = redact.frame(table)
+    assert list(out.columns) == [REDACTED, 7, "host", "note"]
+    assert out[REDACTED].tolist() == [REDACTED, None, 3] and out[7].tolist() == [1, 2, 3]
+    assert out["host"].tolist() == [REDACTED, "x", "x"]
+    assert out["note"].tolist()[:2] == [f"see {REDACTED}", "ok"] and pd.isna(out["note"].iloc[2])
+    assert redact.counts == {"email": 2, "host-name": 1, "ip-address": 1}
+    assert table.columns[0] == "ops@example.com"  # the table given is left as it was
