@@ -123,6 +123,18 @@ def test_recorded_paths_are_redacted_where_they_appear_and_nowhere_else(cpu_expo
     assert any(value.endswith("/libc.so.6") and value.startswith("/") for value in after)
 
 
+def test_a_text_column_with_nothing_to_redact_does_not_end_its_tables_pass(cpu_export, tmp_path):
+    """Every text column of a table is redacted: META_DATA_CAPTURE's key column, which holds
+    nothing to redact, and then its value column beside it (a row nsys's removal list does not
+    name, with an e-mail address in its value)."""
+    with closing(sqlite3.connect(cpu_export)) as db:
+        assert [row[1] for row in db.execute("PRAGMA table_info(META_DATA_CAPTURE)")] == ["name", "value"]
+        db.execute("INSERT INTO META_DATA_CAPTURE (name, value) VALUES ('NOTE', 'mail ops@example.com')")
+        db.commit()
+    out = scrub(cpu_export, tmp_path / "scrubbed.sqlite")
+    assert query(out, "SELECT value FROM META_DATA_CAPTURE WHERE name = 'NOTE'") == [(f"mail {REDACTED}",)]
+
+
 def test_cpu_export_keeps_what_gemmscope_reads(cpu_export, tmp_path):
     out = scrub(cpu_export, tmp_path / "scrubbed.sqlite")
     assert_same_analysis(cpu_export, out)
