@@ -3,6 +3,7 @@ everything gemmscope reads left as it was."""
 
 import hashlib
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -133,6 +134,28 @@ def test_a_text_column_with_nothing_to_redact_does_not_end_its_tables_pass(cpu_e
         db.commit()
     out = scrub(cpu_export, tmp_path / "scrubbed.sqlite")
     assert query(out, "SELECT value FROM META_DATA_CAPTURE WHERE name = 'NOTE'") == [(f"mail {REDACTED}",)]
+
+
+@pytest.mark.parametrize("which", ["fresh capture", "nvtx_edge_cases"])
+def test_each_record_of_nsys_removed_is_counted_once(which, fresh_cpu_export, cpu_export, tmp_path):
+    """The redactor's `nsys-record` count is what the scrubbed copy shows gone: the rows deleted
+    (the environment variables) and the values now wholly replaced (command line, folders, host
+    and user names, the environment nsys kept among its strings), counted from the two files."""
+    source = fresh_cpu_export if which == "fresh capture" else cpu_export
+    redactor = Redactor.of_exports([source])
+    out = scrub(source, tmp_path / "scrubbed.sqlite", redactor)
+    meta_tables = ("META_DATA_CAPTURE", "META_DATA_EXPORT", "TARGET_INFO_SYSTEM_ENV")
+    deleted = sum(query(source, f"SELECT COUNT(*) FROM {t}")[0][0] - query(out, f"SELECT COUNT(*) FROM {t}")[0][0]
+                  for t in meta_tables)
+    replaced = sum(query(path, f"SELECT COUNT(*) FROM {t} WHERE value = '{REDACTED}'")[0][0] * sign
+                   for t in meta_tables for path, sign in ((out, 1), (source, -1)))
+    # among the strings, the environments (NAME=value...); a string that is a recorded folder's
+    # path is wholly replaced too, counted as that
+    environments = {i for i, value in query(source, "SELECT id, value FROM StringIds")
+                    if value and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", value)}
+    strings_replaced = {i for (i,) in query(out, f"SELECT id FROM StringIds WHERE value = '{REDACTED}'")}
+    assert deleted > 0 and replaced > 0 and environments and environments <= strings_replaced
+    assert redactor.counts["nsys-record"] == deleted + replaced + len(environments)
 
 
 def test_cpu_export_keeps_what_gemmscope_reads(cpu_export, tmp_path):
