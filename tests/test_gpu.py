@@ -71,6 +71,8 @@ def test_small_profile_every_recipe_and_mode(tmp_path):
     ran = {(g["mode"], g["precision"]) for g in results["gemms"] if g["status"] == "ok"}
     peaks = {(m["mode"], m["precision"]): m["peak_mib"] for m in results["memory"]}
     assert ran <= set(peaks) and any(peaks[key] != 0 for key in ran), peaks
+    # a peak is above the memory live when its entry started, never below; a recipe that raised has none
+    assert all(peaks[key] >= 0 for key in ran) and all(peaks[key] is None for key in set(peaks) - ran), peaks
     assert set(results["speedups"]) == {"autocast", "prequant"}
     if not blackwell:
         assert results["speedups"]["autocast"]["nvfp4"] is None
