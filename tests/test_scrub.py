@@ -331,6 +331,24 @@ def test_redactor_of_an_export_learns_its_secret_variables_names_and_command_lin
         "[redacted] on [redacted]: [redacted] [redacted] [redacted] [redacted] [redacted] false")
     # every path of every removed value, not only the last value's
     assert redact("/data/proj-x/ckpt.pt") == "[redacted]/ckpt.pt"
+    # the command and its script were recorded too, but are neither secrets nor names: they stay
+    assert redact("python train.py") == "python train.py"
+
+
+def test_command_lines_of_several_processes_in_process_and_argument_order(tmp_path):
+    """Each process's argv in the order of its process number and then its argument numbers (as
+    numbers: 10 after 2), COMMAND first; an empty or missing argument is an empty string."""
+    path = _export_with_records(tmp_path / "made.sqlite")
+    with closing(sqlite3.connect(path)) as conn:
+        conn.executemany("INSERT INTO META_DATA_CAPTURE VALUES (?, ?)", [
+            ("PROCESS_10:ARGUMENT_0", "worker.py"), ("PROCESS_10:COMMAND", "python3"),
+            ("PROCESS_2:COMMAND", "torchrun"), ("PROCESS_2:WORKING_DIR", "/data/proj-x"),
+            *[(f"PROCESS_2:ARGUMENT_{i}", f"a{i}") for i in (10, 2, 1, 0)],
+            ("PROCESS_2:ARGUMENT_3", ""), ("PROCESS_2:ARGUMENT_4", None)])
+        assert command_lines(conn) == [
+            ["python", "train.py", "--secret", "opensesame", "--auth-token=letmein99"],
+            ["torchrun", "a0", "a1", "a2", "", "", "a10"],
+            ["python3", "worker.py"]]
 
 
 def test_redactor_of_torch_traces_and_an_export_learns_from_each(tmp_path):
