@@ -544,3 +544,39 @@ def test_sm_is_the_compute_capability_of_the_first_gpu_that_has_one(gpu_trace):
     assert _sm([with_gpus()]) is None
     assert _sm([with_gpus((None, None)), with_gpus((10, 3), (9, 0))]) == 103
     assert _sm([with_gpus((12, 1)), h200]) == 121
+
+
+def test_autotuning_is_told_per_thread_and_a_program_kernel_ends_a_run_of_candidates(gpu_sqlite, tmp_path):
+    """On each thread, in launch order: a candidate only the autotuner launches is the
+    autotuner's, and so is a GEMM launched between two candidates with no kernel of the compiled
+    program between them. A GEMM another thread launched meanwhile, one after a program kernel,
+    and one after the last candidate are the program's. Kernels whose launch call the trace
+    missed are ordered by their own start, apart from every thread."""
+    from gemmscope.attribution import launches
+    from gemmscope.verify import autotuning_launches
+
+    from nsys_export import BF16_GEMM, HandBuiltExport
+
+    main, worker = 1000, 1001
+    trace = HandBuiltExport(tmp_path / "autotune.sqlite", gpu_sqlite("te_linear_bf16"))
+    trace.thread(main, main, "python")
+    trace.thread(main, worker, "worker")
+    at = {"candidate 1": (main, 1000, "triton_mm"), "tuned GEMM": (main, 2000, BF16_GEMM),
+          "other thread's GEMM": (worker, 2500, BF16_GEMM), "other thread's candidate": (worker, 2700, "triton_mm"),
+          "candidate 2": (main, 3000, "triton_bmm"),
+          "other thread's program": (worker, 3500, "triton_poi_fused_mul_1"),
+          "program kernel": (main, 4000, "triton_poi_fused_add_0"), "GEMM after the program": (main, 5000, BF16_GEMM),
+          "candidate 3": (main, 6000, "triton_mm"), "GEMM after the candidates": (main, 7000, BF16_GEMM)}
+    for tid, start, name in at.values():
+        trace.launch(main, tid, start, start + 50, kernel=name, kernel_ns=100)
+    uncalled = {"uncalled candidate 1": (20_000, "triton_mm"), "uncalled GEMM": (21_000, BF16_GEMM),
+                "uncalled candidate 2": (22_000, "triton_bmm")}
+    for start, name in uncalled.values():
+        trace.launch(main, main, start, start + 50, kernel=name, kernel_ns=100, call=False)
+    frame = launches(read_trace(trace.close()))
+    labels = list(at) + list(uncalled)  # the launches in start order
+    assert frame["name"].tolist() == [name for *_, name in [*at.values(), *uncalled.values()]]
+    tuned = dict(zip(labels, autotuning_launches(frame)))
+    assert [label for label, is_tuning in tuned.items() if is_tuning] == [
+        "candidate 1", "tuned GEMM", "other thread's candidate", "candidate 2", "candidate 3",
+        "uncalled candidate 1", "uncalled GEMM", "uncalled candidate 2"]
