@@ -580,3 +580,50 @@ def test_autotuning_is_told_per_thread_and_a_program_kernel_ends_a_run_of_candid
     assert [label for label, is_tuning in tuned.items() if is_tuning] == [
         "candidate 1", "tuned GEMM", "other thread's candidate", "candidate 2", "candidate 3",
         "uncalled candidate 1", "uncalled GEMM", "uncalled candidate 2"]
+
+
+GROUP_KEYS = ["layer", "module", "pass", "kernel", "precision"]
+GROUP_FIGURES = ["launches", "ranks", "time_ns"]
+
+
+@pytest.mark.parametrize("name, expect, checked_keys, ranks", [
+    # one process without the hook's rank mark: no rank named
+    ("train_mixed", None, ["expected", "requested", "verdict", "cause", "allowed"], 0),
+    ("gemm_bench_4096", "fp8-current", ["expected", "requested", "verdict", "cause", "allowed"], 0),
+    ("fsdp_fp8_2gpu_plain", None, ["requested"], 2),  # both ranks ran every GEMM
+    ("megatron_gpt_fp8-delayed", None, ["expected", "requested", "verdict", "cause", "allowed"], 1),
+])
+def test_group_per_layer_module_pass_and_kernel(name, expect, checked_keys, ranks, gpu_xz):
+    """One row per layer x module x pass x kernel (and what it was checked against, where it
+    was), in the order the GEMMs ran, a GEMM without a layer kept: its launches, how many ranks
+    ran it and its kernel time, counted here from the rows."""
+    import pandas as pd
+
+    from gemmscope.verify import group
+
+    path = CORPUS / f"{name}.sqlite.xz" if (CORPUS / f"{name}.sqlite.xz").exists() else gpu_xz(name)
+    gemms = check([read_trace(path)], expect).gemms
+    groups = group(gemms)
+    assert list(groups.columns) == GROUP_KEYS + checked_keys + GROUP_FIGURES
+
+    def named(value) -> object:
+        return "-" if value is None or (not isinstance(value, str) and pd.isna(value)) else value
+
+    columns = ["layer", "module", "te_pass", "name", "precision", *checked_keys]
+    keys = [tuple(map(named, key)) for key in zip(*(gemms[c] for c in columns))]
+    assert [tuple(map(named, key)) for key in zip(*(groups[c] for c in GROUP_KEYS + checked_keys))] == (
+        _first_seen(keys))
+    assert groups["launches"].sum() == len(gemms) and groups["time_ns"].sum() == gemms["duration_ns"].sum()
+    for position, key in enumerate(_first_seen(keys)):
+        mine = [i for i, k in enumerate(keys) if k == key]
+        row = groups.iloc[position]
+        assert row["launches"] == len(mine)
+        assert row["ranks"] == len({gemms["rank"].iloc[i] for i in mine if pd.notna(gemms["rank"].iloc[i])})
+        assert row["time_ns"] == sum(int(gemms["duration_ns"].iloc[i]) for i in mine)
+    assert (groups["ranks"] == ranks).all()
+    if name == "train_mixed":  # no GEMM there has a layer: each still has its row
+        assert groups["layer"].isna().all()
+    if name == "megatron_gpt_fp8-delayed":  # module paths: each linear of each layer apart
+        assert groups["layer"].nunique() > 2
+    empty = group(gemms.iloc[0:0])
+    assert empty.empty and list(empty.columns) == GROUP_KEYS + checked_keys + GROUP_FIGURES
