@@ -219,6 +219,11 @@ def test_scrub_of_a_kineto_trace_in_process(tmp_path, with_secrets):
     assert (scrubbed.launches["start"] == original.launches["start"]).all()
     plain = scrub(with_secrets, tmp_path / "scrubbed.json")  # no .gz: plain JSON
     assert json.loads(plain.read_text())["traceEvents"] and SECRET not in plain.read_text()
+    # a trace already read (as bundle and report hand it over) is scrubbed from its own file
+    read = read_trace(with_secrets)
+    assert read.sqlite is None
+    again = scrub(read, tmp_path / "read.json")
+    assert json.loads(again.read_text()) == json.loads(plain.read_text())
 
 
 def test_report_and_bundle_of_a_kineto_trace(tmp_path, with_secrets):

@@ -182,7 +182,7 @@ def test_xz_input(gpu_xz, tmp_path):
 
 def test_output_must_differ_from_input(cpu_export):
     digest = sha256(cpu_export)
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match="^scrub writes a new file: give an output path other than the input$"):
         scrub(cpu_export, cpu_export)
     with pytest.raises(InputError):  # the same file spelled another way
         scrub(cpu_export, cpu_export.parent / ".." / "in" / cpu_export.name)
