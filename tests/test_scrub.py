@@ -2,6 +2,7 @@
 everything gemmscope reads left as it was."""
 
 import hashlib
+import lzma
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import gemmscope
+from gemmscope import scratch
 from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.scrub import REDACTED, Redactor, command_lines, scrub
@@ -226,8 +228,14 @@ def test_scrub_refuses_to_overwrite_a_compressed_input_and_missing_folders(tmp_p
     with pytest.raises(InputError, match="is a folder"):
         scrub(source, tmp_path)
     assert source.read_bytes() == before
+    work_folders = set(scratch.folder().iterdir())  # the scratch folder's entries so far
     out = scrub(source, tmp_path / "out.sqlite.xz")  # .xz output is compressed
     assert read_trace(out).kernels.equals(read_trace(source).kernels)
+    # at xz's tightest preset, as the committed traces are (xz is deterministic: the same bytes)
+    assert lzma.compress(lzma.decompress(out.read_bytes()), preset=9) == out.read_bytes()
+    # the unredacted work copy (a folder of its own) is gone once scrub returns, not only when
+    # the process exits (a decompressed input may stay, a file, for the process to read again)
+    assert not [p for p in set(scratch.folder().iterdir()) - work_folders if p.is_dir()]
 
 
 def test_damaged_export_is_one_clear_error(tmp_path):
