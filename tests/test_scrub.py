@@ -376,3 +376,26 @@ def test_a_recorded_secret_is_taken_whole_and_each_redaction_counted():
     assert redact("mail a@example.org and b@example.org") == "mail [redacted] and [redacted]"
     assert redact.counts == {"recorded-secret": 1, "email": 2}
     assert redact.summary() == "2 email, 1 recorded-secret"
+
+
+def test_this_machines_names_are_its_user_and_its_host_whole_and_first_label(monkeypatch):
+    """What Redactor.of_exports adds of the machine that writes what is shared: the user name,
+    the host name whole and its first label; a uid without a name (a container's) adds none, and
+    names shorter than 3 characters are left (common words, parts of other names)."""
+    import getpass
+    import socket
+
+    from gemmscope.scrub import _local_names
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpu-node-7.cluster.example.org")
+    monkeypatch.setattr(getpass, "getuser", lambda: "jane")
+    assert _local_names() == ["jane", "gpu-node-7.cluster.example.org", "gpu-node-7"]
+
+    def no_name_for_this_uid() -> str:
+        raise KeyError("getpwuid(): uid not found: 1234")
+
+    monkeypatch.setattr(getpass, "getuser", no_name_for_this_uid)
+    monkeypatch.setattr(socket, "gethostname", lambda: "vm")
+    assert _local_names() == []
+    monkeypatch.setattr(socket, "gethostname", lambda: "dgx")
+    assert _local_names() == ["dgx", "dgx"]
