@@ -627,3 +627,14 @@ def test_group_per_layer_module_pass_and_kernel(name, expect, checked_keys, rank
         assert groups["layer"].nunique() > 2
     empty = group(gemms.iloc[0:0])
     assert empty.empty and list(empty.columns) == GROUP_KEYS + checked_keys + GROUP_FIGURES
+
+
+def test_expected_recipes_are_the_mapped_ones_in_the_order_given_then_the_run_s():
+    """What a report says was asked ("nothing ran at …", "GEMMs ran at …"): each recipe once, the
+    --expect-map ones first, in the order given, then --expect's."""
+    trace = read_trace(CORPUS / "gemm_bench_4096.sqlite.xz")
+    mapped = (("FP8Block_*", "fp8-block"), ("BF16_*", "bf16"), ("FP8Current_*", "fp8-current"))
+    assert check([trace], "fp8-current", expect_map=mapped).expected_recipes == ["fp8-block", "bf16", "fp8-current"]
+    assert check([trace], "fp8-delayed", expect_map=mapped[:2]).expected_recipes == [
+        "fp8-block", "bf16", "fp8-delayed"]
+    assert check([trace], None, expect_map=mapped[1:2]).expected_recipes == ["bf16"]
