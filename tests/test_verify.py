@@ -1,6 +1,7 @@
 """verify: a verdict per GEMM launch of the real H200 traces, against what each workload asked for
 (tests/fixtures/gpu/*.expected.json and workloads.py / train_small_te.py)."""
 
+import dataclasses
 import lzma
 import sqlite3
 from collections import Counter
@@ -638,3 +639,82 @@ def test_expected_recipes_are_the_mapped_ones_in_the_order_given_then_the_run_s(
     assert check([trace], "fp8-delayed", expect_map=mapped[:2]).expected_recipes == [
         "fp8-block", "bf16", "fp8-delayed"]
     assert check([trace], None, expect_map=mapped[1:2]).expected_recipes == ["bf16"]
+
+
+# --- check() itself: what it reports besides the verdicts -----------------------------------------
+
+def test_check_lists_traces_it_could_not_read_and_processes_that_launched_nothing(gpu_trace):
+    """Traces loaded elsewhere (workers) are checked with the others: one whose process ran
+    CUDA and launched no kernel is listed apart and fails nothing; one that could not be read,
+    or holds no kernel because CUDA was not traced, is unreadable and fails the check; each
+    named with the rank its file name gives. With no trace usable, the first one's reason is the
+    error: NoGpuKernels where none holds a kernel (cuda_traced only if every one traced CUDA)."""
+    from gemmscope.attribution import LoadedTrace, attribute
+    from gemmscope.errors import NoGpuKernels
+
+    launched_nothing = LoadedTrace(Path("run/rank3.sqlite"), error="rank3.sqlite ran no GPU kernel", no_kernels=True,
+                                   cuda_traced=True)
+    cuda_not_traced = LoadedTrace(Path("run/trace_rank_2.sqlite"), error="trace_rank_2.sqlite holds no GPU kernels",
+                                  no_kernels=True)
+    damaged = LoadedTrace(Path("run/rank-5.sqlite"), error="rank-5.sqlite: not an Nsight Systems export")
+    bf16 = gpu_trace("te_linear_bf16")
+    result = check([attribute(bf16), launched_nothing, cuda_not_traced, damaged], "bf16")
+    assert result.without_kernels == [{"trace": "rank3.sqlite", "rank": 3}]
+    assert result.unreadable == [
+        {"trace": "trace_rank_2.sqlite", "rank": 2, "error": "trace_rank_2.sqlite holds no GPU kernels"},
+        {"trace": "rank-5.sqlite", "rank": 5, "error": "rank-5.sqlite: not an Nsight Systems export"}]
+    assert len(result.gemms) == len(check(bf16, "bf16").gemms) > 0 and result.failed
+    assert not check([attribute(bf16), launched_nothing], "bf16").failed
+
+    with pytest.raises(NoGpuKernels) as raised:
+        check([launched_nothing, dataclasses.replace(launched_nothing, error="another one")])
+    assert str(raised.value) == "rank3.sqlite ran no GPU kernel" and raised.value.cuda_traced is True
+    with pytest.raises(NoGpuKernels) as raised:
+        check([cuda_not_traced, launched_nothing])
+    assert str(raised.value) == "trace_rank_2.sqlite holds no GPU kernels" and raised.value.cuda_traced is False
+    with pytest.raises(InputError) as raised:
+        check([damaged, launched_nothing])
+    assert type(raised.value) is InputError and str(raised.value) == "rank-5.sqlite: not an Nsight Systems export"
+    with pytest.raises(InputError) as raised:
+        check([])
+    assert str(raised.value) == "no trace to check"
+
+
+def test_check_of_several_traces_keeps_each_one_s_ranges_and_memory_operations():
+    """Three traces checked together: each GEMM keeps the NVTX ranges it had when its trace was
+    checked alone, and each memcpy/memset its trace's name and its process's rank (the hook's
+    mark in the FSDP ranks; the third file, without one, ranked by its place)."""
+    paths = [CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz", CORPUS / "fsdp_fp8_2gpu_rank1.sqlite.xz",
+             Path(__file__).parent / "fixtures" / "gpu" / "te_linear_bf16.sqlite.xz"]
+    together = check([read_trace(p) for p in paths])
+    for rank, path in enumerate(paths):
+        alone = check([read_trace(path)])
+        mine = together.gemms[together.gemms["trace"] == path.name]
+        assert len(mine) == len(alone.gemms) and set(mine["rank"]) == {rank}
+        assert together.ranges.lists(mine["kernel_row"].to_numpy()) == alone.ranges.lists(
+            alone.gemms["kernel_row"].to_numpy())
+        memops = together.memops[together.memops["trace"] == path.name]
+        assert len(memops) == len(alone.memops) > 0 and memops["rank"].tolist() == [rank] * len(memops)
+    assert together.memops["rank"].dtype == "Int64" and len(together.memops) == sum(
+        (together.memops["trace"] == p.name).sum() for p in paths)
+
+
+def test_outside_every_mapped_range_a_gemm_is_checked_against_expect_and_is_no_coverage():
+    """--expect-map with --expect: a GEMM in a mapped range against that range's recipe, one
+    outside every mapped range against --expect; under --expect nothing is coverage, even when
+    --expect is BF16 (a GEMM asked something else is checked, not listed as high precision); the
+    per-module summary counts verdicts against the run's recipe."""
+    trace = read_trace(CORPUS / "gemm_bench_4096.sqlite.xz")
+    result = check([trace], "fp8-current", expect_map=(("BF16_*", "bf16"),))
+    inside = result.gemms["expect_range"].notna()
+    assert inside.any() and (~inside).any()
+    assert set(result.gemms.loc[inside, "expected"]) == {"bf16"}
+    assert set(result.gemms.loc[~inside, "expected"]) == {"fp8-current"} and result.gemms["verdict"].notna().all()
+    assert list(result.summary.columns) == SUMMARY_COLUMNS + VERDICT_COUNT_COLUMNS
+    high = check([trace], "bf16", expect_map=(("FP8Block_*", "fp8-block"),))
+    assert set(high.gemms.loc[high.gemms["expect_range"].isna(), "expected"]) == {"bf16"}
+    assert high.coverage.empty and not high.gemms["asked_high"].any()
+    # the same of GEMMs whose requests the hook recorded (Megatron keeping its first and last layers in BF16)
+    hooked = check([read_trace(CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz")], "bf16")
+    assert hooked.gemms["requested"].notna().all() and hooked.coverage.empty
+    assert not check([read_trace(CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz")]).coverage.empty
