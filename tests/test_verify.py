@@ -718,3 +718,68 @@ def test_outside_every_mapped_range_a_gemm_is_checked_against_expect_and_is_no_c
     hooked = check([read_trace(CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz")], "bf16")
     assert hooked.gemms["requested"].notna().all() and hooked.coverage.empty
     assert not check([read_trace(CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz")]).coverage.empty
+
+
+RANGE_COLUMNS = ["pattern", "range", "expected", "instances", "gemms", "gemm_time_ns", "expected_time_share",
+                 "fallbacks", "unknown", "nested", "verdict"]
+
+
+def _ranges_checked_by_hand(gemms, result, expect_map) -> list[dict]:
+    """ranges_checked's table, counted here from the GEMM rows, the trace's NVTX rows (marks are
+    no ranges) and the ranges attribution found around each GEMM."""
+    import fnmatch
+    import math
+
+    names = Counter(name for t in result.traces for name in t.nvtx.loc[t.nvtx["kind"] != "mark", "name"].dropna())
+    claimed_by = {name: next((i for i, (p, _) in enumerate(expect_map) if fnmatch.fnmatchcase(name, p)), None)
+                  for name in names}
+    mapped = gemms[gemms["expect_range"].notna()]
+    around = dict(zip(mapped.index, result.ranges.lists(mapped["kernel_row"].to_numpy())))
+    rows = []
+    for position, (pattern, recipe) in enumerate(expect_map):
+        found = sorted(name for name, at in claimed_by.items() if at == position)
+        if not found:
+            rows.append({"pattern": pattern, "range": None, "expected": recipe, "instances": 0, "gemms": 0,
+                         "gemm_time_ns": 0, "expected_time_share": None, "fallbacks": 0, "unknown": 0, "nested": 0,
+                         "verdict": "NOT FOUND"})
+        for name in found:
+            mine = mapped[mapped["expect_range"] == name]
+            time = int(mine["duration_ns"].sum())
+            ok_time = int(mine.loc[mine["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "duration_ns"].sum())
+            fallbacks = int(((mine["verdict"] == "FALLBACK") & ~mine["allowed"]).sum())
+            nested = sum(name in around[i] and mapped.at[i, "expect_range"] != name for i in mapped.index)
+            verdict = ("NO GEMM" if not len(mine) and not nested else "NESTED" if not len(mine)
+                       else "FALLBACK" if fallbacks else "OK")
+            rows.append({"pattern": pattern, "range": name, "expected": recipe, "instances": names[name],
+                         "gemms": len(mine), "gemm_time_ns": time,
+                         "expected_time_share": ok_time / time if len(mine) else None, "fallbacks": fallbacks,
+                         "unknown": int((mine["verdict"] == "UNKNOWN").sum()), "nested": nested, "verdict": verdict})
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()} for row in rows]
+
+
+def test_ranges_checked_per_mapped_range_counted_from_the_rows():
+    """TE's GEMM benchmark with the hook, mapped so that every verdict of a range shows: TE's
+    per-GEMM C range claims the TE GEMMs (the recipe ranges around them are NESTED), BF16's
+    torch GEMMs fall back against FP8 (one of them not allowed), a pattern names only one of the
+    hook's marks (a mark is no range: NOT FOUND), another nothing; some GEMMs marked unknown or
+    expected substitutions; then BF16's range with one GEMM left. Every cell as counted by hand."""
+    from gemmscope.verify import ranges_checked
+
+    expect_map = (("nvte_cublas_gemm_v2", "fp8-current"), ("FP8Block_*", "fp8-block"), ("BF16_*", "fp8-current"),
+                  ("FP8*", "fp8-current"), ("gemmscope.software*", "bf16"), ("Nope_*", "mxfp8"))
+    result = check([read_trace(CORPUS / "gemm_bench_4096_hook.sqlite.xz")], None, expect_map=expect_map)
+    gemms = result.gemms.copy()
+    in_te = gemms.index[gemms["expect_range"] == "nvte_cublas_gemm_v2"]
+    gemms.loc[in_te[gemms.loc[in_te, "verdict"] == "OK"][:2], "verdict"] = "UNKNOWN"
+    gemms.loc[in_te[gemms.loc[in_te, "verdict"] == "OK"][:3], "verdict"] = "EXPECTED-SUBSTITUTION"
+    bf16 = gemms.index[gemms["expect_range"] == "BF16_4096x4096x4096"]
+    gemms.loc[bf16[1:], "allowed"] = True  # one fallback left that fails
+    for case in (gemms, gemms.drop(bf16[1:])):
+        table = ranges_checked(case, result.ranges, result.traces, expect_map)
+        assert list(table.columns) == RANGE_COLUMNS and list(table.index) == list(range(len(table)))
+        assert all(table[c].dtype == "int64" for c in ("instances", "gemms", "gemm_time_ns", "fallbacks", "unknown",
+                                                        "nested"))
+        assert table.astype(object).where(table.notna(), None).to_dict("records") == _ranges_checked_by_hand(
+            case, result, expect_map)
+    assert list(table["verdict"]) == ["FALLBACK", "NESTED", "FALLBACK", "NESTED", "NESTED", "NOT FOUND", "NOT FOUND"]
+    assert table.loc[2, "gemms"] == table.loc[2, "fallbacks"] == 1 and table.loc[2, "expected_time_share"] == 0
