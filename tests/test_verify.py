@@ -551,7 +551,7 @@ def test_autotuning_is_told_per_thread_and_a_program_kernel_ends_a_run_of_candid
     """On each thread, in launch order: a candidate only the autotuner launches is the
     autotuner's, and so is a GEMM launched between two candidates with no kernel of the compiled
     program between them. A GEMM another thread launched meanwhile, one after a program kernel,
-    and one after the last candidate are the program's. Kernels whose launch call the trace
+    one before the first candidate and one after the last are the program's. Kernels whose launch call the trace
     missed are ordered by their own start, apart from every thread."""
     from gemmscope.attribution import launches
     from gemmscope.verify import autotuning_launches
@@ -562,7 +562,8 @@ def test_autotuning_is_told_per_thread_and_a_program_kernel_ends_a_run_of_candid
     trace = HandBuiltExport(tmp_path / "autotune.sqlite", gpu_sqlite("te_linear_bf16"))
     trace.thread(main, main, "python")
     trace.thread(main, worker, "worker")
-    at = {"candidate 1": (main, 1000, "triton_mm"), "tuned GEMM": (main, 2000, BF16_GEMM),
+    at = {"GEMM before the candidates": (main, 500, BF16_GEMM),
+          "candidate 1": (main, 1000, "triton_mm"), "tuned GEMM": (main, 2000, BF16_GEMM),
           "other thread's GEMM": (worker, 2500, BF16_GEMM), "other thread's candidate": (worker, 2700, "triton_mm"),
           "candidate 2": (main, 3000, "triton_bmm"),
           "other thread's program": (worker, 3500, "triton_poi_fused_mul_1"),
