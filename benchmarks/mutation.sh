@@ -31,28 +31,19 @@ export NSYS=${NSYS:-/opt/nsys-cpu/target-linux-x64/nsys}
 functions=("$@")
 if [ ${#functions[@]} -eq 0 ]; then
   functions=(
-    # attribution, all of it: which NVTX ranges enclose a launch, their nesting, the innermost one
-    # a pattern names (--expect-map, --allow), each process's rank, the launches frame and what
-    # the ranges say of each launch (module, name, pass and its source, shapes)
+    # every function mutmut mutates in the four modules a verdict rests on (not the decorated ones:
+    # kernels.decode, Verification's properties; benchmarks/named_mutations.py changes those):
+    # attribution: which NVTX ranges enclose a launch, their nesting, the innermost one a pattern
+    # names (--expect-map, --allow), each process's rank, the launches frame and what the ranges
+    # say of each launch (module, name, pass and its source, shapes)
     'gemmscope.attribution.*'
-    # verify: a trace's rank (mark, GPU, file name), what a run asked for, the verdict, cause and
-    # --allow per GEMM, the per-module summary and the rank comparison
-    'gemmscope.verify.x__fill_ranks__*' 'gemmscope.verify.x__rank_in_name__*' 'gemmscope.verify.x__rank_by_gpu__*'
-    'gemmscope.verify.x_recorded_recipes__*' 'gemmscope.verify.x_resolve_expected__*'
-    'gemmscope.verify.x_verdict__*' 'gemmscope.verify.x__judge__*' 'gemmscope.verify.x__causes__*'
-    'gemmscope.verify.x_allowed__*' 'gemmscope.verify.x_launched_by_te__*'
-    'gemmscope.verify.x_summarize__*' 'gemmscope.verify.x_compare_ranks__*'
-    # kernels: how a name's operand types and scales make a precision, per naming scheme, and its arch
-    'gemmscope.kernels.x__precision__*' 'gemmscope.kernels.x__scale_mode__*' 'gemmscope.kernels.x__nvjet_operands__*'
-    'gemmscope.kernels.x__xmma_operands__*' 'gemmscope.kernels.x__cublas_legacy_operands__*'
-    'gemmscope.kernels.x__cutlass2_operands__*' 'gemmscope.kernels.x__cutlass3_operand__*'
-    'gemmscope.kernels.x__cutlass3_operands__*' 'gemmscope.kernels.x__cute_atom_operands__*'
-    'gemmscope.kernels.x__template_operands__*' 'gemmscope.kernels.x__arch__*'
-    'gemmscope.kernels.x_is_autotune_candidate__*'
-    # scrub: what the redactor takes out, and what it learns from a trace's records
-    'gemmscope.scrub.xǁRedactorǁ__init____*' 'gemmscope.scrub.xǁRedactorǁ__call____*'
-    'gemmscope.scrub.xǁRedactorǁ_replace__*' 'gemmscope.scrub.xǁRedactorǁof_exports__*'
-    'gemmscope.scrub.x__alternation__*'
+    # verify: what a run asked for, the verdict, cause and --allow per GEMM, ranks (mark, GPU, file
+    # name), autotuning launches, the mapped ranges' table, the per-module, group and rank tables
+    'gemmscope.verify.*'
+    # kernels: how a name's operand types and scales make a precision, per naming scheme, its arch
+    'gemmscope.kernels.*'
+    # scrub: what the redactor takes out and learns from a trace's records, the scrubbed copy
+    'gemmscope.scrub.*'
   )
 fi
 stamp() {
