@@ -11,7 +11,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -21,9 +20,6 @@ from gemmscope import scratch
 from gemmscope.attribution import LoadedTrace, attribute
 from gemmscope.errors import ExitCode, InputError
 from gemmscope.traces.read import read_trace
-
-# How long a broken pool waits for this process's own Ctrl-C before it reports a lost worker.
-_INTERRUPT_GRACE_S = 0.5
 
 
 def load_one(path: Path, threads: int = 2) -> LoadedTrace:
@@ -63,34 +59,25 @@ def load(paths: Sequence[Path], workers: int | None = None, scheduler: str | Non
         loaded = [future.result() for future in futures]
     except BrokenProcessPool:  # a worker was killed (out of memory, a signal): say so, in one line
         pool.shutdown(wait=False, cancel_futures=True)
-        # A Ctrl-C reaches the workers and this process together, and a worker it ends can break
-        # the pool before this process's own KeyboardInterrupt is raised: a moment's wait lets that
-        # arrive (out of the sleep), so that an interrupt is reported as one, not as a lost worker.
-        try:
-            time.sleep(_INTERRUPT_GRACE_S)
-        except KeyboardInterrupt:
-            _end_workers(pool)
-            raise
         raise InputError("a process reading the traces was stopped before it finished "
                          "(out of memory? try --workers 1)") from None
     except KeyboardInterrupt:
-        _end_workers(pool)
+        # The workers are ended, not waited for: one the Ctrl-C ended while it was sending its
+        # result leaves the pool's thread waiting for the rest of it forever (the CLI exits
+        # without joining it), and one started after the Ctrl-C never got it.
+        for worker in multiprocessing.active_children():
+            worker.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
     return loaded
 
 
-def _end_workers(pool: ProcessPoolExecutor) -> None:
-    """After a Ctrl-C the workers are ended, not waited for: one the Ctrl-C ended while it was
-    sending its result leaves the pool's thread waiting for the rest of it forever (the CLI exits
-    without joining it), and one started after the Ctrl-C never got it."""
-    for worker in multiprocessing.active_children():
-        worker.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
-
-
 def _start_worker(scratch_folder: Path) -> None:
     """A worker process: the parent's scratch folder (which the parent removes), and Ctrl-C ends
-    it at once and quietly: the parent, interrupted too, says so once."""
+    it at once and quietly: the parent, interrupted too, says so once. Where the parent ignores
+    Ctrl-C (started in the background, SIGINT ignored from its start), so does the worker: ended
+    alone, it would break the pool and read as a worker lost."""
     scratch.adopt(scratch_folder)
-    signal.signal(signal.SIGINT, lambda _signum, _frame: os._exit(ExitCode.INTERRUPTED))
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, lambda _signum, _frame: os._exit(ExitCode.INTERRUPTED))

@@ -208,11 +208,15 @@ def test_names_too_long_are_one_line(command, tmp_path):
         _one_line(gemmscope(command, str(GPU_DIR / "te_linear_bf16.sqlite.xz"), "-o", long_name), 2)
 
 
-def _interrupted_after(seconds: float, *args: str, group: bool = True) -> subprocess.CompletedProcess:
+def _interrupted_after(seconds: float, *args: str, group: bool = True,
+                       sigint: signal.Handlers = signal.SIG_DFL) -> subprocess.CompletedProcess:
     """`gemmscope ARGS` sent SIGINT after `seconds`: as Ctrl-C does, to every process of its group,
-    or (`group` False) to the CLI's own process alone, as a worker started after a Ctrl-C finds it."""
+    or (`group` False) to the CLI's own process alone, as a worker started after a Ctrl-C finds it.
+    `sigint`: how the CLI starts out handling SIGINT: by default, as from a terminal (whatever
+    this test run was given: a shell's background job starts with it ignored), or ignored."""
     process = subprocess.Popen([sys.executable, "-m", "gemmscope", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     time.sleep(seconds)
     if group:
         os.killpg(process.pid, signal.SIGINT)
@@ -231,6 +235,16 @@ def test_ctrl_c_is_interrupted_exit_130_also_in_workers(seconds, tmp_path):
     if done.returncode in (0, 1):
         pytest.skip("the analysis finished before the interrupt")
     _one_line(done, 130, "gemmscope: interrupted")
+
+
+def test_a_cli_that_ignores_ctrl_c_keeps_its_workers_reading():
+    """Started with SIGINT ignored (a shell's background job), the CLI's workers ignore it too: a
+    SIGINT to the whole group ends nothing, where a worker ended alone read as one lost."""
+    traces = [str(p) for p in sorted((GPU_DIR / "corpus").glob("*.sqlite.xz"))]
+    done = _interrupted_after(2.5, "analyze", "--expect", "fp8-current", "--workers", "2", *traces,
+                              sigint=signal.SIG_IGN)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    assert "stopped before it finished" not in done.stderr
 
 
 def test_ctrl_c_the_workers_never_got_ends_them_too():
