@@ -286,8 +286,8 @@ def _measured(trace: Trace) -> dict[str, dict]:
 def _memory_by_precision(trace: Trace) -> pd.DataFrame:
     """Peak GPU memory above the baseline while each (mode, precision) ran, from the trace's
     memory events (the workload empties PyTorch's cache after every entry). The baseline is the
-    memory live when the first entry starts, itself the lowest peak: an entry that only frees
-    what was allocated before it peaks at 0, never below."""
+    memory live when that (mode, precision)'s first entry starts, itself the lowest peak: an entry
+    that only frees what was allocated before it peaks at 0, never below."""
     mem = trace.memory[trace.memory["mem_kind"] == 2].sort_values("start")  # device memory
     live = mem["delta_bytes"].cumsum()
     spans = trace.nvtx[trace.nvtx["name"].fillna("").str.startswith((WARMUP_PREFIX, RESULT_PREFIX))]
