@@ -31,6 +31,12 @@ A record is a prefix followed by ``key=value`` fields separated by ``|``:
   backward, each with the module and layer of the forward call and a pass from its shape;
 - ``gemmscope.process|rank=…|local_rank=…|world_size=…``: a mark once per process that imports
   TE, naming its rank when a launcher (torchrun, mpirun, SLURM) set one;
+- ``gemmscope.step|n=…``: a mark at the end of every optimizer step, ``n`` the training iteration
+  (from 0; one iteration may step several optimizers, gemmscope_steps.py): step n runs from the
+  last mark of n-1 to its own last (step 0 from the process's first kernel launch);
+  ``gemmscope.step|watching=optimizers`` once, as torch is imported: steps are watched for;
+- ``gemmscope.capture``: a start/end range around the steps ``gemmscope verify --steps`` asks for
+  (one step more on each side), which nsys's ``--capture-range=nvtx`` collects;
 - ``gemmscope.software|torch=…|cuda=…|transformer_engine=…|cublaslt=…``: a mark once per process,
   at its first TE GEMM call, with the versions a bug report needs and no nsys table records
   (``cuda``: the CUDA torch was built with; ``cublaslt``: the cuBLASLt TE loaded).
@@ -46,6 +52,8 @@ GEMM_PREFIX = "gemmscope.te_gemm|"
 TORCH_GEMM_PREFIX = "gemmscope.torch_gemm|"
 PROCESS_PREFIX = "gemmscope.process|"
 SOFTWARE_PREFIX = "gemmscope.software|"
+STEP_PREFIX = "gemmscope.step|"
+CAPTURE_RANGE = "gemmscope.capture"
 FIELD_SEPARATOR = "|"
 UNKNOWN = "?"
 
@@ -71,6 +79,17 @@ OPERAND_TYPES = (
 
 # The environment variable naming the folder torch.profiler traces are written into.
 TORCH_TRACE_FOLDER = "GEMMSCOPE_TORCH_TRACE_FOLDER"
+# The environment variable naming the training steps to capture, "A-B" (inclusive, from 0).
+STEPS = "GEMMSCOPE_STEPS"
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """"A-B" (or "A": one step) as (A, B); ValueError unless 0 <= A <= B."""
+    first, _, last = text.strip().partition("-")
+    first_step, last_step = int(first), int(last or first)
+    if not 0 <= first_step <= last_step:
+        raise ValueError(f"steps {text!r}: want A-B with 0 <= A <= B")
+    return first_step, last_step
 
 
 def torch_trace_name(pid: int, rank: str) -> str:

@@ -1,7 +1,8 @@
 """Capturing with torch.profiler instead of nsys, for gemmscope's start-up hook (sitecustomize.py
 beside this file): where `gemmscope verify --profiler torch` names a folder (TORCH_TRACE_FOLDER),
 each process that imports torch records from then on and, if it used CUDA, writes its trace there
-at exit."""
+at exit; with `--steps A-B` (STEPS), it records those training steps alone (gemmscope_steps.py):
+from a warm-up step before them to the first optimizer step after them, and writes the trace then."""
 
 import atexit
 import gzip
@@ -9,31 +10,100 @@ import inspect
 import os
 import shutil
 
-from gemmscope_protocol import TORCH_TRACE_FOLDER, torch_trace_name
+from gemmscope_protocol import STEPS, TORCH_TRACE_FOLDER, parse_steps, torch_trace_name
 from gemmscope_records import launcher_rank, note, profiler_recording
+from gemmscope_steps import on_first_mark
 
 
 def start_profiler(torch) -> None:
     """Where gemmscope captures with torch.profiler (TORCH_TRACE_FOLDER names the folder): record
-    CPU and CUDA activity with operator shapes from now on, as a user's own torch.profiler run
-    does, and write the trace at exit (_write_trace). A failure costs the trace, never the program."""
+    CPU and CUDA activity with operator shapes, as a user's own torch.profiler run does, from now
+    on to the exit (_write_trace), or over the steps STEPS asks (_profile_steps). A failure costs
+    the trace, never the program."""
     folder = os.environ.get(TORCH_TRACE_FOLDER)
     if not folder:
         return
+    if os.environ.get(STEPS):
+        _profile_steps(torch, folder, *parse_steps(os.environ[STEPS]))
+        return
+    # acc_events: one cycle (no schedule); without it torch warns in every process, in the
+    # program's own output, that a cycle's end clears the events
+    profiler = _started(torch, accumulate=True)
+    if profiler is not None:
+        atexit.register(_write_trace, torch, profiler, folder)
+
+
+def _started(torch, accumulate: bool = False, schedule=None, on_trace_ready=None):
+    """A torch.profiler recording from now on, or None (said on stderr) when it cannot start."""
     try:
         from torch.profiler import ProfilerActivity, profile, supported_activities
 
         # CUDA where this torch can trace it: asking for it elsewhere only warns
         activities = [a for a in (ProfilerActivity.CPU, ProfilerActivity.CUDA) if a in supported_activities()]
-        # acc_events: one cycle (no schedule) either way; without it torch warns in every
-        # process, in the program's own output, that a cycle's end clears the events
-        accumulate = {"acc_events": True} if "acc_events" in inspect.signature(profile).parameters else {}
-        profiler = profile(activities=activities, record_shapes=True, **accumulate)
+        options = {"acc_events": True} if accumulate and "acc_events" in inspect.signature(profile).parameters else {}
+        if schedule is not None:
+            options.update(schedule=schedule, on_trace_ready=on_trace_ready)
+        profiler = profile(activities=activities, record_shapes=True, **options)
         profiler.start()
+        return profiler
     except Exception as exc:
         note(f"torch.profiler could not start ({type(exc).__name__}: {exc}): this process is not captured")
-        return
-    atexit.register(_write_trace, torch, profiler, folder)
+        return None
+
+
+def _profile_steps(torch, folder: str, first: int, last: int) -> None:
+    """Steps first..last: torch.profiler starts at the first mark of step first-2 with a warm-up
+    step through its schedule (from the start, with no schedule, for first <= 1), advances at each
+    step's first mark and saves at the first mark of step last+1 (gemmscope_steps.on_first_mark
+    says why those bounds hold the steps whole); a job that ends inside the window writes what it
+    recorded at exit."""
+    from torch.profiler import schedule
+
+    state: dict = {"profiler": None, "written": False, "scheduled": False}
+
+    def save(profiler) -> None:
+        state["written"] = True
+        _guarded(lambda: _export(profiler, folder))
+
+    def at_first_mark(n: int) -> None:
+        profiler = state["profiler"]
+        if state["written"]:
+            return
+        if profiler is None:
+            if n == first - 2:
+                state["scheduled"] = True
+                state["profiler"] = _started(torch, on_trace_ready=save, schedule=schedule(
+                    wait=0, warmup=1, active=last - first + 2, repeat=1))
+        elif not state["scheduled"]:
+            if n == last + 1:  # no schedule: stopped and saved here
+                profiler.stop()
+                save(profiler)
+        else:
+            profiler.step()
+            if state["written"]:  # the window's last step is saved: CUPTI goes now, not at exit
+                profiler.stop()
+
+    def at_exit() -> None:
+        profiler = state["profiler"]
+        if profiler is None or state["written"] or not profiler_recording():
+            return
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        profiler.stop()  # with a schedule, this saves what the window recorded (on_trace_ready)
+        if not state["written"]:
+            save(profiler)
+
+    if first <= 1:  # step 0 runs from the start
+        state["profiler"] = _started(torch, accumulate=True)
+    on_first_mark(at_first_mark)
+    atexit.register(_guarded, at_exit)
+
+
+def _guarded(call) -> None:
+    try:
+        call()
+    except Exception as exc:  # never break the program being checked, nor its exit
+        note(f"torch.profiler trace not written ({type(exc).__name__}: {exc})")
 
 
 def used_cuda(torch) -> bool:
@@ -42,10 +112,7 @@ def used_cuda(torch) -> bool:
 
 
 def _write_trace(torch, profiler, folder: str) -> None:
-    """At exit: stop the profiler and, in a process that used CUDA, write its trace, gzipped,
-    through a name gemmscope does not read, so that a trace appears whole or not at all."""
-    path = os.path.join(folder, torch_trace_name(os.getpid(), launcher_rank()))
-    plain, partial = f"{path}.plain.partial", f"{path}.partial"
+    """At exit: stop the profiler and, in a process that used CUDA, write its trace."""
     try:
         cuda_used = used_cuda(torch)
         if not profiler_recording():
@@ -60,15 +127,23 @@ def _write_trace(torch, profiler, folder: str) -> None:
             except Exception:  # a CUDA error ended the program: what finished is still written
                 pass
         profiler.stop()
-        if not cuda_used:
-            return
+        if cuda_used:
+            _export(profiler, folder)
+    except Exception as exc:  # never break the program being checked, nor its exit
+        note(f"torch.profiler trace not written ({type(exc).__name__}: {exc})")
+
+
+def _export(profiler, folder: str) -> None:
+    """The trace, gzipped, written through a name gemmscope does not read, so that it appears
+    whole or not at all."""
+    path = os.path.join(folder, torch_trace_name(os.getpid(), launcher_rank()))
+    plain, partial = f"{path}.plain.partial", f"{path}.partial"
+    try:
         profiler.export_chrome_trace(plain)
         # level 1: a trace is read once; a long run's is hundreds of MB
         with open(plain, "rb") as source, gzip.open(partial, "wb", compresslevel=1) as target:
             shutil.copyfileobj(source, target, 1 << 20)
         os.replace(partial, path)
-    except Exception as exc:  # never break the program being checked, nor its exit
-        note(f"torch.profiler trace not written ({type(exc).__name__}: {exc})")
     finally:
         for leftover in (plain, partial):
             if os.path.exists(leftover):

@@ -12,7 +12,9 @@ gemmscope_protocol.py beside this file):
 - every GEMM PyTorch runs outside TE (``F.linear``, ``matmul`` and its kin, ``torch._scaled_mm``),
   forward and backward, with the module and place that called it and what it was asked
   (operand types, float8 scaling), once torch is imported;
-- the process's rank, once.
+- the process's rank, once;
+- every optimizer step, numbered by training iteration (gemmscope_steps.py), and where
+  ``verify --steps`` asks, the capture of those steps alone.
 
 While torch.profiler records, each of these is also a ``record_function`` range, so that a PyTorch
 profiler (Kineto) trace, which holds no NVTX, carries the same records.
@@ -41,6 +43,7 @@ import importlib.util
 import os
 import sys
 
+from gemmscope_steps import watch_steps
 from gemmscope_te import GEMM_MODULE, QUANTIZATION_MODULE, patch_gemm, patch_quantization
 from gemmscope_torch_gemms import patch_torch
 from gemmscope_torch_profiler import start_profiler
@@ -48,7 +51,8 @@ from gemmscope_torch_profiler import start_profiler
 
 def _patch_and_profile_torch(torch) -> None:
     patch_torch(torch)
-    start_profiler(torch)
+    start_profiler(torch)  # first: the profiler records watch_steps' mark
+    watch_steps(torch)
 
 
 # Each module is patched as it is imported, before any code of the program's can use it.

@@ -1,0 +1,117 @@
+"""Training steps, for gemmscope's start-up hook (sitecustomize.py beside this file): a mark at
+every optimizer step, numbered by training iteration, and, where `gemmscope verify --steps A-B`
+asks (STEPS), a capture of those steps alone.
+
+torch's global optimizer step hooks see every ``torch.optim.Optimizer`` subclass (TE's and apex's
+fused optimizers, and the torch optimizers Megatron's and accelerate's wrappers step). One training
+iteration may step several optimizers (Megatron's chained optimizer steps each inner one): an
+iteration ends, and the next begins, when an optimizer that already stepped in it steps again. A
+step GradScaler skips (inf/NaN gradients: it does not call the optimizer) is still a step.
+
+The marks are what the readers turn into steps (step N ends at its last mark, begins at the last
+mark of N-1). For a capture of steps A..B, the capture opens before step A-1 and closes once step
+B+1 has begun: one step early and one late, because one nsys session wraps every rank of a job and
+the first rank to close the range would end the others' capture; the marks then say exactly which
+launches belong to A..B.
+"""
+
+import os
+
+from gemmscope_protocol import CAPTURE_RANGE, STEP_PREFIX, STEPS, TORCH_TRACE_FOLDER, format_record, parse_steps
+from gemmscope_records import mark, note
+
+# Per process: the iteration being run, and which optimizers stepped in it (by id).
+_iteration = [0]
+_stepped_in_iteration: set = set()
+_optimizer_steps = [0]  # every optimizer step the global hook saw, GradScaler's skipped ones apart
+# Called with n at iteration n's first mark, before it is made (capture control: on_first_mark).
+_on_first_mark: list = []
+
+
+def _stepped(torch, optimizer) -> None:
+    key = id(optimizer)
+    first = not _stepped_in_iteration
+    if key in _stepped_in_iteration:
+        _iteration[0] += 1
+        _stepped_in_iteration.clear()
+        first = True
+    if first:
+        for call in _on_first_mark:
+            call(_iteration[0])
+    _stepped_in_iteration.add(key)
+    mark(torch, format_record(STEP_PREFIX, {"n": _iteration[0]}))
+
+
+def _patch_grad_scaler(torch) -> None:
+    """GradScaler.step skips the optimizer's step on inf/NaN gradients: the iteration still ran."""
+    scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+    if scaler is None or not callable(getattr(scaler, "step", None)):
+        return
+    original = scaler.step
+
+    def step(self, optimizer, *args, **kwargs):
+        seen = _optimizer_steps[0]
+        try:
+            return original(self, optimizer, *args, **kwargs)
+        finally:
+            if _optimizer_steps[0] == seen:  # the optimizer did not step: skipped, or raised
+                try:
+                    _stepped(torch, optimizer)
+                except Exception:  # never break the program being checked
+                    pass
+
+    step.__wrapped__ = original
+    scaler.step = step
+
+
+def watch_steps(torch) -> None:
+    """Marks every optimizer step from now on (torch's global hook, GradScaler's skipped steps)."""
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+    except ImportError:  # a torch before 2.0: no global hooks, no steps
+        note("this torch has no global optimizer step hooks: training steps are not marked")
+        return
+
+    def after_step(optimizer, _args, _kwargs) -> None:
+        _optimizer_steps[0] += 1
+        try:
+            _stepped(torch, optimizer)
+        except Exception as exc:  # never break the program being checked
+            note(f"optimizer step not marked ({type(exc).__name__})")
+
+    register_optimizer_step_post_hook(after_step)
+    _patch_grad_scaler(torch)
+    try:  # says the process was watched, so that a trace without steps says it ran no optimizer step
+        mark(torch, format_record(STEP_PREFIX, {"watching": "optimizers"}))
+    except Exception:  # a torch without NVTX (a CPU build): nothing to mark into
+        pass
+    asked = os.environ.get(STEPS)
+    if asked and not os.environ.get(TORCH_TRACE_FOLDER):
+        _capture_with_nsys(torch, *parse_steps(asked))
+
+
+def on_first_mark(call) -> None:
+    """`call(n)` at the first mark of iteration n (the end of its first optimizer step), before
+    the mark is made. Step n runs from the last mark of n-1 to its own last: a capture holds steps
+    A..B whole once it opens by the first mark of A-2 (from the start for A <= 1) and closes at the
+    first mark of B+1."""
+    _on_first_mark.append(call)
+
+
+def _capture_with_nsys(torch, first: int, last: int) -> None:
+    """nsys collects CAPTURE_RANGE (`--capture-range=nvtx`): a start/end range, not a push/pop one,
+    since it opens and closes in two optimizer steps, around whatever the program pushed between."""
+    opened: list = []
+
+    def open_capture() -> None:
+        opened.append(torch.cuda.nvtx.range_start(CAPTURE_RANGE))
+
+    def at_first_mark(n: int) -> None:
+        if n == first - 2 and not opened:
+            open_capture()
+        elif n == last + 1 and opened:
+            torch.cuda.nvtx.range_end(opened.pop())
+
+    if first <= 1:  # step 0 runs from the start: open now
+        open_capture()
+    on_first_mark(at_first_mark)
