@@ -87,25 +87,35 @@ def main() -> None:
         runs["verify"] = ([sys.executable, "-c", "from gemmscope.cli import main; main()", "verify",
                            "--delay", f"{args.delay:g}", "--duration", f"{args.duration:g}", "--expect",
                            args.expect, "--format", "json", "--out", out, "--", *command], None)
-        walls: dict[str, list[float]] = {kind: [] for kind in runs}
-        statuses: dict[str, set[int]] = {kind: set() for kind in runs}
-        for _ in range(args.warmup):
-            wall_s, status, _ = timed(command)
-            print(f"warm-up  bare        {wall_s:8.1f} s  exit {status} (not counted)", flush=True)
-        for round_ in range(args.rounds):
-            kinds = list(runs)
-            for kind in kinds[round_ % len(kinds):] + kinds[:round_ % len(kinds)]:  # the order rotated
-                wall_s, status, stages = timed(*runs[kind])
-                walls[kind].append(wall_s)
-                statuses[kind].add(status)
-                print(f"round {round_ + 1} {kind:11s} {wall_s:8.1f} s  exit {status}"
-                      f"{'  (stages began at ' + ', '.join(stages) + ')' if stages else ''}", flush=True)
+        # verify exits 0/1 on the program's success and 3 on its failure: a run the window cut short is 3
+        compare(runs, command, args.rounds, args.warmup, target={"verify": 1.05})
+
+
+def compare(runs: dict[str, tuple[list[str], dict | None]], command: list[str], rounds: int, warmup: int,
+            target: dict[str, float], timer=timed) -> dict[str, list[float]]:
+    """Each run of `runs` (kind: argv, environment; "bare" among them) ROUNDS times, the order
+    rotated every round, after WARMUP bare runs not counted, each timed by `timer` (timed's
+    signature); prints each run and the medians against bare; the wall times per kind."""
+    walls: dict[str, list[float]] = {kind: [] for kind in runs}
+    statuses: dict[str, set[int]] = {kind: set() for kind in runs}
+    for _ in range(warmup):
+        wall_s, status, _ = timed(command)
+        print(f"warm-up  bare        {wall_s:8.1f} s  exit {status} (not counted)", flush=True)
+    for round_ in range(rounds):
+        kinds = list(runs)
+        for kind in kinds[round_ % len(kinds):] + kinds[:round_ % len(kinds)]:  # the order rotated
+            wall_s, status, stages = timer(*runs[kind])
+            walls[kind].append(wall_s)
+            statuses[kind].add(status)
+            print(f"round {round_ + 1} {kind:11s} {wall_s:8.1f} s  exit {status}"
+                  f"{'  (stages began at ' + ', '.join(stages) + ')' if stages else ''}", flush=True)
     bare = statistics.median(walls["bare"])
     for kind, seconds in walls.items():
-        print(f"median {kind:11s} {statistics.median(seconds):6.1f} s: {statistics.median(seconds) / bare:.3f}x bare"
-              f"{' (target <= 1.05x)' if kind == 'verify' else ''}; exit statuses {sorted(statuses[kind])}")
-    # verify exits 0/1 on the program's success and 3 on its failure: a run the window cut short is 3
-
+        spread = f"{min(seconds):.1f}-{max(seconds):.1f} s"
+        print(f"median {kind:11s} {statistics.median(seconds):6.1f} s ({spread}): "
+              f"{statistics.median(seconds) / bare:.3f}x bare"
+              f"{f' (target <= {target[kind]}x)' if kind in target else ''}; exit statuses {sorted(statuses[kind])}")
+    return walls
 
 if __name__ == "__main__":
     main()

@@ -75,12 +75,24 @@ class EnclosingRanges:
     def around(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every (launch, range name) pair of the launches of `rows`: the launch as its position
         in `rows`, in order, each launch's ranges outermost first."""
+        which, pair = self._pairs(rows)
+        return which, self.names[self.name[pair]]
+
+    def take(self, rows: np.ndarray) -> EnclosingRanges:
+        """The ranges of the launches of `rows` (ascending positions) alone, each launch renumbered
+        as its position in `rows`."""
+        which, pair = self._pairs(rows)
+        return EnclosingRanges(which, self.name[pair], self.names)
+
+    def _pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs of the launches of `rows`: each one's launch as its position in `rows`, and
+        where the pair stands in these arrays."""
         rows = np.asarray(rows, dtype="int64")
         low, high = np.searchsorted(self.launch, rows, "left"), np.searchsorted(self.launch, rows, "right")
         counts = high - low
         which = np.repeat(np.arange(len(rows)), counts)
         pair = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(low, counts)
-        return which, self.names[self.name[pair]]
+        return which, pair
 
     def matching_names(self, patterns: Sequence[str]) -> np.ndarray:
         """Per distinct name, whether a shell pattern (case-sensitive) matches it."""

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gemmscope.diagnosis import CATEGORIES, breakdown, categorize_modules, find_steps, findings, within_steps
+from gemmscope.diagnosis import CATEGORIES, breakdown, categorize_modules, findings, within_steps
+from gemmscope.steps import find_steps
 from gemmscope.verify import Verification
 
 

@@ -23,10 +23,11 @@ and the time at stake (`explains_ns`), ordered by that time:
 - ``unsupported``: the requested recipe cannot run on this GPU;
 - ``unknown-device``: the GPU is not in gemmscope's device table, so no share of a peak is computed.
 
-Steps: with `step_range` (a shell pattern, e.g. ``"step *"``), or by default NVTX ranges named
-like ``step 3`` / ``step_3`` / ``iteration 3`` that repeat, the breakdown covers the GPU work the
-steps launched, leaving out the first step (warm-up: allocation, autotuning, lazy init) and
-everything before it (start-up); each step's own figures are kept in `Diagnosis.steps`.
+Steps (gemmscope.steps: `step_range`, a shell pattern such as ``"step *"``; else the optimizer
+steps gemmscope's hook marked; else NVTX ranges named like ``step 3`` / ``iteration 3`` that
+repeat): the breakdown covers the GPU work the steps launched, leaving out the first step
+(warm-up: allocation, autotuning, lazy init) and everything before it (start-up); each step's own
+figures are kept in `Diagnosis.steps`.
 
 `compare` puts two traces of one program side by side (BF16 vs FP8, before vs after): per
 category and per module/pass, each run's time and the difference, which add up to the
@@ -36,18 +37,16 @@ difference in busy time; the window's difference is that plus the idle differenc
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from gemmscope import te_ranges
-from gemmscope.attribution import name_matches
 from gemmscope.devices import lookup, peak_tflops
 from gemmscope.jsonable import frame_records, plain
 from gemmscope.recipes import RECIPE_MIN_SM
+from gemmscope.steps import NO_OPTIMIZER_STEP, NO_STEPS, launching_step, located_steps, watched_without_steps
 from gemmscope.traces.model import process_id
 from gemmscope.verify import Verification, launched_by_te, module_labels
 
@@ -63,18 +62,6 @@ _CATEGORY_OF_ROLE = {"gemm": "gemm", "gemm-tail": "gemm-tail", "quantize": "quan
 HEALTHY_SHARE_OF_PEAK = 0.5
 SMALL_SHARE_OF_PEAK = 0.25
 ASSUMED_SPEEDUP = 2.0  # the s of the Amdahl bound people ask about: FP8 over BF16 on paper
-# Without --step-range, steps are the push/pop ranges of one name and a number ("tp_step_0",
-# "moe_step_1", "iteration 2") that repeat, with several numbers, in one process: a loop's body.
-_NUMBERED = re.compile(r"^(?P<stem>.*\D)\d+$")
-# Among those, names that say "step" or "iteration" are taken first ("step 3", "train_step_3").
-_STEP_WORD = re.compile(r"(?:step|iteration|iter)[ _.:#-]*$", re.IGNORECASE)
-# C++ operator ranges PyTorch's emit_nvtx pushes ("aten::mm, seq = 12", "autograd::engine::...
-# op_id = 5") are numbered too, but are operators, not loop bodies.
-_OPERATOR_RANGE = "::"
-# What the output says when no steps were found (no repeating numbered ranges).
-NO_STEPS = "no steps found, name them with --step-range"
-
-
 @dataclass(eq=False)
 class Diagnosis:
     """Per-rank time breakdown and the findings drawn from it."""
@@ -82,10 +69,11 @@ class Diagnosis:
     breakdown: pd.DataFrame = dataclasses.field(repr=False)  # one row per rank: window, busy, idle, launches, category times
     findings: list[dict] = dataclasses.field(repr=False)
     steps: pd.DataFrame = dataclasses.field(repr=False)  # one row per step range instance (empty when no steps were found)
-    step_range: str | None  # the pattern the window was cut by, or None for the whole trace
+    step_range: str | None  # the pattern the window was cut by (steps.MARKED_PATTERN: the hook's marks), or None
     # per rank and step after the first: `step_breakdown` (empty when the window is the whole trace)
     step_times: pd.DataFrame = dataclasses.field(default_factory=lambda: pd.DataFrame(columns=STEP_COLUMNS),
                                                  repr=False)
+    no_steps: str = NO_STEPS  # why the window is the whole trace, when it is
 
     def to_dict(self) -> dict:
         """The same as JSON-able values: frames as lists of records (NA as None), times in ns."""
@@ -94,85 +82,12 @@ class Diagnosis:
                 "step_times": frame_records(self.step_times)}
 
 
-def default_step_pattern(result: Verification) -> str | None:
-    """The step ranges to use without --step-range, as a shell pattern (`tp_step_[0-9]*`), or
-    None: push/pop ranges named a stem and a number, the stem met with at least two numbers in
-    one process, neither TE's nor gemmscope's own nor a PyTorch operator's; stems that say step or
-    iteration first, then the one whose ranges span the most time (the outermost loop)."""
-    parts = []
-    for trace in result.traces:
-        n = trace.nvtx[trace.nvtx["kind"] == "push-pop"]
-        distinct = pd.Series(pd.unique(n["name"].dropna()), dtype="object")
-        grammar = te_ranges.classify(distinct)
-        stems = distinct.str.extract(_NUMBERED)["stem"]
-        own = stems.notna() & grammar["kind"].isna().to_numpy() & ~distinct.str.contains(_OPERATOR_RANGE, regex=False)
-        stem_of = pd.Series(stems[own].to_numpy(), index=distinct[own].to_numpy())
-        numbered = n[n["name"].isin(stem_of.index)]
-        parts.append(pd.DataFrame({
-            "stem": stem_of.reindex(numbered["name"]).to_numpy(), "name": numbered["name"].to_numpy(),
-            "pid": numbered["pid"].to_numpy(), "trace": trace.path.name,
-            "span": (numbered["end"] - numbered["start"]).fillna(0).to_numpy()}))
-    found = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    if found.empty:
-        return None
-    numbers = found.groupby(["stem", "trace", "pid"])["name"].nunique().groupby("stem").max()
-    span = found.groupby("stem")["span"].sum()
-    stems = pd.DataFrame({"numbers": numbers, "span": span})
-    stems = stems[stems["numbers"] >= 2]
-    if stems.empty:
-        return None
-    stems["says_step"] = stems.index.str.contains(_STEP_WORD)
-    best = stems.sort_values(["says_step", "span"], ascending=False).index[0]
-    return re.sub(r"([*?\[])", r"[\1]", best) + "[0-9]*"
-
-
-def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame:
-    """Instances of the step range per trace and process (push/pop ranges whose name matches the
-    shell `pattern`, default_step_pattern's without one), in time order."""
-    pattern = pattern or default_step_pattern(result)
-    parts = []
-    for trace in result.traces:
-        n = trace.nvtx
-        distinct = n["name"].dropna().unique()  # match each name once, not each range
-        wanted = distinct[name_matches(distinct, [pattern])] if pattern else []
-        parts.append(n[n["name"].isin(wanted) & (n["kind"] == "push-pop")].assign(trace=trace.path.name))
-    steps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    if steps.empty:
-        return pd.DataFrame(columns=["trace", "pid", "name", "start", "end", "index"])
-    steps = steps.sort_values(["trace", "pid", "start"], ignore_index=True)
-    steps["index"] = steps.groupby(["trace", "pid"]).cumcount()
-    return steps[["trace", "pid", "name", "start", "end", "index"]]
-
-
-def launching_step(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
-    """Per kernel, the `index` of the step range (of its own trace and process) that its launch
-    call fell in, or -1."""
-    pid = process_id(kernels["global_pid"].astype("int64")).to_numpy()
-    trace_code = _trace_codes(kernels)
-    code_of = {name: code for code, name in enumerate(trace_code.categories)}
-    launched = kernels["launch_start"].fillna(kernels["start"]).astype("int64").to_numpy()
-    step_of = np.full(len(kernels), -1)
-    for (trace, process), own in steps.groupby(["trace", "pid"], sort=False):  # per process, not per launch
-        mine = np.flatnonzero((trace_code.codes == code_of.get(trace, -2)) & (pid == process))
-        # a range an older export left without an end is open to the end of the capture
-        starts, ends = own["start"].to_numpy("int64"), own["end"].fillna(np.iinfo("int64").max).to_numpy("int64")
-        at = np.searchsorted(starts, launched[mine], side="right") - 1
-        inside = (at >= 0) & (launched[mine] <= ends[np.maximum(at, 0)])
-        step_of[mine[inside]] = own["index"].to_numpy()[at[inside]]
-    return step_of
-
-
-def _trace_codes(kernels: pd.DataFrame) -> pd.Categorical:
-    """The kernels' trace names as codes: compared and grouped as integers, not a million strings."""
-    return pd.Categorical(kernels["trace"])
-
-
 def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verification, pd.DataFrame]:
     """The checked run cut to the GPU work of its steps after the first, and per step: wall time
     on the CPU and the GPU time of the kernels it launched."""
     k = result.kernels
     step_of = launching_step(k, steps)
-    trace_code = _trace_codes(k)
+    trace_code = pd.Categorical(k["trace"])
     code_of = {name: code for code, name in enumerate(trace_code.categories)}
     kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([trace_code.codes, step_of]).sum()
     per_step = steps.assign(
@@ -541,16 +456,16 @@ def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.
 
 def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
     """Breakdown and findings of a checked run, over its steps after the first when steps are
-    found (`step_range`, or the default step names), else over the whole trace."""
-    step_range = step_range or default_step_pattern(result)
-    steps = find_steps(result, step_range)
+    found (`step_range`, else the hook's marks, else the default step names: steps.located_steps),
+    else over the whole trace."""
+    steps, step_range = located_steps(result, step_range)
     window, per_step = within_steps(result, steps) if len(steps) > 1 else (result, steps)
     activity = categorize(window)
     times = breakdown(window, activity)
-    cut = step_range if len(steps) > 1 else None
     if window is result:
-        return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=None)
-    return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=cut,
+        return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=None,
+                         no_steps=NO_OPTIMIZER_STEP if watched_without_steps(result) else NO_STEPS)
+    return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=step_range,
                      step_times=step_breakdown(window, steps, activity))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gemmscope import diagnosis
+from gemmscope import diagnosis, steps
 from gemmscope.comparison import compare
 from gemmscope.kernels import decode
 from gemmscope.traces.read import read_trace
@@ -133,8 +133,8 @@ def test_large_fp8_training_top_finding_is_healthy_gemms(checked):
 
 def test_step_range_pattern_and_no_steps(checked):
     result = checked("te_stack_large_fp8-block_1gpu")
-    assert len(diagnosis.find_steps(result, "step *")) == 8
-    assert diagnosis.find_steps(result, "no such range").empty
+    assert len(steps.find_steps(result, "step *")) == 8
+    assert steps.find_steps(result, "no such range").empty
     whole = diagnosis.diagnose(result, "no such range")
     assert whole.step_range is None
     assert whole.breakdown["window_ns"].iloc[0] > diagnosis.diagnose(result).breakdown["window_ns"].iloc[0]
@@ -172,10 +172,10 @@ def test_step_ranges_found_in_a_cpu_capture(cpu_traces):
 
     trace = read_trace(cpu_traces / "nvtx_edge_cases.sqlite")
     result = Verification(expected=None, gemms=None, tails_ns=0, traces=[trace])
-    outer = diagnosis.find_steps(result, "worker-*:outer")
+    outer = steps.find_steps(result, "worker-*:outer")
     assert sorted(outer["name"]) == ["worker-a:outer", "worker-b:outer", "worker-c:outer"]
     assert (outer["end"] > outer["start"]).all()
-    assert diagnosis.find_steps(result).empty  # no range is named like a step there
+    assert steps.find_steps(result).empty  # no range is named like a step there
 
 
 def test_compare_labels_a_gemm_as_every_table_does(gpu_trace):
@@ -224,7 +224,7 @@ def test_numbered_ranges_that_are_not_loop_bodies_are_not_steps(checked):
     from gemmscope.report.frames import breakdown_title
 
     result = checked("fsdp_small_bf16_1gpu")
-    assert diagnosis.default_step_pattern(result) is None
+    assert steps.default_step_pattern(result) is None
     found = diagnosis.diagnose(result)
     assert found.step_range is None
     assert breakdown_title(found) == ("Where the GPU time went (the whole trace: no steps found, name them "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmscope import diagnosis
+from gemmscope import diagnosis, steps
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
 
@@ -36,7 +36,7 @@ def test_compiled_model_counts_only_its_own_gemms_per_step():
     found = diagnosis.diagnose(result)
     assert found.step_range == expected["step_range"]
     per_step = sum(expected["gemms_per_step"].values())
-    launched = Counter(diagnosis.launching_step(result.gemms, found.steps))
+    launched = Counter(steps.launching_step(result.gemms, found.steps))
     assert all(launched[step] == per_step for step in range(1, expected["steps"]))
 
 

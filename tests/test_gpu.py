@@ -100,6 +100,31 @@ def test_verify_small_training_run(tmp_path, scenario, profiler):
     assert report["meta"]["command"]["profiler"] == profiler
 
 
+@pytest.mark.parametrize("profiler", ["nsys", "torch"])
+def test_verify_captures_the_steps_asked(tmp_path, profiler):
+    """--steps 2-3 of a 6-step run: the hook marks each optimizer step and the capture keeps
+    exactly those two steps' GEMMs (the script counts its GEMMs per step itself); the breakdown
+    covers them, named as the hook's steps."""
+    done = gemmscope("verify", "--profiler", profiler, "--steps", "2-3", "--format", "json", "--out", str(tmp_path),
+                     "--", sys.executable, str(FIXTURES / "train_small_te.py"), "--scenario", "clean", "--steps", "6",
+                     "--expected-out", str(tmp_path / "expected.json"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    per_step = sum(sum(per_pass.values()) for per_pass in expected["fp8"].values()) // 6
+    assert report["summary"]["gemm_launches"] == 2 * per_step
+    assert report["meta"]["command"]["capture_window"] == {"steps": [2, 3]}
+    assert report["breakdown"]["step_range"] == "gemmscope.step *"
+    assert sorted(s["index"] for s in report["breakdown"]["steps"]) == [2, 3]
+
+
+def test_verify_of_a_job_that_ends_before_the_steps(tmp_path):
+    done = gemmscope("verify", "--steps", "8-9", "--out", str(tmp_path), "--", sys.executable,
+                     str(FIXTURES / "train_small_te.py"), "--scenario", "clean", "--steps", "3")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "ended before training step 8" in done.stderr
+
+
 CORPUS = FIXTURES / "corpus"
 _MXFP8_ON_HOPPER = """
 import torch, transformer_engine.pytorch as te

@@ -103,8 +103,15 @@ def say_redacted(redactor) -> None:
     click.echo(f"gemmscope: redacted: {redactor.summary()}", err=True)
 
 
+def _steps(_ctx, _param, text: str | None) -> tuple[int, int] | None:
+    from gemmscope.steps import step_interval
+
+    return None if text is None else step_interval(text)
+
+
 def check_options(func):
-    """What analyze and verify share: --expect-map, --allow, --step-range, --workers, --scheduler, --plots."""
+    """What analyze and verify share: --expect-map, --allow, --step-range, --steps, --workers,
+    --scheduler, --plots."""
     options = [
         expect_map_option,
         click.option("--allow", multiple=True, metavar="PATTERN",
@@ -115,6 +122,10 @@ def check_options(func):
                           "steps after the first. Default: ranges named a stem and a number that repeat in a "
                           "process (tp_step_0, iteration 3; names saying step or iteration first); the output "
                           "says which were taken, or that none were found."),
+        click.option("--steps", metavar="A-B", callback=_steps,
+                     help="Only training steps A to B (inclusive, numbered from 0): the optimizer steps "
+                          "gemmscope's hook marks. verify -- COMMAND collects those steps alone, on every rank "
+                          "(nsys or --profiler torch); with traces, only their GEMMs are checked."),
         click.option("--workers", type=click.IntRange(min=1), metavar="N",
                      help="Read several traces in N local processes (default: one per trace, up to one per CPU)."),
         click.option("--scheduler", metavar="ADDRESS",

@@ -51,8 +51,9 @@ PROFILERS = ("nsys", "torch")
 @format_option()
 @detail_options
 def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
-            allow: tuple[str, ...], step_range: str | None, workers: int | None, scheduler: str | None,
-            plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool, per_launch: bool) -> None:
+            allow: tuple[str, ...], step_range: str | None, steps: tuple[int, int] | None, workers: int | None,
+            scheduler: str | None, plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool,
+            per_launch: bool) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep) or torch.profiler
     traces (.json, .json.gz; told by content); files, folders or globs, e.g. one per rank: precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
@@ -63,7 +64,7 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
     _make_dir(plots_dir)
     try:
-        result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map)
+        result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map, steps)
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise
@@ -113,9 +114,12 @@ def _write_plots(directory: Path | None, result: verify.Verification, diagnosis:
     click.echo(f"gemmscope: plots in {directory}: {', '.join(p.name for p in written) or 'none'}", err=True)
 
 
-def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=()) -> verify.Verification:
+def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=(),
+           steps: tuple[int, int] | None = None) -> verify.Verification:
     loaded = loading.load(paths, workers, scheduler)
     _say_lacking([item.trace for item in loaded if item.trace is not None])
+    if steps is not None:
+        loaded = _kept_steps(loaded, *steps)
     result = verify.check(loaded, expect, allow, expect_map)
     if result.without_kernels:
         names = [t["trace"] for t in result.without_kernels]
@@ -123,6 +127,34 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expec
         click.echo(f"gemmscope: note: {which}: the process ran and launched no GPU kernel (its CUDA calls were "
                    "captured); nothing in it to check", err=True)
     return result
+
+
+def _kept_steps(loaded: list, first: int, last: int) -> list:
+    """--steps: each trace cut to those steps' launches; the steps asked that no trace holds said
+    in one line; none of them anywhere is an error, never an empty pass."""
+    from gemmscope.steps import held_steps, keep_steps
+
+    held = {n for item in loaded for n in held_steps(item)}
+    missing = sorted(set(range(first, last + 1)) - held)
+    if len(missing) == last - first + 1:
+        ran = f"it holds steps {min(held)}-{max(held)}" if held else "no step marked by gemmscope's hook is in it"
+        raise InputError(f"steps {first}-{last} are not in the trace{'s' * (len(loaded) > 1)}: {ran} (the hook "
+                         "marks each optimizer step; did the job end before them?)")
+    if missing:
+        click.echo(f"gemmscope: note: steps {_spans(missing)} are not in the traces (the job ended before them?): "
+                   f"checking steps {_spans(sorted(held & set(range(first, last + 1))))}", err=True)
+    return [keep_steps(item, first, last) for item in loaded]
+
+
+def _spans(numbers: list[int]) -> str:
+    """[3, 4, 5, 8] as "3-5, 8"."""
+    spans, start = [], None
+    for i, n in enumerate(numbers):
+        start = n if start is None else start
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            spans.append(f"{start}-{n}" if n != start else str(n))
+            start = None
+    return ", ".join(spans)
 
 
 def _say_lacking(traces) -> None:
@@ -174,7 +206,7 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
 @detail_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration, expect_map, allow, step_range,
-               workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
+               steps, workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on (or with
     torch.profiler and the hook: --profiler torch), or read --trace, and check the precision of every GEMM per
     rank, layer, TE module and pass. Exit 1 on any non-allowed FALLBACK or when no GEMM ran (a
@@ -193,6 +225,9 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
     from gemmscope import nsys_runner
 
     nsys_runner.check_window(**window)
+    if steps is not None and command and any(v is not None for v in window.values()):
+        raise InputError("--steps is a capture window of its own: give it, or --capture-range / --delay / "
+                         "--duration, not both")
     if profiler == "torch" and any(v is not None for v in window.values()):
         raise InputError("--capture-range, --delay and --duration are nsys's capture window: --profiler torch "
                          "records each process from its import of torch to its exit (give no window, or use nsys)")
@@ -202,7 +237,7 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
     if trace_args:
         paths = trace_paths(trace_args)
     elif command:
-        paths, outcome = _capture(list(command), out, window, profiler, echo_profiler=verbose)
+        paths, outcome = _capture(list(command), out, window, profiler, verbose, steps)
         _progress(3, "checking the GEMMs")
     else:
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
@@ -213,7 +248,7 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
     result = None
     try:
         if paths:
-            result = _check(paths, expect, allow, workers, scheduler, expect_map)
+            result = _check(paths, expect, allow, workers, scheduler, expect_map, steps)
     except NoGpuKernels as exc:
         if failed_command:
             click.echo("gemmscope: it ran no GPU kernel before it ended", err=True)
@@ -245,6 +280,14 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
     sys.exit(ExitCode.MISMATCH if result.failed else ExitCode.OK)
 
 
+# A job that ended before the steps --steps asks: the same words, and exit code, for both profilers.
+_NOT_REACHED = "the command ended before training step {first} (steps are its optimizer steps, from 0)"
+
+
+def _steps_window(steps: tuple[int, int]) -> str:
+    return f"training steps {steps[0]}-{steps[1]} (its optimizer steps, from 0)"
+
+
 # How many stages `verify -- COMMAND` goes through, each announced on one line.
 _STAGES = 3
 
@@ -253,11 +296,12 @@ def _progress(stage: int, what: str) -> None:
     click.echo(f"gemmscope: [{stage}/{_STAGES}] {what}", err=True)
 
 
-def _capture(command: list[str], out: Path | None, window: dict, profiler: str,
-             echo_profiler: bool) -> tuple[list[Path], dict]:
+def _capture(command: list[str], out: Path | None, window: dict, profiler: str, echo_profiler: bool,
+             steps: tuple[int, int] | None = None) -> tuple[list[Path], dict]:
     """Run `command` under `profiler` (PROFILERS) with gemmscope's hook; the traces to read (none
     when the run left none) and what the JSON reports of the run (`exit_code`, `capture_window`,
-    `profiler`). A command that failed is said first, with its exit status and last stderr lines."""
+    `profiler`). A command that failed is said first, with its exit status and last stderr lines.
+    `steps`: the hook collects those training steps alone (one more on each side: gemmscope_steps)."""
     # Without --out, the capture (the program's environment and output included) lives in the
     # private scratch folder, removed when gemmscope exits.
     kept = out is not None
@@ -265,9 +309,13 @@ def _capture(command: list[str], out: Path | None, window: dict, profiler: str,
     out.mkdir(parents=True, exist_ok=True)
     hook = str(Path(gemmscope_protocol.__file__).parent)  # the folder of the hook's sitecustomize
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
+    if steps is not None:
+        env[gemmscope_protocol.STEPS] = f"{steps[0]}-{steps[1]}"
     if profiler == "torch":
-        return _capture_torch(command, out, kept, env, echo_profiler)
-    return _capture_nsys(command, out, kept, env, window, echo_profiler)
+        return _capture_torch(command, out, kept, env, echo_profiler, steps)
+    if steps is not None:
+        window = {**window, "nvtx_range": gemmscope_protocol.CAPTURE_RANGE}
+    return _capture_nsys(command, out, kept, env, window, echo_profiler, steps)
 
 
 def _say_if_failed(done) -> dict:
@@ -280,7 +328,7 @@ def _say_if_failed(done) -> dict:
 
 
 def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: dict,
-                  echo_nsys: bool) -> tuple[list[Path], dict]:
+                  echo_nsys: bool, steps: tuple[int, int] | None = None) -> tuple[list[Path], dict]:
     """The command under nsys, with TE's NVTX ranges on: its trace's export (Parquet where pyarrow
     reads it, else SQLite: nsys_runner.capture_export_format)."""
     from gemmscope import nsys_runner
@@ -289,7 +337,7 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
     env["NVTE_NVTX_ENABLED"] = "1"
     if window["nvtx_range"] is not None:  # a range pushed with a plain string, not a registered one
         env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
-    seen = nsys_runner.describe_window(**window)
+    seen = _steps_window(steps) if steps is not None else nsys_runner.describe_window(**window)
     _progress(1, f"running the command under nsys{f', collecting {seen}' if seen else ''}"
                  f"{'' if echo_nsys else ' (nsys output: --verbose)'}")
     exported: list[Path | InputError] = []
@@ -307,11 +355,13 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
                 exported.append(exc)
 
     done = nsys_runner.profile(command, report, env, **window, echo_nsys=echo_nsys, once_written=export_once_written)
-    outcome = {**_say_if_failed(done), "capture_window": {k: v for k, v in window.items() if v is not None} or None,
-               "profiler": "nsys"}
+    captured = {"steps": list(steps)} if steps is not None else {k: v for k, v in window.items() if v is not None}
+    outcome = {**_say_if_failed(done), "capture_window": captured or None, "profiler": "nsys"}
     if not report.exists():
         if not echo_nsys and done.profiler_text:
             click.echo("\n".join(done.profiler_text), err=True)
+        if done.returncode == 0 and steps is not None:
+            raise InputError(f"{_NOT_REACHED.format(first=steps[0])}: nothing was collected")
         if done.returncode == 0 and window["delay_s"]:
             raise InputError(f"the command ended before the capture window opened ({window['delay_s']:g} s after the "
                              "start): nothing was collected; give a shorter --delay")
@@ -328,15 +378,21 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
     return [exported[0]], outcome
 
 
-def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_kineto: bool) -> tuple[list[Path], dict]:
-    """The command with torch.profiler in each of its processes: the traces of those that used CUDA."""
+def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_kineto: bool,
+                   steps: tuple[int, int] | None = None) -> tuple[list[Path], dict]:
+    """The command with torch.profiler in each of its processes: the traces of those that used CUDA
+    (with `steps`, of those that ran them)."""
     from gemmscope import torch_runner
 
     _progress(1, "running the command under torch.profiler, in each of its processes that imports torch"
+                 f"{f', collecting {_steps_window(steps)}' if steps is not None else ''}"
                  f"{'' if echo_kineto else ' (Kineto output: --verbose)'}")
     done = torch_runner.profile(command, out, env, echo_kineto)
-    outcome = {**_say_if_failed(done), "capture_window": None, "profiler": "torch"}
+    outcome = {**_say_if_failed(done), "capture_window": {"steps": list(steps)} if steps is not None else None,
+               "profiler": "torch"}
     traces = torch_runner.traces(out)
+    if not traces and done.returncode == 0 and steps is not None:
+        raise InputError(f"{_NOT_REACHED.format(first=steps[0])}: no process wrote a torch.profiler trace")
     if not traces and done.returncode != 0:
         click.echo("gemmscope: it wrote no torch.profiler trace: no process of it used CUDA before it ended", err=True)
     _progress(2, f"{len(traces)} torch.profiler trace{'s' * (len(traces) != 1)} written, one per process that "

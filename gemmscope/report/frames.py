@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gemmscope.diagnosis import CATEGORIES, NO_STEPS, Diagnosis
+from gemmscope.diagnosis import CATEGORIES, Diagnosis
 from gemmscope.report.model import count
+from gemmscope.steps import described
 from gemmscope.verify import Verification
 
 # Section titles, the same in every format.
@@ -102,12 +103,16 @@ def mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
     )
 
 
-def breakdown_title(diagnosis: Diagnosis) -> str:
-    """Which part of the run the breakdown covers: the steps taken (and which ranges they are),
-    or the whole trace, saying that no steps were found."""
+def breakdown_window(diagnosis: Diagnosis) -> str:
+    """Which part of the run the breakdown covers: the steps taken (and what they are), or the
+    whole trace, saying why."""
     if diagnosis.step_range:
-        return f"Where the GPU time went (steps: NVTX ranges matching {diagnosis.step_range}, after the first)"
-    return f"Where the GPU time went (the whole trace: {NO_STEPS})"
+        return f"steps: {described(diagnosis.step_range)}, after the first"
+    return f"the whole trace: {diagnosis.no_steps}"
+
+
+def breakdown_title(diagnosis: Diagnosis) -> str:
+    return f"Where the GPU time went ({breakdown_window(diagnosis)})"
 
 
 def where(layer: pd.Series, module: pd.Series) -> pd.Series:

@@ -13,7 +13,7 @@ import json
 import pandas as pd
 
 from gemmscope import kernels, plots
-from gemmscope.diagnosis import NO_STEPS, Diagnosis
+from gemmscope.diagnosis import Diagnosis
 from gemmscope.jsonable import plain
 from gemmscope.report import verification_terminal as terminal
 from gemmscope.report.documents import coverage_groups, gemm_fields, gemm_records
@@ -29,6 +29,7 @@ from gemmscope.report.frames import (
     UNREADABLE_TITLE,
     autotuning_note,
     breakdown_frame,
+    breakdown_window,
     differing_ranks,
     mismatch_frame,
     mismatch_groups,
@@ -183,9 +184,8 @@ def _breakdown_section(diagnosis: Diagnosis) -> Section:
     frame = breakdown_frame(diagnosis.breakdown)
     ms_columns = [c for c in frame.columns if c.endswith("_ms")]
     frame[ms_columns] = frame[ms_columns].map(lambda v: f"{v:.3f}")
-    window = (f"Steps: NVTX ranges matching {diagnosis.step_range}, after the first." if diagnosis.step_range
-              else f"The whole trace: {NO_STEPS}.")
-    intro = [window + " Window = busy + idle; category times are kernel durations, which add up to more "
+    window = breakdown_window(diagnosis)
+    intro = [window[0].upper() + window[1:] + ". Window = busy + idle; category times are kernel durations, which add up to more "
                       "than the busy time where streams overlap."]
     blocks: list[Block] = [Table("Where the GPU time went, per rank", frame),
                            Figure(lambda: plots.breakdown_plot(diagnosis)), Figure(lambda: plots.steps_plot(diagnosis))]

@@ -1,0 +1,84 @@
+"""Benchmark: what checking a few training steps of a long run costs. `gemmscope verify --steps
+A-B -- COMMAND` collects those steps alone (the hook marks optimizer steps and opens the capture
+around them), with torch.profiler (target: <= 1.03x COMMAND's bare wall time, the trace written and
+checked within 5 s of the program's end) or with nsys (target: no more than nsys merely armed in
+the processes costs); the hook alone should cost <= 2 % of a step.
+
+Runs, alternating, ROUNDS times after WARMUP bare runs (window_overhead.compare): COMMAND bare;
+with gemmscope's hook alone (on PYTHONPATH, TE's ranges on, no profiler); `verify --profiler torch
+--steps A-B`; `verify --steps A-B` (nsys); and nsys armed (in the processes with verify's flags,
+never collecting). For each verify run, the seconds from the program's end ("[3/3]": the command
+has exited) to verify's own exit, and the trace's size.
+
+Needs a GPU, e.g. TE's FSDP example for 400 iterations (tests/fixtures/gpu/corpus/commands.txt):
+
+    python benchmarks/steps_overhead.py --steps 200-202 --expect fp8-delayed -- \\
+        torchrun --standalone --nproc-per-node 1 fsdp.py --precision fp8 --num-layers 8 --num-iters 400 \\
+        --batch-size 4 --seq-length 512
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from window_overhead import _NEVER_S, _NSYS_ALONE, compare, timed
+
+import gemmscope
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", required=True, help="A-B: the training steps verify collects")
+    parser.add_argument("--expect", default="bf16", help="recipe verify checks against")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="bare runs first, not counted")
+    parser.add_argument("--out", help="keep the last capture of each verify run here (default: removed)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the command to run after --")
+    hook = str(Path(gemmscope.__file__).parent / "autocast_hook")
+    with tempfile.TemporaryDirectory(prefix="steps-overhead-") as scratch:
+        out = args.out or scratch
+        def verify(profiler: str) -> list[str]:
+            return [sys.executable, "-c", "from gemmscope.cli import main; main()", "verify", "--profiler", profiler,
+                    "--steps", args.steps, "--expect", args.expect, "--format", "json", "--out",
+                    f"{out}/{profiler}", "--", *command]
+
+        runs = {
+            "bare": (command, None),
+            "hook": (command, {**os.environ, "NVTE_NVTX_ENABLED": "1",
+                               "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p)}),
+            "torch-steps": (verify("torch"), None),
+            "nsys-steps": (verify("nsys"), None),
+            "nsys-armed": ([sys.executable, "-c", _NSYS_ALONE, f"{out}/armed.nsys-rep", f"{_NEVER_S:g}", "1", "-",
+                            *command], None),
+        }
+        after_end: dict[str, list[float]] = {"torch-steps": [], "nsys-steps": []}
+
+        def timed_verify(argv: list[str], env: dict | None = None):
+            wall_s, status, stages = timed(argv, env)
+            kind = next((k for k in after_end if runs[k][0] is argv), None)
+            checking = [float(s.split()[0]) for s in stages if s.endswith("3/3")]
+            if kind is not None and checking:
+                after_end[kind].append(wall_s - checking[0])
+                sizes = sum(f.stat().st_size for f in Path(out, kind.split("-")[0]).rglob("*") if f.is_file())
+                print(f"  {kind}: checked {wall_s - checking[0]:.1f} s after the program ended; "
+                      f"capture folder {sizes / 1e6:.1f} MB", flush=True)
+            return wall_s, status, stages
+
+        compare(runs, command, args.rounds, args.warmup, target={"torch-steps": 1.03}, timer=timed_verify)
+    for kind, seconds in after_end.items():
+        if seconds:
+            print(f"median {kind}: checked {statistics.median(seconds):.1f} s after the program ended "
+                  f"({min(seconds):.1f}-{max(seconds):.1f} s; target <= 5 s for torch-steps)")
+
+
+if __name__ == "__main__":
+    main()
