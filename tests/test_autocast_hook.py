@@ -222,6 +222,21 @@ def test_operands_given_by_name_recorded_too(torch, nvtx, call, op, shape):
     assert [(g["op"], g["operand_a"], (g["m"], g["n"], g["k"])) for g in nvtx.torch_gemms()] == [(op, "bf16", shape)]
 
 
+@pytest.mark.parametrize("dtype_name, operand", [("bfloat16", "bf16"), ("float16", "fp16")])
+def test_under_torch_autocast_operands_ask_for_the_autocast_type(torch, nvtx, dtype_name, operand):
+    """A float32 model under torch.autocast: F.linear casts its operands before the GEMM, so the
+    GEMM asks for the autocast type, not float32 (a BF16 kernel is what was asked, no fallback);
+    float64 is not cast, and outside autocast float32 asks for float32."""
+    weight = torch.randn(16, 8)
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=getattr(torch, dtype_name)):
+            torch.nn.functional.linear(torch.randn(4, 8), weight)
+            torch.mm(torch.randn(4, 8, dtype=torch.float64), torch.randn(8, 2, dtype=torch.float64))
+        torch.nn.functional.linear(torch.randn(4, 8), weight)
+    assert [(g["operand_a"], g["operand_b"]) for g in nvtx.torch_gemms()] == [
+        (operand, operand), ("fp64", "fp64"), ("fp32", "fp32")]
+
+
 def test_fp64_operands_named(torch, nvtx):
     torch.mm(torch.randn(4, 8, dtype=torch.float64), torch.randn(8, 2, dtype=torch.float64))
     (fp64,) = nvtx.torch_gemms()

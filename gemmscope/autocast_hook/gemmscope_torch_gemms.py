@@ -73,6 +73,22 @@ def tensor_type(tensor) -> str:
     return _TORCH_DTYPES.get(str(tensor.dtype), str(tensor.dtype))
 
 
+# What torch.autocast casts the operands of every GEMM call here but _scaled_mm to (its
+# "lower precision" ops: matmul, mm, bmm, addmm, baddbmm, linear), before the kernel runs.
+_AUTOCAST_CAST = frozenset({"torch.float32", "torch.float16", "torch.bfloat16"})
+
+
+def asked_type(torch, op: str, tensor) -> str:
+    """The type a GEMM call asks for an operand: under torch.autocast, the autocast type its
+    floating operands are cast to (a float32 weight in a BF16 autocast asks for BF16), else the
+    tensor's own."""
+    if op != "_scaled_mm" and str(tensor.dtype) in _AUTOCAST_CAST:
+        device = tensor.device.type
+        if torch.is_autocast_enabled(device):
+            return _TORCH_DTYPES[str(torch.get_autocast_dtype(device))]
+    return tensor_type(tensor)
+
+
 def scaled_mm_scaling(a, b, scale_a, scale_b, caller) -> str:
     """How torch._scaled_mm was asked to scale (gemmscope_protocol.SCALINGS), from its scales:
     e8m0 scales are MX blocks; one scale each is tensor-wise, unless `caller` (the calling
@@ -111,7 +127,7 @@ def _torch_record(torch, op: str, a, b, args: tuple, kwargs: dict) -> tuple[dict
     else:
         owner = owner_record(module)
         record = {"op": op, "module": owner["owner"], "layer": owner["layer"], "pass": "fprop"}
-    record.update(a=tensor_type(a), b=tensor_type(b))
+    record.update(a=asked_type(torch, op, a), b=asked_type(torch, op, b))
     if op == "_scaled_mm":
         scale_a = argument(args, kwargs, "scale_a", 2)
         scale_b = argument(args, kwargs, "scale_b", 3)
