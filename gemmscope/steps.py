@@ -210,7 +210,9 @@ def keep_steps(item: LoadedTrace, first: int, last: int) -> LoadedTrace:
     found = marked_steps(item.trace, launches)
     wanted = found[found["index"].between(first, last)]
     step_of = launching_step(launches.assign(trace=item.trace.path.name), wanted)
-    rows = np.flatnonzero(step_of >= 0)
+    # A kernel whose launch call the trace lacks was launched before the capture opened (a
+    # torch.profiler window's first kernels finish the step before it): it is no kernel of these steps.
+    rows = np.flatnonzero((step_of >= 0) & launches["launch_start"].notna().to_numpy())
     if not len(rows):
         held = (f"it holds steps {found['index'].min()}-{found['index'].max()}" if len(found)
                 else "it holds no step marked by gemmscope's hook")
