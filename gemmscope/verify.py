@@ -250,12 +250,8 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     `without_kernels`."""
     items = [traces] if isinstance(traces, (Trace, LoadedTrace)) else list(traces)
     loaded = [item if isinstance(item, LoadedTrace) else attribute(item) for item in items]
+    raise_if_none_usable(loaded)
     usable = [item for item in loaded if item.error is None]
-    if not usable:
-        if loaded and all(item.no_kernels for item in loaded):
-            assert loaded[0].error is not None  # none is usable: each says why
-            raise NoGpuKernels(loaded[0].error, cuda_traced=all(item.cuda_traced for item in loaded))
-        raise InputError(loaded[0].error if loaded else "no trace to check")
     idle = [item.error is not None and item.no_kernels and item.cuda_traced for item in loaded]
     without_kernels = [{"trace": item.path.name, "rank": _rank_in_name(item.path)}
                        for item, no_kernel in zip(loaded, idle) if no_kernel]
@@ -321,6 +317,18 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     result.groups = group(gemms)
     result.rank_comparison = compare_ranks(gemms)
     return result
+
+
+def raise_if_none_usable(loaded: Sequence[LoadedTrace]) -> None:
+    """When no trace could be read, the first reason, as the error the CLI prints: NoGpuKernels
+    where every trace holds no GPU kernel (a run that launched none, or a capture blind to them),
+    else InputError. One readable trace is enough: the others are reported as unreadable."""
+    if any(item.error is None for item in loaded):
+        return
+    if loaded and all(item.no_kernels for item in loaded):
+        assert loaded[0].error is not None  # none is usable: each says why
+        raise NoGpuKernels(loaded[0].error, cuda_traced=all(item.cuda_traced for item in loaded))
+    raise InputError(loaded[0].error if loaded and loaded[0].error else "no trace to check")
 
 
 def autotuning_launches(launches: pd.DataFrame) -> np.ndarray:
