@@ -79,7 +79,7 @@ class CheckResult:
     gemms: pd.DataFrame = field(repr=False)  # GEMM_COLUMNS, and VERDICT_COLUMNS where something was checked
     # everything verify computed (the CLI's reports read it); None where the run launched no GPU kernel
     verification: Verification | None = field(repr=False)
-    note: str | None = None  # why there is nothing to check: the run launched no GPU kernel (state FAIL)
+    note: str | None = field(default=None, repr=False)  # why nothing was checked: the run launched no GPU kernel
 
     @property
     def passed(self) -> bool:

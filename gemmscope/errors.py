@@ -31,6 +31,9 @@ class State(str, Enum):
     NOT_CHECKED = "not-checked"  # nothing to check any GEMM against
     NOT_FULLY_CHECKED = "not-fully-checked"  # some GEMMs had nothing to be judged against
 
+    def __repr__(self) -> str:  # as it is written: gs.State.PASS
+        return f"State.{self.name}"
+
     @property
     def word(self) -> str:
         """The verdict block's first line."""
@@ -62,15 +65,18 @@ EXIT_CODES = (
             "verdict is in it). compare, shapes, kernel, doctor, --help: printed."),
     ExitRow(ExitCode.MISMATCH, "MISMATCHES",
             "a GEMM ran another precision than asked (not named by --allow); a recipe was asked for and no GEMM "
-            "ran (a run that launched no GPU kernel included: report writes nothing then); an --expect-map range "
-            "failed; a trace could not be read; doctor --canary: the planted fallback went unflagged."),
+            "ran; a run launched no GPU kernel at all (a command that exited 0 having skipped its work, a trace "
+            "whose CUDA calls were captured and that holds no kernel: said in one line, and report writes "
+            "nothing); an --expect-map range failed; a trace could not be read (the others are checked); "
+            "doctor --canary: the planted fallback went unflagged."),
     ExitRow(ExitCode.BAD_INPUT, "error",
             "bad input or usage (a missing file or command, not a trace, an unknown option, `gemmscope` without "
-            "a command: its help), or what the system refused (a folder not writable, a full disk, out of "
-            "memory, a capture blind to kernels): one line on stderr, nothing half-written."),
+            "a command: its help), or what the system refused (a folder not writable, a name too long, a full "
+            "disk, out of memory, a trace captured without CUDA tracing or off a GPU): one line on stderr, "
+            "nothing half-written."),
     ExitRow(ExitCode.COMMAND_FAILED, "command failed",
             "verify -- COMMAND: the command exited non-zero (a crashed run is never a pass): its exit status "
-            "and last stderr lines first, then what it ran."),
+            "and last stderr lines first, then what it ran; JSON's meta.command.exit_code says how it ended."),
     ExitRow(ExitCode.NOT_CHECKED, "NOT CHECKED",
             "nothing to check any GEMM against: no --expect or --expect-map, and the run recorded no request "
             "(gemmscope's hook) and no one te.autocast recipe."),
