@@ -109,7 +109,7 @@ def unjudged_frame(result: Verification) -> pd.DataFrame:
     g = result.unjudged.assign(**{"pass": result.unjudged["te_pass"], "kernel": result.unjudged["name"]})
     keys = ["layer", "module", "pass", "kernel", "precision"]
     grouped = g.groupby(keys, dropna=False, sort=False).agg(
-        launches=("duration_ns", "size"), ranks=("rank", "nunique"), time_ns=("duration_ns", "sum")).reset_index()
+        launches=("duration_ns", "size"), time_ns=("duration_ns", "sum")).reset_index()
     return grouped.assign(time_ms=grouped.pop("time_ns") / 1e6)
 
 
