@@ -5,8 +5,8 @@ The library's face (gemmscope.api): `load` traces, `check` their GEMMs against a
 """
 
 from gemmscope.api import CheckResult, Traces, check, diagnose, load
-from gemmscope.errors import InputError
+from gemmscope.errors import InputError, State
 
 __version__ = "0.1.0"
 
-__all__ = ["CheckResult", "InputError", "Traces", "check", "diagnose", "load", "__version__"]
+__all__ = ["CheckResult", "InputError", "State", "Traces", "check", "diagnose", "load", "__version__"]

@@ -72,18 +72,20 @@ class Bundle(NamedTuple):
 
 def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = None,
            allow: tuple[str, ...] = (), step_range: str | None = None,
-           expect_map: Sequence[tuple[str, str]] = (), keep: Sequence[str] = ()) -> Bundle:
+           expect_map: Sequence[tuple[str, str]] = (), keep: Sequence[str] = (),
+           strict_unknown: bool = False) -> Bundle:
     """Write the zip `out` from traces, or from one profile run directory. `expect`, `allow`,
-    `step_range` and `expect_map` are analyze's options, for traces; `keep`: shell patterns of
-    what the redaction leaves (Redactor)."""
+    `step_range`, `expect_map` and `strict_unknown` (--strict) are analyze's options, for traces;
+    `keep`: shell patterns of what the redaction leaves (Redactor)."""
     if not inputs:
         raise InputError("nothing to bundle: give traces or a gemmscope profile run directory")
     out = Path(out)
     run_dir = _run_dir(inputs)
     if run_dir is None:
         paths = trace_paths(inputs)
-    elif expect or expect_map or allow or step_range:
-        raise InputError("--expect, --expect-map, --allow and --step-range are for traces, not a profile run directory")
+    elif expect or expect_map or allow or strict_unknown or step_range:
+        raise InputError("--expect, --expect-map, --allow, --strict and --step-range are for traces, not a profile run "
+                         "directory")
     else:
         paths = [run_dir / name for name in RUN_TRACES if (run_dir / name).exists()][:1]
     originals = [read_trace(path) for path in paths]
@@ -98,7 +100,7 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
         recipes = verify.recorded_recipes(originals) if run_dir is None else []
         try:
             if run_dir is None:
-                report = _analyze_traces(staged, expect, allow, step_range, expect_map)
+                report = _analyze_traces(staged, expect, allow, step_range, expect_map, strict_unknown)
             else:
                 report, recipes = _analyze_run(run_dir, Path(staging) if staged else run_dir)
             error = None
@@ -159,12 +161,12 @@ def _staging_path(staging: Path, member: str) -> Path:
 
 
 def _analyze_traces(staged: dict[str, Path], expect: str | None, allow: tuple[str, ...],
-                    step_range: str | None, expect_map: Sequence[tuple[str, str]]) -> Report:
+                    step_range: str | None, expect_map: Sequence[tuple[str, str]], strict_unknown: bool) -> Report:
     """The report of the scrubbed traces under their names in the zip, as `gemmscope report`
     makes it, its JSON document `gemmscope analyze --per-launch`'s (a bug report keeps every GEMM
     launch)."""
     traces = [dataclasses.replace(read_trace(path), path=Path(member)) for member, path in staged.items()]
-    result = verify.check(traces, expect, allow, expect_map)
+    result = verify.check(traces, expect, allow, expect_map, strict_unknown)
     diagnosis = diagnose(result, step_range)
     return verification_report(result, diagnosis, analysis_document(result, None, diagnosis, per_launch=True))
 

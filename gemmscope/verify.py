@@ -26,6 +26,12 @@ outside every mapped range fall back to the run's recipe, or stay unchecked with
 range in which no GEMM ran (the recipe raised, or was skipped) and a pattern that names no range
 are failures, never passes.
 
+Judgement is total (`Verification.state`): a GEMM whose kernel names its precision and that had
+nothing to be judged against (no request recorded, no ``--expect``, outside every mapped range)
+leaves the run NOT FULLY CHECKED, never passed, unless an ``--allow`` pattern names it. A GEMM
+whose kernel does not name its precision (UNKNOWN: Triton's) is listed and does not count against
+the run, unless `strict_unknown` (``--strict``): then it too leaves the run not fully checked.
+
 Where gemmscope's hook recorded what TE was handed, a FALLBACK says why (``cause``): TE was handed
 operands of another precision (``requested-bf16``: a layer outside autocast, or a recipe that
 keeps this GEMM in high precision), TE was handed the requested precision and the kernel still
@@ -49,7 +55,7 @@ import pandas as pd
 
 from gemmscope import kernels, te_ranges
 from gemmscope.attribution import EnclosingRanges, LoadedTrace, attribute, first_matching_pattern, name_matches
-from gemmscope.errors import InputError, NoGpuKernels
+from gemmscope.errors import InputError, NoGpuKernels, State
 from gemmscope.recipes import (
     EXPECTED_SUBSTITUTIONS,
     HIGH_PRECISIONS,
@@ -159,6 +165,7 @@ class Verification:
     expect_map: tuple[tuple[str, str], ...] = ()
     ranges_checked: pd.DataFrame = field(default_factory=pd.DataFrame)  # per mapped range (ranges_checked())
     strict: bool = False  # --expect: every GEMM against `expected`; else each against its own request
+    strict_unknown: bool = False  # --strict: a GEMM of unknown precision leaves the run not fully checked
     # GEMM launches torch.compile's autotuner made (autotuning_launches), left out of `gemms`
     autotuning: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -201,6 +208,24 @@ class Verification:
         return self.gemms[(self.gemms["verdict"] == "FALLBACK") & self.gemms["allowed"]]
 
     @property
+    def unjudged(self) -> pd.DataFrame:
+        """The GEMM launches that had nothing to be judged against and no --allow pattern names
+        (module docstring): they leave the run NOT FULLY CHECKED."""
+        if "unjudged" not in self.gemms:
+            return self.gemms.iloc[0:0]
+        return self.gemms[self.gemms["unjudged"]]
+
+    @property
+    def state(self) -> State:
+        """What the check concludes: a failure first (`failed`), then nothing checked at all, then
+        GEMMs left unjudged; else a pass."""
+        if self.failed:
+            return State.FAIL
+        if not self.checked:
+            return State.NOT_CHECKED
+        return State.NOT_FULLY_CHECKED if len(self.unjudged) else State.PASS
+
+    @property
     def failed(self) -> bool:
         """The check fails on a non-allowed FALLBACK, when a recipe was asked for and no GEMM ran,
         when a mapped range failed (RANGE_FAILURES: a fallback, no GEMM in it, or a pattern that
@@ -212,11 +237,12 @@ class Verification:
 
 
 def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: str | None = None,
-          allow: tuple[str, ...] = (), expect_map: Sequence[tuple[str, str]] = ()) -> Verification:
+          allow: tuple[str, ...] = (), expect_map: Sequence[tuple[str, str]] = (),
+          strict_unknown: bool = False) -> Verification:
     """Verdict per GEMM launch of one or several traces (read here, or already loaded by
     `loading.load` in workers) against `expect`, or each against what it was asked (module
     docstring), and inside the NVTX ranges `expect_map` names (parse_expect_map) against their own
-    recipe. A trace that
+    recipe (`strict_unknown`: --strict, module docstring). A trace that
     could not be read is reported in `unreadable` and the others are checked; when none could,
     the first reason is the error. A trace whose process ran and launched no GPU kernel (its CUDA
     calls captured), beside traces that did, is no failure: a job's processes that only touch
@@ -224,12 +250,8 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     `without_kernels`."""
     items = [traces] if isinstance(traces, (Trace, LoadedTrace)) else list(traces)
     loaded = [item if isinstance(item, LoadedTrace) else attribute(item) for item in items]
+    raise_if_none_usable(loaded)
     usable = [item for item in loaded if item.error is None]
-    if not usable:
-        if loaded and all(item.no_kernels for item in loaded):
-            assert loaded[0].error is not None  # none is usable: each says why
-            raise NoGpuKernels(loaded[0].error, cuda_traced=all(item.cuda_traced for item in loaded))
-        raise InputError(loaded[0].error if loaded else "no trace to check")
     idle = [item.error is not None and item.no_kernels and item.cuda_traced for item in loaded]
     without_kernels = [{"trace": item.path.name, "rank": _rank_in_name(item.path)}
                        for item, no_kernel in zip(loaded, idle) if no_kernel]
@@ -284,8 +306,9 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         if expect_map:
             own &= gemms["expect_range"].isna().to_numpy()
         gemms["asked_high"] = own & gemms["expected"].isin(HIGH_PRECISIONS).to_numpy()
-        _judge(gemms, _sm(read_traces), allow, ranges)
-    result = Verification(expected=expected, strict=expect is not None, gemms=gemms, tails_ns=tails_ns,
+        _judge(gemms, _sm(read_traces), allow, ranges, strict_unknown)
+    result = Verification(expected=expected, strict=expect is not None, strict_unknown=strict_unknown,
+                          gemms=gemms, tails_ns=tails_ns,
                           traces=read_traces, kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
                           without_kernels=without_kernels, expect_map=expect_map, autotuning=autotuned)
     if expect_map:
@@ -294,6 +317,18 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     result.groups = group(gemms)
     result.rank_comparison = compare_ranks(gemms)
     return result
+
+
+def raise_if_none_usable(loaded: Sequence[LoadedTrace]) -> None:
+    """When no trace could be read, the first reason, as the error the CLI prints: NoGpuKernels
+    where every trace holds no GPU kernel (a run that launched none, or a capture blind to them),
+    else InputError. One readable trace is enough: the others are reported as unreadable."""
+    if any(item.error is None for item in loaded):
+        return
+    if loaded and all(item.no_kernels for item in loaded):
+        assert loaded[0].error is not None  # none is usable: each says why
+        raise NoGpuKernels(loaded[0].error, cuda_traced=all(item.cuda_traced for item in loaded))
+    raise InputError(loaded[0].error if loaded and loaded[0].error else "no trace to check")
 
 
 def autotuning_launches(launches: pd.DataFrame) -> np.ndarray:
@@ -321,9 +356,10 @@ def autotuning_launches(launches: pd.DataFrame) -> np.ndarray:
     return autotuning
 
 
-def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...], ranges: EnclosingRanges) -> None:
+def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...], ranges: EnclosingRanges,
+           strict_unknown: bool) -> None:
     """Verdict, cause and `allowed` of each GEMM against its own `expected` recipe (None:
-    unchecked, no verdict)."""
+    unchecked, no verdict), and whether it is `unjudged` (Verification.unjudged)."""
     keys = gemms["precision"].astype(str) + "|" + gemms["expected"].astype(str)
     pairs = gemms.loc[gemms["expected"].notna(), ["precision", "expected"]].assign(key=keys).drop_duplicates("key")
     verdicts = {key: verdict(p if isinstance(p, str) else None, e, sm) for p, e, key in pairs.itertuples(index=False)}
@@ -339,7 +375,12 @@ def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...], ranges: 
                     & ~gemms["expected"].isin(HIGH_PRECISIONS)).to_numpy(dtype=bool)
     gemms.loc[other_recipe & (gemms["verdict"] == "OK").to_numpy(), "verdict"] = "FALLBACK"
     gemms["cause"] = _causes(gemms)
-    gemms["allowed"] = (gemms["verdict"] == "FALLBACK").to_numpy() & allowed(allow, gemms, ranges)
+    named = allowed(allow, gemms, ranges)
+    gemms["allowed"] = (gemms["verdict"] == "FALLBACK").to_numpy() & named
+    told = (gemms["precision"].notna() & (gemms["precision"] != "unknown")).to_numpy()
+    no_verdict = gemms["verdict"].isna().to_numpy()
+    unknown = (gemms["verdict"] == "UNKNOWN").to_numpy() | (no_verdict & ~told)
+    gemms["unjudged"] = ((no_verdict & told) | (strict_unknown & unknown)) & ~named
 
 
 def ranges_checked(gemms: pd.DataFrame, ranges: EnclosingRanges, traces: Sequence[Trace],

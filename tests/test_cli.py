@@ -120,9 +120,9 @@ def test_json_is_grouped_unless_per_launch_is_asked_for(gpu_xz):
 
 def test_analyze_json_without_recipe_has_no_verdicts(gpu_xz):
     result = invoke("analyze", gpu_xz("te_linear_bf16"), "--format", "json", "--per-launch")
-    assert result.exit_code == 0
+    assert result.exit_code == 4  # NOT CHECKED, as verify says it
     doc = json.loads(result.stdout)
-    assert doc["summary"]["expected"] is None
+    assert doc["summary"]["expected"] is None and doc["summary"]["state"] == "not-checked"
     assert all("verdict" not in g for g in doc["gemms"])
     assert {g["precision"] for g in doc["gemms"]} == {"bf16"}
 
@@ -627,14 +627,15 @@ def test_expect_map_range_whose_recipe_raised_fails():
 def test_several_recorded_recipes_each_gemm_against_its_own_request():
     # run with gemmscope's hook, the benchmark records three te.autocast recipes: each TE GEMM is
     # checked against what it was handed; its torch.matmul GEMMs, which that older hook did not
-    # record, have no recipe of the run to fall back on and are listed unchecked; the map checks
-    # them range by range
+    # record, have no recipe of the run to fall back on: not judged, the run is not fully checked
+    # (exit 5) until the map checks them range by range
     trace = CORPUS / "gemm_bench_4096_hook.sqlite.xz"
     done = gemmscope("analyze", trace, "--format", "json")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 5, done.stderr
     summary = json.loads(done.stdout)["summary"]
     assert summary["mode"] == "per-gemm" and summary["mismatches"] == 0
-    assert summary["unchecked_gemm_launches"] == 111  # the BF16 range's torch.matmul calls
+    assert summary["state"] == "not-fully-checked"
+    assert summary["unchecked_gemm_launches"] == summary["unjudged_gemm_launches"] == 111  # the BF16 range's matmuls
     assert invoke("analyze", trace, *BENCH_MAP).exit_code == 0
 
 
@@ -677,6 +678,7 @@ def test_no_record_is_blamed_on_a_missing_hook_only_without_one(gpu_xz):
 
 def test_diagnose_is_a_command(gpu_xz):
     result = invoke("diagnose", gpu_xz("train_mixed"))
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # its verdict: mismatches, as analyze says
+    assert result.stdout.startswith("MISMATCHES\n")
     assert "Where the GPU time went" in result.stdout and "Findings, most time at stake first" in result.stdout
     assert "Mismatches" not in result.stdout  # the check's tables are analyze's and verify's

@@ -104,9 +104,9 @@ def test_analyze_and_verify_read_a_kineto_trace_by_content(tmp_path):
     renamed = tmp_path / "rank0.trace"  # no .json in its name: told by what it holds
     shutil.copy(V100, renamed)
     result = invoke("analyze", renamed, "--format", "json")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 4, result.output  # no recipe recorded, none given: not checked
     doc = json.loads(result.stdout)
-    assert doc["meta"]["profiler"] == "torch.profiler"
+    assert doc["meta"]["profiler"] == "torch.profiler" and doc["summary"]["state"] == "not-checked"
     assert doc["summary"]["gemm_launches"] == 420
     done = gemmscope("verify", "--trace", renamed, "--expect", "bf16", "--quiet")
     assert done.returncode == 1, done.stderr  # fp32 ran where bf16 was expected

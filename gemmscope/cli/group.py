@@ -1,8 +1,8 @@
 """The `gemmscope` command group: every failure as one line, Ctrl-C, and the options and output
 that its commands share.
 
-Exit codes: errors.ExitCode (3, COMMAND_FAILED: the verdicts on what the command ran are still
-printed).
+Exit codes: errors.EXIT_CODES, shown by `gemmscope --help` (3, COMMAND_FAILED: the verdicts on
+what the command ran are still printed).
 """
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
+import traceback
 from pathlib import Path
 from typing import NoReturn
 
 import click
 
 from gemmscope import scratch, verify
-from gemmscope.errors import ExitCode, InputError
+from gemmscope.errors import ExitCode, InputError, exit_codes_help
 
 EXAMPLE_TRACE = Path(__file__).parent.parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
 EXAMPLE_RUN = Path(__file__).parent.parent / "examples" / "h200-codonfm-5b"
@@ -26,11 +27,57 @@ class _Interrupted(Exception):
     """Ctrl-C, carried past click (which would turn it into its own message)."""
 
 
+# What a command may end with that is not a bug in gemmscope: each is said in one line (_Group.main).
+_EXPECTED = (click.exceptions.ClickException, click.exceptions.Exit, click.Abort, InputError, OSError, sqlite3.Error,
+             MemoryError)
+
+
+class _Unexpected(Exception):
+    """An exception no rule of gemmscope's expects (a bug), with the command and the inputs it
+    was given, for a one-line report."""
+
+    def __init__(self, error: BaseException, command: str, inputs: list[str]):
+        super().__init__(str(error))
+        self.error, self.command, self.inputs = error, command, inputs
+
+
+class _Command(click.Command):
+    """A command that names its inputs (its path arguments, verify's --trace) when it fails
+    unexpectedly."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except _EXPECTED:
+            raise
+        except Exception as exc:
+            raise _Unexpected(exc, ctx.info_name or "", _inputs(ctx)) from exc
+
+
+def _inputs(ctx: click.Context) -> list[str]:
+    """The paths a command was given to read (the traces, a run directory), as given."""
+    named: list[str] = []
+    for param in ctx.command.params:
+        if (isinstance(param, click.Argument) or param.name == "trace_args") and isinstance(param.type, click.Path):
+            value = ctx.params.get(param.name or "")
+            named += [str(v) for v in (value if isinstance(value, tuple) else (value,)) if v is not None]
+    return named
+
+
 class _Group(click.Group):
     """Every failure as one line on stderr: InputError, click's usage errors, what the system
-    refuses (a folder not writable, a name too long, a full disk) and SQLite's errors exit 2;
-    Ctrl-C exits 130 (what a shell reports for SIGINT). Outputs are written through temporary
-    names, so nothing is left half-written."""
+    refuses (a folder not writable, a name too long, a full disk, out of memory) and SQLite's
+    errors exit 2; Ctrl-C exits 130 (what a shell reports for SIGINT); any other exception is a
+    bug: one line naming the inputs, exit 70. Outputs are written through temporary names, so
+    nothing is left half-written. Without a command: the help, exit 2."""
+
+    command_class = _Command
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args:  # not one error line holding the whole help: the help, as --help prints it
+            click.echo(ctx.get_help())
+            sys.exit(ExitCode.BAD_INPUT)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -61,6 +108,23 @@ class _Group(click.Group):
             _fail(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc))
         except sqlite3.Error as exc:
             _fail(f"SQLite: {exc}")
+        except MemoryError:
+            _fail("out of memory")
+        except _Unexpected as exc:
+            _internal_error(exc)
+
+
+def _internal_error(exc: _Unexpected) -> NoReturn:
+    """A bug: one line naming what was read and asking for a report (GEMMSCOPE_DEBUG=1: the
+    traceback too), exit 70, never 1 (a check that failed)."""
+    if os.environ.get("GEMMSCOPE_DEBUG", "") not in ("", "0"):
+        traceback.print_exception(exc.error)
+    what = ", ".join(exc.inputs) if exc.inputs else "its default input"
+    error = " ".join(f"{type(exc.error).__name__}: {exc.error}".split())
+    click.echo(f"gemmscope: internal error in `gemmscope {exc.command}` on {what} ({error}): a bug in gemmscope; "
+               "please report it with this line and `gemmscope --version` (GEMMSCOPE_DEBUG=1 shows the traceback)",
+               err=True)
+    sys.exit(ExitCode.INTERNAL_ERROR)
 
 
 def _fail(message: str) -> NoReturn:
@@ -68,7 +132,7 @@ def _fail(message: str) -> NoReturn:
     sys.exit(ExitCode.BAD_INPUT)
 
 
-@click.group(cls=_Group)
+@click.group(cls=_Group, epilog=exit_codes_help())
 @click.version_option(package_name="gemmscope")
 def main() -> None:
     """Is the precision Transformer Engine was asked for the precision that ran?"""
@@ -103,6 +167,13 @@ def say_redacted(redactor) -> None:
     click.echo(f"gemmscope: redacted: {redactor.summary()}", err=True)
 
 
+def strict_option(func):
+    return click.option(
+        "--strict", "strict_unknown", is_flag=True,
+        help="A GEMM whose kernel name does not tell its precision (UNKNOWN: Triton's, ...) leaves the run NOT "
+             "FULLY CHECKED (exit 5) unless --allow names it; without it, such GEMMs are listed only.")(func)
+
+
 def _steps(_ctx, _param, text: str | None) -> tuple[int, int] | None:
     from gemmscope.steps import step_interval
 
@@ -110,13 +181,14 @@ def _steps(_ctx, _param, text: str | None) -> tuple[int, int] | None:
 
 
 def check_options(func):
-    """What analyze and verify share: --expect-map, --allow, --step-range, --steps, --workers,
-    --scheduler, --plots."""
+    """What analyze and verify share: --expect-map, --allow, --strict, --step-range, --steps,
+    --workers, --scheduler, --plots."""
     options = [
         expect_map_option,
         click.option("--allow", multiple=True, metavar="PATTERN",
                      help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are "
                           "allowed; repeatable."),
+        strict_option,
         click.option("--step-range", metavar="PATTERN",
                      help="NVTX range (shell pattern) that marks one training step: the breakdown covers the "
                           "steps after the first. Default: ranges named a stem and a number that repeat in a "

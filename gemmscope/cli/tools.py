@@ -18,6 +18,7 @@ from gemmscope.cli.group import (
     keep_option,
     main,
     say_redacted,
+    strict_option,
 )
 from gemmscope.errors import ExitCode, InputError
 from gemmscope.hf_config import resolve_config
@@ -97,7 +98,8 @@ def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
 @keep_option
 def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
     """Copy a trace without the environment, command line, user and host names nsys recorded,
-    and with every text in it redacted (README: Redaction; stderr says what was taken out)."""
+    and with every text in it redacted (README: Redaction; stderr says what was taken out). Exit 0
+    once written: scrub checks nothing."""
     from gemmscope.scrub import Redactor, scrub
     from gemmscope.traces.read import trace_source
 
@@ -112,18 +114,20 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
 @click.option("--expect", type=click.Choice(RECIPES), help="For traces: as analyze's --expect.")
 @expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="For traces: as analyze's --allow; repeatable.")
+@strict_option
 @click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
 @keep_option
 def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, expect_map: tuple[tuple[str, str], ...],
-               allow: tuple[str, ...], step_range: str | None, keep: tuple[str, ...]) -> None:
+               allow: tuple[str, ...], strict_unknown: bool, step_range: str | None, keep: tuple[str, ...]) -> None:
     """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the report's
     tables as CSV (tables/, as `report --tables`), the traces scrubbed, and environment.json (GPU,
     driver, CUDA, nsys, recipes, the command line redacted). INPUTS: traces (files, folders or
     globs), or one `gemmscope profile` run directory. Every member redacted (README: Redaction;
-    stderr says what was taken out)."""
+    stderr says what was taken out). Exit 0 once written, whatever the verdict (report.md says it),
+    also for traces that cannot be analyzed (report.md says why)."""
     from gemmscope.bundle import bundle
 
-    made = bundle(inputs, out, expect, allow, step_range, expect_map, keep)
+    made = bundle(inputs, out, expect, allow, step_range, expect_map, keep, strict_unknown)
     if made.analysis_error:
         click.echo(f"gemmscope: note: the traces could not be analyzed ({made.analysis_error}); the bundle "
                    "holds them, the environment and this reason", err=True)

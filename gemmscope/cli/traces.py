@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -27,10 +28,11 @@ from gemmscope.cli.group import (
     keep_option,
     main,
     say_redacted,
+    strict_option,
 )
 from gemmscope.comparison import compare
 from gemmscope.diagnosis import Diagnosis, diagnose
-from gemmscope.errors import ExitCode, InputError, NoGpuKernels
+from gemmscope.errors import ExitCode, InputError, NoGpuKernels, State
 from gemmscope.recipes import RECIPES
 from gemmscope.report import documents, render
 from gemmscope.report.comparison import comparison_report
@@ -51,20 +53,20 @@ PROFILERS = ("nsys", "torch")
 @format_option()
 @detail_options
 def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
-            allow: tuple[str, ...], step_range: str | None, steps: tuple[int, int] | None, workers: int | None,
-            scheduler: str | None, plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool,
-            per_launch: bool) -> None:
+            allow: tuple[str, ...], strict_unknown: bool, step_range: str | None, steps: tuple[int, int] | None,
+            workers: int | None, scheduler: str | None, plots_dir: Path | None, fmt: str, quiet: bool,
+            verbose: bool, per_launch: bool) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep) or torch.profiler
     traces (.json, .json.gz; told by content); files, folders or globs, e.g. one per rank: precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
     trace shipped with gemmscope, a small TE model trained in FP8 in which one block runs with
-    autocast disabled and the LM head is a plain torch.nn.Linear."""
+    autocast disabled and the LM head is a plain torch.nn.Linear. Exit codes: `gemmscope --help`."""
     if not traces:
         traces = (EXAMPLE_TRACE,)
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
     _make_dir(plots_dir)
     try:
-        result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map, steps)
+        result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map, strict_unknown, steps)
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise
@@ -73,7 +75,20 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
     _print_result(result, fmt, lambda: documents.analysis_document(result, None, diagnosis, per_launch), diagnosis,
                   detail_level(quiet, verbose))
     _write_plots(plots_dir, result, diagnosis)
-    sys.exit(ExitCode.MISMATCH if result.failed else ExitCode.OK)
+    _exit_as_checked(result)
+
+
+def _exit_as_checked(result: verify.Verification) -> NoReturn:
+    """The exit code of the check's state (errors.EXIT_CODES); where GEMMs went unchecked, what to
+    give to check them, on stderr."""
+    state = result.state
+    if state is State.NOT_CHECKED:
+        click.echo("gemmscope: no recipe to check against: the run recorded no GEMM's request and no enabled "
+                   "te.autocast recipe; pass --expect RECIPE (e.g. --expect bf16)", err=True)
+    elif state is State.NOT_FULLY_CHECKED:
+        click.echo(f"gemmscope: not fully checked: {len(result.unjudged)} GEMM launches had nothing to judge them "
+                   "against; pass --expect RECIPE, or --allow PATTERN for those you accept unchecked", err=True)
+    sys.exit(state.exit_code)
 
 
 def _exit_no_gemm_ran(said: str, expect: str | None) -> NoReturn:
@@ -115,12 +130,12 @@ def _write_plots(directory: Path | None, result: verify.Verification, diagnosis:
 
 
 def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=(),
-           steps: tuple[int, int] | None = None) -> verify.Verification:
+           strict_unknown: bool = False, steps: tuple[int, int] | None = None) -> verify.Verification:
     loaded = loading.load(paths, workers, scheduler)
     _say_lacking([item.trace for item in loaded if item.trace is not None])
     if steps is not None:
         loaded = _kept_steps(loaded, *steps)
-    result = verify.check(loaded, expect, allow, expect_map)
+    result = verify.check(loaded, expect, allow, expect_map, strict_unknown)
     if result.without_kernels:
         names = [t["trace"] for t in result.without_kernels]
         which = names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]}, …)"
@@ -205,14 +220,15 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
 @format_option()
 @detail_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration, expect_map, allow, step_range,
-               steps, workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
+def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration, expect_map, allow, strict_unknown,
+               step_range, steps, workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on (or with
     torch.profiler and the hook: --profiler torch), or read --trace, and check the precision of every GEMM per
     rank, layer, TE module and pass. Exit 1 on any non-allowed FALLBACK or when no GEMM ran (a
-    COMMAND that ran no GPU kernel included), 3 when COMMAND failed, 4 when the recipe to check
-    against is unknown (no --expect, and the run recorded no te.autocast recipe). The profiler's
-    own output is shown with --verbose or when nsys fails."""
+    COMMAND that ran no GPU kernel included), 3 when COMMAND failed, 4 when nothing could be checked
+    (no --expect, and the run recorded no request nor te.autocast recipe), 5 when some GEMMs could
+    not (`gemmscope --help`: every exit code). The profiler's own output is shown with --verbose or
+    when nsys fails."""
     if trace_args and command and not click.get_current_context().meta.get(_DOUBLE_DASH):
         trace_args, command = trace_args + tuple(Path(c) for c in command), ()
     if trace_args and command:
@@ -248,7 +264,7 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
     result = None
     try:
         if paths:
-            result = _check(paths, expect, allow, workers, scheduler, expect_map, steps)
+            result = _check(paths, expect, allow, workers, scheduler, expect_map, strict_unknown, steps)
     except NoGpuKernels as exc:
         if failed_command:
             click.echo("gemmscope: it ran no GPU kernel before it ended", err=True)
@@ -273,11 +289,7 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
                        "a pass, whatever ran before it", err=True)
         sys.exit(ExitCode.COMMAND_FAILED)
     assert result is not None  # without a failed command, the paths were checked (none: exited above)
-    if not result.checked and not expect_map:
-        click.echo("gemmscope: no recipe to check against: the run recorded no enabled te.autocast "
-                   "recipe; pass --expect RECIPE (e.g. --expect bf16)", err=True)
-        sys.exit(ExitCode.RECIPE_UNKNOWN)
-    sys.exit(ExitCode.MISMATCH if result.failed else ExitCode.OK)
+    _exit_as_checked(result)
 
 
 # A job that ended before the steps --steps asks: the same words, and exit code, for both profilers.
@@ -304,6 +316,8 @@ def _capture(command: list[str], out: Path | None, window: dict, profiler: str, 
     `steps`: the hook collects those training steps alone (one more on each side: gemmscope_steps)."""
     # Without --out, the capture (the program's environment and output included) lives in the
     # private scratch folder, removed when gemmscope exits.
+    if shutil.which(command[0]) is None:  # under nsys it would read as a crashed run (exit 3), under torch 2
+        raise InputError(f"{command[0]}: command not found (not on PATH, or not an executable file)")
     kept = out is not None
     out = out or Path(tempfile.mkdtemp(dir=scratch.folder()))
     out.mkdir(parents=True, exist_ok=True)
@@ -403,20 +417,26 @@ def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_ki
 @main.command("diagnose")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
+@expect_map_option
+@click.option("--allow", multiple=True, metavar="PATTERN", help="Mismatches allowed (see analyze); repeatable.")
+@strict_option
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
-def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str | None) -> None:
+def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
+                 allow: tuple[str, ...], strict_unknown: bool, step_range: str | None) -> None:
     """Where the GPU time of traces went and why low precision does or does not pay: the verdict,
     the time per rank and category (busy, idle, GEMMs, quantization, attention, communication,
     memory operations) and the findings, most time at stake first. analyze and verify end with the
-    same (--format json: `breakdown` and `findings`); compare BASE NEW sets two runs side by side."""
+    same (--format json: `breakdown` and `findings`); compare BASE NEW sets two runs side by side.
+    Exit codes as analyze's: the verdict's."""
     paths = trace_paths(traces)
     try:
-        result = _check(paths, expect, ())
+        result = _check(paths, expect, allow, expect_map=expect_map, strict_unknown=strict_unknown)
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise
         _exit_no_gemm_ran(str(exc), expect)
     emit(render(diagnosis_report(result, diagnose(result, step_range)), "table"))
+    _exit_as_checked(result)
 
 
 @main.command("compare")
@@ -427,8 +447,14 @@ def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str |
 def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None:
     """Two traces of one program (BF16 vs FP8, before vs after an upgrade): where NEW gained or
     lost time against BASE, per category and per module/pass, which GEMM kernels changed, and
-    each run's findings. The differences add up to the difference in GPU window."""
-    base_run, new_run = (verify.check([read_trace(p)], None, ()) for p in (base, new))
+    each run's findings. The differences add up to the difference in GPU window. Exit 0 once
+    printed: compare judges no GEMM; a run that launched no GPU kernel: 1, as analyze."""
+    try:
+        base_run, new_run = (verify.check([read_trace(p)], None, ()) for p in (base, new))
+    except NoGpuKernels as exc:
+        if not exc.cuda_traced:
+            raise
+        _exit_no_gemm_ran(str(exc), None)
     emit(render(comparison_report(compare(base_run, new_run, step_range=step_range)), fmt))
 
 
@@ -441,6 +467,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
 @click.option("--expect", type=click.Choice(RECIPES), help="Traces: recipe the GEMMs should run at.")
 @expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Traces: mismatches allowed (see analyze); repeatable.")
+@strict_option
 @click.option("--step-range", metavar="PATTERN", help="Traces: NVTX range that marks one training step (see analyze).")
 @click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Also write each table of the report as a CSV file into DIR (made if missing): "
@@ -449,14 +476,14 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
                    "column names (_ns, _ms), blank where nothing ran; other gemmscope tables in DIR are removed.")
 @keep_option
 def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None,
-               expect_map: tuple[tuple[str, str], ...], allow: tuple[str, ...], step_range: str | None,
-               tables_dir: Path | None, keep: tuple[str, ...]) -> None:
+               expect_map: tuple[tuple[str, str], ...], allow: tuple[str, ...], strict_unknown: bool,
+               step_range: str | None, tables_dir: Path | None, keep: tuple[str, ...]) -> None:
     """One file to attach to an issue: a self-contained HTML page (nothing loaded from anywhere:
     sortable tables, per-GEMM details, findings, plots, environment; verdict first) or the same
     as Markdown. TARGETS: a `gemmscope profile` run directory, or traces as for analyze. Without
     TARGETS: the H200 run shipped with gemmscope. Made from the traces scrubbed, and redacted as
-    scrub and bundle are (stderr says what was taken out). Exit 0 once written; the verdict is in
-    the file."""
+    scrub and bundle are (stderr says what was taken out). Exit 0 once written, whatever the
+    verdict (it is in the file); traces that ran no GPU kernel: 1, as analyze, nothing written."""
     _make_dir(tables_dir, "--tables")
     if not targets:
         targets = (EXAMPLE_RUN,)
@@ -464,14 +491,19 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
     if any(is_run_dir(t) for t in targets):
         if len(targets) > 1:
             raise InputError("give one profile run directory, or traces, not both")
-        if expect or expect_map or allow or step_range:
-            raise InputError("--expect, --expect-map, --allow and --step-range apply to traces, not to a profile "
-                             "run directory")
+        if expect or expect_map or allow or strict_unknown or step_range:
+            raise InputError("--expect, --expect-map, --allow, --strict and --step-range apply to traces, not to a "
+                             "profile run directory")
         report, redactor = _run_report(targets[0], keep)
     else:
         paths = trace_paths(targets)
         redactor, traces = _scrubbed(paths, keep)
-        result = verify.check(traces, expect, allow, expect_map)
+        try:
+            result = verify.check(traces, expect, allow, expect_map, strict_unknown)
+        except NoGpuKernels as exc:
+            if not exc.cuda_traced:
+                raise
+            _exit_no_gemm_ran(str(exc), expect)
         report = verification_report(result, diagnose(result, step_range))
     report = redacted(report, redactor)
     text = render(report, fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))

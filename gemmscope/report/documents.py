@@ -95,6 +95,7 @@ def check_mode(result: Verification) -> str:
 def summary_document(result: Verification) -> dict:
     g = result.gemms
     doc: dict[str, Any] = {
+        "state": result.state.value,
         "expected": result.expected,
         "mode": check_mode(result),
         "gemm_launches": len(g),
@@ -120,6 +121,7 @@ def summary_document(result: Verification) -> dict:
         ok = checked.loc[checked["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "duration_ns"].sum() if len(g) else 0
         doc["expected_time_share"] = plain(ok / total) if total else None
         doc["unchecked_gemm_launches"] = len(g) - len(checked)
+        doc["unjudged_gemm_launches"] = len(result.unjudged)
         doc["mismatches"] = len(result.mismatches)
         doc["allowed"] = len(result.allowed)
         if not result.strict:

@@ -19,6 +19,7 @@ RANKS_TITLE = "Ranks that ran other kernels than the rest"
 UNREADABLE_TITLE = "Traces that could not be read (the others are checked)"
 FINDINGS_TITLE = "Findings, most time at stake first"
 COVERAGE_TITLE = "Coverage: GEMMs that asked for high precision (not a failure)"
+UNJUDGED_TITLE = "Not checked: GEMMs with nothing to judge them against (--expect or --allow them)"
 LAUNCHES_TITLE = "Every GEMM launch"
 
 
@@ -101,6 +102,16 @@ def mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
             "time_ms": rows["time_ns"] / 1e6,
         }
     )
+
+
+def unjudged_frame(result: Verification) -> pd.DataFrame:
+    """The GEMMs that leave the run not fully checked (Verification.unjudged), grouped by layer ×
+    module × pass × kernel, with counts."""
+    g = result.unjudged.assign(**{"pass": result.unjudged["te_pass"], "kernel": result.unjudged["name"]})
+    keys = ["layer", "module", "pass", "kernel", "precision"]
+    grouped = g.groupby(keys, dropna=False, sort=False).agg(
+        launches=("duration_ns", "size"), time_ns=("duration_ns", "sum")).reset_index()
+    return grouped.assign(time_ms=grouped.pop("time_ns") / 1e6)
 
 
 def breakdown_window(diagnosis: Diagnosis) -> str:

@@ -43,10 +43,10 @@ h3 { font-size: 1em; margin: 1.2em 0 0.4em; }
 #verdict { border: 2px solid; border-radius: 6px; padding: 0.6em 1em; margin-bottom: 1em; }
 #verdict.pass { border-color: #1a7f37; background: #f0fff4; }
 #verdict.fail { border-color: #cf222e; background: #fff5f5; }
-#verdict.unchecked { border-color: #9a6700; background: #fffbea; }
+#verdict.not-checked, #verdict.not-fully-checked { border-color: #9a6700; background: #fffbea; }
 #verdict .status { font-weight: 700; font-size: 1.1em; margin-bottom: 0.3em; }
 #verdict.pass .status { color: #1a7f37; } #verdict.fail .status { color: #cf222e; }
-#verdict.unchecked .status { color: #9a6700; }
+#verdict.not-checked .status, #verdict.not-fully-checked .status { color: #9a6700; }
 #verdict dl { display: grid; grid-template-columns: max-content 1fr; gap: 0.15em 1em; margin: 0; }
 #verdict dt { font-weight: 600; }
 #verdict dd { margin: 0; }

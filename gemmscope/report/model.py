@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from gemmscope.errors import State
 from gemmscope.jsonable import plain
 from gemmscope.scrub import Redactor
 
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 
     from gemmscope.plots import Plot
 
-STATUS_WORDS = {"pass": "PASS", "fail": "MISMATCHES", "unchecked": "NOT CHECKED"}
+# A report's status (errors.State's values) -> the word its verdict block leads with.
+STATUS_WORDS = {state.value: state.word for state in State}
 
 
 def verdict_text(status: str, lines: list[tuple[str, str]]) -> str:
@@ -114,7 +116,7 @@ class Section:
 @dataclass
 class Report:
     title: str
-    status: str | None  # "pass", "fail" or "unchecked": the verdict block's word and colour; None: no verdict
+    status: str | None  # an errors.State value: the verdict block's word and colour; None: no verdict
     verdict: list[tuple[str, str]]  # labelled lines
     sections: list[Section]
     environment: list[tuple[str, str]] = field(default_factory=list)  # a last section, where a page has room

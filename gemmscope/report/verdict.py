@@ -47,8 +47,8 @@ def environment_line(environment: list[tuple[str, str]]) -> str:
 
 
 def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list[tuple[str, str]]]:
-    """The answer first: a status ("pass", "fail", "unchecked") and five labelled lines (what was
-    asked, what ran, the GEMM time at the requested precision, the top findings, the environment)."""
+    """The answer first: a status (errors.State's value) and five labelled lines (what was asked,
+    what ran, the GEMM time at the requested precision, the top findings, the environment)."""
     g = result.gemms
     doc = summary_document(result)
     ranks = doc["ranks"]
@@ -58,8 +58,8 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
         ran += f": {shares_by_precision(g)} of GEMM time"
     if "note" in doc:
         ran += f"; {doc['note']}"
+    status = result.state.value
     if result.checked or result.expect_map:
-        status = "fail" if result.failed else "pass"
         asked = _asked_recipes(result)
         share = doc["expected_time_share"]
         at = ("the recipe asked of each" if result.expect_map else result.expected if result.strict
@@ -71,11 +71,9 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
             at_precision += "; " + coverage_line(result, doc["coverage"])
         if result.expect_map:
             at_precision += "; ranges: " + _ranges_verdicts(result.ranges_checked)
-        if doc.get("unchecked_gemm_launches"):
-            at_precision += f"; {count(doc['unchecked_gemm_launches'], 'GEMM launch', 'GEMM launches')} " \
-                            "outside every mapped range, not checked"
+        if unchecked := unchecked_line(result):
+            at_precision += "; " + unchecked
     else:
-        status = "unchecked"
         asked = "no recipe: no --expect, and the run recorded no enabled te.autocast"
         at_precision = "not checked (no recipe to check against); precisions are listed as they ran"
     if result.unreadable:
@@ -83,6 +81,32 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
     environment = environment_line(trace_environment(result))
     return status, [("Asked", asked), ("Ran", ran), ("At the requested precision", at_precision),
                     ("Top findings", top_findings(diagnosis.findings)), ("Environment", environment)]
+
+
+def unchecked_line(result: Verification) -> str:
+    """The GEMMs not checked, in one line ("" where none): how many had nothing to be judged
+    against (and why, in this run), how many of those --allow names, and how many are of unknown
+    precision (with --strict, those judged UNKNOWN too)."""
+    g = result.gemms
+    if "verdict" not in g:
+        return ""
+    unchecked = g[g["verdict"].isna()]
+    told = unchecked["precision"].notna() & (unchecked["precision"] != "unknown")
+    why = ["no request recorded", "no --expect" if not result.strict else None,
+           "outside every mapped range" if result.expect_map else None]
+    parts = []
+    if told.any():
+        allowed = int(told.sum()) - int(unchecked.loc[told, "unjudged"].sum())
+        parts.append(f"{count(int(told.sum()), 'GEMM launch', 'GEMM launches')} not checked: nothing to judge them "
+                     f"against ({', '.join(w for w in why if w)})"
+                     + (f", {allowed} of them allowed by --allow" if allowed else ""))
+    if (~told).any():
+        parts.append(f"{count(int((~told).sum()), 'GEMM launch', 'GEMM launches')} of unknown precision not checked"
+                     + ("" if result.strict_unknown else " (listed; --strict counts them)"))
+    if result.strict_unknown and (unknown := int((g["verdict"] == "UNKNOWN").sum())):
+        parts.append(f"{count(unknown, 'GEMM launch', 'GEMM launches')} UNKNOWN (the kernel does not name its "
+                     "precision): not judged, under --strict")
+    return "; ".join(parts)
 
 
 def coverage_line(result: Verification, coverage: dict) -> str:

@@ -26,6 +26,7 @@ from gemmscope.report.frames import (
     RANGES_TITLE,
     RANKS_TITLE,
     SUMMARY_TITLE,
+    UNJUDGED_TITLE,
     UNREADABLE_TITLE,
     autotuning_note,
     breakdown_frame,
@@ -36,6 +37,7 @@ from gemmscope.report.frames import (
     ranges_frame,
     ranges_table,
     summary_frame,
+    unjudged_frame,
 )
 from gemmscope.report.model import Block, Details, Figure, Report, Section, Table, TextSection, count
 from gemmscope.report.terminal import shorten_middle, table_section
@@ -102,6 +104,11 @@ def _check_sections(result: Verification) -> list[Section]:
         if len(result.allowed):
             sections.append(Section(ALLOWED_TITLE, blocks=[Table(ALLOWED_TITLE, mismatch_frame(result, True))],
                                     terminal=lambda: terminal.mismatch_sections(result, allowed=True)))
+        if len(result.unjudged):
+            unjudged = unjudged_frame(result)
+            sections.append(Section(UNJUDGED_TITLE, blocks=[Table(UNJUDGED_TITLE, unjudged)],
+                                    terminal=lambda: [table_section(UNJUDGED_TITLE, unjudged,
+                                                                    {"kernel": shorten_middle})]))
         if not result.coverage.empty:
             sections.append(Section(COVERAGE_TITLE, blocks=[Table(COVERAGE_TITLE, coverage_groups(result))],
                                     terminal=lambda: [terminal.coverage_section(result)]))
