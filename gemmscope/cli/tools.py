@@ -79,12 +79,32 @@ def shapes_cmd(fmt: str, **options) -> None:
         emit(terminal.table_text(f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs", frame))
 
 
+def _names_from(source: str) -> list[str]:
+    """Kernel names one a line from a file, or stdin for "-" (a profiler's kernel list pasted):
+    blank lines skipped, each name stripped of the blanks around it."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise InputError(f"--from {source}: cannot read it ({err.strerror or err})") from err
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 @main.command("kernel")
-@click.argument("names", nargs=-1, required=True)
+@click.argument("names", nargs=-1)
+@click.option("--from", "source", metavar="FILE", help="Also read names from FILE, one a line ('-': stdin).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
-    """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout."""
-    frame = kernels.decode_frame(pd.Series(list(names)))
+def kernel_cmd(names: tuple[str, ...], source: str | None, fmt: str) -> None:
+    """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout, whether
+    grouped, and why a precision is unknown. NAMES, or one a line from --from FILE or stdin (piped,
+    without NAMES): a profiler's kernel list pasted."""
+    listed = list(names)
+    if source is not None:
+        listed += _names_from(source)
+    elif not listed and not sys.stdin.isatty():
+        listed = _names_from("-")
+    if not listed:
+        raise InputError("no kernel names: give NAMES, --from FILE, or pipe them in one a line")
+    frame = kernels.decode_frame(pd.Series(listed, dtype=object))
     if fmt == "json":
         emit(json.dumps(documents.kernels_document(frame), indent=2) + "\n")
     else:
