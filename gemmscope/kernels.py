@@ -710,7 +710,8 @@ RULES: tuple[Rule, ...] = (
     # code/docs/gb300-upstream-patches.md). FlexAttention is a template too
     # (triton_tem_fused_flex_attention_0 in pytorch/pytorch#180278). Other kernels are not GEMMs.
     Rule("triton-attention", re.compile(r"\btriton_tem_\w*flex_attention"), "triton", "attention"),
-    Rule("triton-gemm", re.compile(r"\btriton_tem_fused_\w*mm"), "triton", "gemm"),
+    Rule("triton-gemm", re.compile(r"\btriton_tem_fused_\w*mm"), "triton", "gemm",
+         note="an Inductor GEMM template takes its dtype as an argument; the name does not spell it"),
     # While it autotunes (max-autotune), Inductor launches each candidate of a GEMM template on its
     # own, named triton_<template name> (TritonTemplate.generate in torch/_inductor/select_algorithm.py:
     # kernel_name = f"triton_{self.name}"). The GEMM templates: "mm", "mm_persistent_tma",
@@ -722,7 +723,8 @@ RULES: tuple[Rule, ...] = (
     # triton_tem_fused_* (above): these names are the autotuner's alone (is_autotune_candidate).
     Rule("triton-autotune-gemm", re.compile(
         r"\btriton_(?:b?mm|mm_plus_mm|mm_persistent(?:_tma)?|(?:scaled_)?grouped_mm|scaled_mm\w*"
-        r"|blackwell_ws_persistent_device_tma\w*)(?![A-Za-z])"), "triton", "gemm"),
+        r"|blackwell_ws_persistent_device_tma\w*)(?![A-Za-z])"), "triton", "gemm",
+         note="an Inductor GEMM template takes its dtype as an argument; the name does not spell it"),
     # An Inductor kernel whose fused ops include a quantization (triton_poi_fused_dynamic_per_token_scaled_fp8_quant_mul_silu_slice_1
     # in vLLM's ROCm profiles): quantization work.
     Rule("triton-quantize", re.compile(r"\btriton_(?:poi|red|per)_fused_\w*quant"), "triton", "quantize", _quantize_operands),
@@ -774,7 +776,7 @@ RULES: tuple[Rule, ...] = (
          _element_operands),
     # Triton GEMMs by function name, decoded above.
     Rule("triton-jit-gemm", re.compile(r"\b_?(?:mxfp8_block_scaled_matmul|w8a8_block_fp8_matmul|block_scaled_matmul)\w*"
-                                       r"|\b_p?_matmul_ogs_[A-Z]{2,3}_"), "triton", "gemm", _triton_gemm_operands),
+                                       r"|\b(?:_p)?_matmul_ogs_[A-Z]{2,3}_"), "triton", "gemm", _triton_gemm_operands),
     # cuBLAS nvjet GEMMs; the type code and scale tokens are decoded above (seen on H200; Blackwell
     # names in docs/kernel-names.md).
     Rule("nvjet", re.compile(r"\bnvjet_"), "nvjet", "gemm", _nvjet_operands),

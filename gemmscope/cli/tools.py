@@ -108,7 +108,16 @@ def kernel_cmd(names: tuple[str, ...], source: str | None, fmt: str) -> None:
     if fmt == "json":
         emit(json.dumps(documents.kernels_document(frame), indent=2) + "\n")
     else:
-        emit(terminal.kernels_text(frame))
+        emit(terminal.kernels_text(_with_remarks(frame)))
+
+
+def _with_remarks(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table's columns, each name followed (under the table) by whether its GEMM is grouped and
+    why its precision is open: too long for a column of a terminal's width."""
+    remarks = [" · ".join(part for part in ("grouped GEMM" if grouped else "", note or "") if part)
+               for grouped, note in zip(frame["grouped"], frame["note"])]
+    names = [f"{name}\n  {remark}" if remark else name for name, remark in zip(frame["name"], remarks)]
+    return frame[["name", *kernels.TABLE_COLUMNS]].assign(name=names)
 
 
 @main.command("scrub")
