@@ -36,6 +36,10 @@ _PRECISION_CLASS: Mapping[str, tuple[str | None, float | None]] = {
     "nvfp4": ("FP4", 0.5),
     "mxfp4": ("FP4", 0.5),
     "int8": ("INT8", 1),
+    "fp4": ("FP4", 0.5),
+    # MXFP4 against MXFP8 runs at the FP8 rate (tcgen05 kind::mxf8f6f4); its operands differ in size
+    "mxfp4×mxfp8": ("FP8", None),
+    "mxfp8×mxfp4": ("FP8", None),
     "unknown": (None, None),
 }
 

@@ -23,8 +23,16 @@ import pandas as pd
 
 PRECISIONS = (
     "fp32", "tf32", "bf16", "fp16", "fp8", "fp8-rowwise", "fp8-block", "mxfp8", "nvfp4", "mxfp4",
-    "int8", "unknown",
+    "int8", "fp4", "mxfp4×mxfp8", "mxfp8×mxfp4", "unknown",
 )
+# "fp4": E2M1 operands whose name does not say whether their scales are MX (UE8M0 per 32) or NV
+# (UE4M3 per 16). "a×b": A and B at different precisions (MXFP4 weights against MXFP8
+# activations in TRT-LLM-gen's and DeepGEMM's MoE GEMMs), in the order the name gives them.
+MIXED_PRECISIONS = frozenset(p for p in PRECISIONS if "×" in p)
+# How a GEMM's operands are scaled (KernelInfo.scale_mode): one scalar per tensor, one per row, FP32
+# per 1x128 / 128x128 block, UE8M0 per 1x128 block (DeepGEMM on sm100), MX (UE8M0 per 32), NVFP4
+# (UE4M3 per 16).
+SCALE_MODES = ("tensor", "rowwise", "block-1d", "block-2d", "block-1d-ue8m0", "mx-ue8m0-32", "nv-ue4m3-16")
 ROLES = ("gemm", "gemm-tail", "quantize", "attention", "other")
 
 
@@ -43,6 +51,13 @@ class KernelInfo:
     scale_mode: str | None  # "tensor", "rowwise", "block-1d", "block-2d", "mx-ue8m0-32", "nv-ue4m3-16"
     layout: str | None  # transpose letters of A and B, e.g. "TN"
     rule: str  # id of the rule that matched
+    grouped: bool  # a grouped or batched GEMM (MoE experts, bmm) by its name; still role gemm
+    note: str | None  # why a GEMM's precision is "unknown" or "fp4"; a quantize kernel's target
+
+
+# The columns the reports' per-GEMM tables show (the two last fields came later and stay out of them).
+TABLE_COLUMNS = ("family", "arch", "role", "precision", "a_dtype", "b_dtype", "out_dtype", "scale_mode", "layout",
+                 "rule")
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,7 @@ class Operands:
     out_dtype: str | None = None
     scale_mode: str | None = None
     layout: str | None = None
+    note: str | None = None
 
 
 UNKNOWN_OPERANDS = Operands("unknown")
@@ -70,6 +86,7 @@ class Rule:
     family: str
     role: str
     operands: Callable[[str], Operands] | None = None  # decodes the precision of gemm / gemm-tail names
+    note: str | None = None  # why the family's names leave the precision unknown (or what they quantize to)
 
 
 _FP8 = frozenset({"e4m3", "e5m2"})
@@ -363,6 +380,286 @@ _TE_QUANTIZE_STEMS = (
     r"\btransformer_engine::unary_kernel<.*\bidentity\b",  # a plain cast to FP8 (seen on H200)
 )
 
+def _joined(a: str, b: str) -> str:
+    """The precision of a GEMM whose operands run at precisions `a` and `b`: theirs when they agree,
+    a mixed precision this module knows ("mxfp4×mxfp8"), else "unknown"."""
+    if a == b:
+        return a
+    mixed = f"{a}×{b}"
+    return mixed if mixed in MIXED_PRECISIONS else "unknown"
+
+
+# --- TensorRT-LLM-gen (TRT-LLM's and FlashInfer's Blackwell GEMM and MoE cubins):
+# {bmm|gemm|gemmGatedAct}_<D>_<A><B>_<accumulate>[_A|bA<block>_B|bB<block>_C|bC<block>][tok<type>]_t<tile>..._sm100[af]
+# e.g. bmm_MxE4m3_MxE2m1MxE4m3_Fp32_bA32_bB32_bC32_t128x8x512u2_... (kernel list of
+# NVIDIA/TensorRT-LLM cpp/tensorrt_llm/kernels/trtllmGenKernels/batchedGemm/trtllmGen_bmm_export/KernelMetaInfo.h).
+# The type words are trtllm::gen::Dtype's (dtypeToString in trtllm/gen/DtypeDecl.h of the same folder):
+# E2m1 is NVFP4 (a block format whose scales are E4m3, one per 16 elements: dtypeGetBlockSfType,
+# dtypeNumEltsPerSf), MxE2m1 / MxE4m3 the MX formats (UE8m0 scales per 32). E4m3 operands are scaled
+# per tensor unless the name carries dsFp8, DeepSeek's FP8 block scaling (128x128 weight blocks,
+# 1x128 activation blocks: QuantMode "dsFp8" next to "perTensorFp8" in TRT-LLM's and FlashInfer's MoE
+# tests). bmm_* kernels are batched: one GEMM per expert of a MoE layer.
+
+_TRTLLM_GEN_TYPE = r"(?:Mx)?(?:E2m1|E4m3|E5m2|E2m3|E3m2|Int4)|Bfloat16|Fp16|Fp32|Int8|UInt8"
+_TRTLLM_GEN = re.compile(
+    r"(?<![A-Za-z0-9])(?P<kind>[bB]mm|[gG]emm(?:GatedAct)?)_(?P<d>" + _TRTLLM_GEN_TYPE + r")_"
+    r"(?P<a>" + _TRTLLM_GEN_TYPE + r")(?P<b>" + _TRTLLM_GEN_TYPE + r")_(?P<acc>Fp32|Fp16|Int32)(?P<rest>\w*)")
+_TRTLLM_GEN_DTYPES = {"E2m1": "e2m1", "MxE2m1": "e2m1", "E4m3": "e4m3", "MxE4m3": "e4m3", "E5m2": "e5m2",
+                      "Bfloat16": "bf16", "Fp16": "fp16", "Fp32": "fp32", "Int8": "int8"}
+
+
+def _trtllm_gen_operand(word: str, block: str | None, ds_fp8: bool) -> tuple[str, str | None]:
+    """Precision and scale mode of one trtllm-gen operand type word (and its block size token)."""
+    if word == "E2m1":
+        return ("nvfp4", "nv-ue4m3-16") if block in (None, "16") else ("unknown", None)
+    if word in {"MxE2m1", "MxE4m3"}:
+        return ("mxfp4" if word == "MxE2m1" else "mxfp8", "mx-ue8m0-32") if block in (None, "32") else ("unknown", None)
+    if word in {"E4m3", "E5m2"}:
+        return ("fp8-block", "block-2d") if ds_fp8 else ("fp8", "tensor")
+    if word in {"Bfloat16", "Fp16"}:
+        return _TRTLLM_GEN_DTYPES[word], None
+    return "unknown", None
+
+
+def _trtllm_gen_operands(name: str) -> Operands:
+    match = _TRTLLM_GEN.search(name)
+    if not match:
+        return Operands("unknown", note="a trtllm-gen kernel named in a form this module does not read")
+    rest = match["rest"]
+    blocks = {side: re.search(rf"_(?:{side}b|b{side})(\d+)", rest) for side in "AB"}
+    block_a, block_b = ((m[1] if m else None) for m in blocks.values())
+    ds_fp8 = "_dsFp8" in rest
+    if re.search(r"tok(?:Fp32|Bfloat16)", rest) and "E2m1" not in (match["a"], match["b"]):
+        # a per-token scale on top of the operand's own: no recipe of this module's
+        return Operands("unknown", note="per-token scales on an operand whose other scaling the name does not pair")
+    pa, mode_a = _trtllm_gen_operand(match["a"], block_a, ds_fp8)
+    pb, mode_b = _trtllm_gen_operand(match["b"], block_b, ds_fp8)
+    precision = _joined(pa, pb)
+    scale_mode = mode_a if mode_a == mode_b else None
+    layout = next((t for t in rest.split("_") if t in {"TN", "NT", "NN", "TT"}), None)
+    note = None if precision != "unknown" else f"operand types {match['a']} x {match['b']} pair to no precision gemmscope reports"
+    return Operands(precision, _TRTLLM_GEN_DTYPES.get(match["a"]), _TRTLLM_GEN_DTYPES.get(match["b"]),
+                    _TRTLLM_GEN_DTYPES.get(match["d"]), scale_mode if precision != "unknown" else None, layout, note)
+
+
+# --- DeepGEMM (deepseek-ai/DeepGEMM@54e2261, deep_gemm/include/deep_gemm/impls/*.cuh), named by
+# its kernel template, which says the operands and their scaling:
+# - sm90_fp8_gemm_1d2d_impl: FP8 with FP32 scales per 1x128 block of A and 128x128 block of B
+#   (csrc/apis/gemm.hpp dispatches it for FP32 scales whose B granularity is not 1): fp8-block;
+# - sm90_fp8_gemm_1d1d_impl: FP32 scales per 1x128 block of both: fp8-block, block-1d;
+# - fp8_gemm_kernel (DeepGEMM's first release, a6d97a1 deep_gemm/include/deep_gemm/fp8_gemm.cuh; and
+#   fp8_gemm_kernel_swapAB of TRT-LLM's copy): the 1x128 / 128x128 FP32 recipe, fp8-block;
+# - sm100_fp8_gemm_1d1d_impl and sm100_fp8_fp4_gemm_1d1d_impl<MajorA, MajorB, kGranKA, kGranKB, ...,
+#   a_dtype_t, b_dtype_t, cd_dtype_t, ...>: UE8M0 scales packed in ints, one per kGranK elements
+#   of K, kGranK 128 (FP8 block scaling, DeepSeek's recipe served with UE8M0 scales) or 32 (MX);
+#   A and B cutlass::float_e4m3_t or FP4 (float_e2m1_unpacksmem_t). The granularities are template
+#   arguments: a name cut before them says FP8 with UE8M0 scales but not which block size;
+# - sm90/sm100_bf16_gemm_impl: BF16; sm90/sm100_tf32_hc_prenorm_gemm_impl: TF32.
+# A GemmType other than Normal (0) is a grouped GEMM (MGroupedContiguous, MGroupedMasked, ...:
+# deep_gemm/include/deep_gemm/common/types.cuh), as are the m_grouped / k_grouped entry points.
+
+_DEEPGEMM = re.compile(r"\b(?:deep_gemm::)?(?:(sm\d+)_(?:m_grouped_|k_grouped_)?(fp8_fp4|fp8|bf16|tf32)_\w*?gemm_?(1d1d|1d2d)?\w*?_impl|(fp8_gemm_kernel)\w*)<")
+_TEMPLATE_ARGUMENT = re.compile(r"\(unsigned int\)(\d+)|\b(\d+)u\b")
+_CUTLASS_ELEMENT = re.compile(r"cutlass::(?:detail::)?(float_e4m3_t|float_e5m2_t|float_e2m1\w*?_t|bfloat16_t|half_t)")
+_CUTLASS_ELEMENTS = {"float_e4m3_t": "e4m3", "float_e5m2_t": "e5m2", "bfloat16_t": "bf16", "half_t": "fp16"}
+
+
+def _deepgemm_operands(name: str) -> Operands:
+    match = _DEEPGEMM.search(name)
+    if not match:
+        return UNKNOWN_OPERANDS
+    arch, kind, scaling, legacy = match.groups()
+    if legacy or (arch == "sm90" and kind == "fp8" and scaling == "1d2d"):
+        return Operands("fp8-block", "e4m3", "e4m3", None, "block-2d")
+    if arch == "sm90" and kind == "fp8" and scaling == "1d1d":
+        return Operands("fp8-block", "e4m3", "e4m3", None, "block-1d")
+    if kind in {"bf16", "tf32"}:
+        return Operands(kind, kind, kind)
+    arguments = name[match.end():]
+    types = [_CUTLASS_ELEMENTS.get(t, "e2m1") for t in _CUTLASS_ELEMENT.findall(arguments)]
+    numbers = [int(a or b) for a, b in _TEMPLATE_ARGUMENT.findall(arguments)][:2]
+    if len(types) < 3 or len(numbers) < 2:
+        # the kernel template of the first sm100 release had no granularity nor A/B types, and
+        # profilers cut names short: FP8 or FP4 with UE8M0 scales, block size not in the name
+        return Operands("unknown", "e4m3" if kind == "fp8" else None, "e4m3" if kind == "fp8" else None,
+                        note="DeepGEMM sm100: UE8M0 scales per 128 (FP8 block) or per 32 (MX) elements, "
+                             "the block size a template argument the name does not show")
+    a, b, out = types[:3]
+    operand = {("e4m3", 128): "fp8-block", ("e4m3", 32): "mxfp8", ("e2m1", 32): "mxfp4"}
+    pa, pb = operand.get((a, numbers[0]), "unknown"), operand.get((b, numbers[1]), "unknown")
+    precision = _joined(pa, pb)
+    if precision == "fp8-block":
+        mode: str | None = "block-1d-ue8m0"
+    elif precision in {"mxfp8", "mxfp4"} or precision in MIXED_PRECISIONS:
+        mode = "mx-ue8m0-32"
+    else:
+        mode = None
+    note = None if precision != "unknown" else f"{a} per {numbers[0]} x {b} per {numbers[1]}: no precision gemmscope reports"
+    return Operands(precision, a, b, out, mode, None, note)
+
+
+# --- CUTLASS kernels by their C++ element types, demangled (cutlass::float_e4m3_t) or mangled
+# (_ZN7cutlass13device_kernel...NS_12float_e4m3_tE...), and CuTe DSL kernels by the MLIR type names their
+# symbols may carry (f8E4M3FN, f4E2M1FN, f8E8M0FNU). CUTLASS's element types (include/cutlass/float8.h,
+# float_subbyte.h, NVIDIA/cutlass@7107b05): float_e4m3_t, float_e5m2_t, float_e2m1_t, and the scale
+# factor types float_ue8m0_t (MX) and float_ue4m3_t (NVFP4); its block-scaled Blackwell GEMMs pair an
+# element with its scale type (nv_float4_t<float_e2m1_t> = E2M1 with UE4M3 per 16, mx_float4_t /
+# mx_float8_t with UE8M0 per 32: examples/72_blackwell_narrow_precision_gemm). In CuTe DSL an NVFP4
+# scale is Float8E4M3FN (f8E4M3FN) and an MX one Float8E8M0FNU (cutlass/cute/typing.py), so an E4M3
+# type beside E2M1 data and no UE8M0 is the NVFP4 scale. A name that spells E2M1 and no scale type
+# is FP4 whose scaling it does not tell ("fp4"); FP8 without a scale type or a blockwise mainloop
+# (MainloopSm90TmaGmmaWarpSpecializedBlockScalingFP8, ...BlockwiseScaling) says no recipe: unknown.
+
+_ELEMENT_WORDS = re.compile(
+    r"(?<![A-Za-z])(float_ue8m0_t|float_ue4m3_t|float_e4m3_t|float_e5m2_t|float_e2m1\w*?_t|bfloat16_t|half_t|tfloat32_t"
+    r"|f8E8M0FNU|f8E4M3FN|f8E5M2|f4E2M1FN|Float8E8M0FNU|Float8E4M3FN|Float8E5M2|Float4E2M1FN"
+    r"|nv_float4_t|mx_float4_t|mx_float8_t)")
+_ELEMENT_KINDS = {
+    "float_ue8m0_t": "ue8m0", "f8E8M0FNU": "ue8m0", "Float8E8M0FNU": "ue8m0", "float_ue4m3_t": "ue4m3",
+    "float_e4m3_t": "e4m3", "f8E4M3FN": "e4m3", "Float8E4M3FN": "e4m3", "float_e5m2_t": "e5m2", "f8E5M2": "e5m2",
+    "Float8E5M2": "e5m2", "f4E2M1FN": "e2m1", "Float4E2M1FN": "e2m1", "bfloat16_t": "bf16", "half_t": "fp16",
+    "tfloat32_t": "tf32", "nv_float4_t": "nvfp4", "mx_float4_t": "mxfp4", "mx_float8_t": "mxfp8",
+}
+_BLOCKWISE_MAINLOOP = re.compile(r"BlockScaling|BlockwiseScaling|GroupwiseScaling|FP8BlockScaledAccum")
+
+
+def _element_operands(name: str, *, dsl: bool = False) -> Operands:
+    """Precision of a CUTLASS or CuTe DSL GEMM from the set of element types its name spells."""
+    kinds = {_ELEMENT_KINDS.get(w, "e2m1") for w in _ELEMENT_WORDS.findall(name)}
+    narrow = kinds & {"e4m3", "e5m2", "e2m1"}
+    if dsl and "e2m1" in narrow and "ue8m0" not in kinds and "e4m3" in narrow:
+        kinds, narrow = kinds - {"e4m3"} | {"ue4m3"}, {"e2m1"}  # CuTe DSL's NVFP4 scale type
+    wrapped = kinds & {"nvfp4", "mxfp4", "mxfp8"}
+    if len(wrapped) == 1:
+        (precision,) = wrapped
+        element = "e4m3" if precision == "mxfp8" else "e2m1"
+        return Operands(precision, element, element, None, "mx-ue8m0-32" if precision != "nvfp4" else "nv-ue4m3-16")
+    scales = kinds & {"ue8m0", "ue4m3"}
+    if narrow == {"e2m1"}:
+        if scales == {"ue4m3"}:
+            return Operands("nvfp4", "e2m1", "e2m1", None, "nv-ue4m3-16")
+        if scales == {"ue8m0"}:
+            return Operands("mxfp4", "e2m1", "e2m1", None, "mx-ue8m0-32")
+        if not scales:
+            return Operands("fp4", "e2m1", "e2m1", note="fp4 (scale type unknown): E2M1 operands, and the name "
+                                                        "spells no scale type (UE8M0 per 32: MX; UE4M3 per 16: NV)")
+    if narrow and narrow <= _FP8:
+        if scales == {"ue8m0"}:
+            return Operands("mxfp8", None, None, None, "mx-ue8m0-32")
+        if not scales and _BLOCKWISE_MAINLOOP.search(name):
+            return Operands("fp8-block", None, None)
+        if not scales:
+            return Operands("unknown", note="FP8 operands; how they are scaled (tensor, row, block) is not in the name")
+    if not narrow and not scales and len(kinds) == 1 and kinds <= {"bf16", "fp16", "tf32"}:
+        (dtype,) = kinds
+        return Operands(dtype, dtype, dtype)
+    if not kinds:
+        return Operands("unknown", note="the name spells no element type")
+    return Operands("unknown", note=f"element types {', '.join(sorted(kinds))}: no single precision")
+
+
+def _cutlass_template_operands(name: str) -> Operands:
+    """The CuTe MMA atom's A and B types where they give a precision, else the element types."""
+    atom = _cute_atom_operands(name)
+    if atom.precision != "unknown":
+        return atom
+    elements = _element_operands(name)
+    return elements if elements.precision != "unknown" else atom
+
+
+# CuTe DSL kernels are named kernel_cutlass_kernel_<module path><Class>_object_at__<arguments>
+# (kernel_cutlass_kernel_flashinfergemmkernelsdense_blockscaled_gemm_sm100Sm100BlockScaledPersistentDenseGemmKernel_object_at__...
+# in SGLang profiles of nvidia/DeepSeek-V3.2-NVFP4 on B200); the class says GEMM or attention.
+_CUTE_DSL_BLOCK_SCALED = re.compile(r"BlockScaled|blockscaled")
+
+
+def _cute_dsl_operands(name: str) -> Operands:
+    elements = _element_operands(name, dsl=True)
+    if elements.precision == "unknown" and _CUTE_DSL_BLOCK_SCALED.search(name) and elements.note == "the name spells no element type":
+        return Operands("unknown", note="a CuTe DSL block-scaled GEMM (MXFP8, MXFP4 or NVFP4): its data and scale "
+                                        "types are arguments the name does not spell")
+    return elements
+
+
+# --- Triton GEMMs by their @triton.jit function names:
+# - _mxfp8_block_scaled_matmul_kernel: MXFP8 (SGLang python/sglang/srt/layers/quantization/fp8_utils.py,
+#   adapted from triton-lang/triton python/tutorials/10-block-scaled-matmul.py);
+# - _w8a8_block_fp8_matmul (vLLM, SGLang: FP8 with per-block scales, DeepSeek's recipe): fp8-block;
+# - block_scaled_matmul_kernel (the tutorial): MXFP8, MXFP4 or NVFP4 by its arguments: unknown;
+# - triton_kernels' MoE matmul _matmul_ogs_<layout>_<types>_<tile>... / _p_matmul_ogs_ (triton-lang/triton
+#   python/triton_kernels/triton_kernels/matmul_ogs.py), e.g. _matmul_ogs_NNT_bf16xbf16xmxfp4_128x256x128x1_swiglu
+#   for gpt-oss: BF16 activations against MXFP4 weights, which no precision of this module names.
+
+_TRITON_GEMMS = (
+    (re.compile(r"\b_?mxfp8_block_scaled_matmul"), Operands("mxfp8", "e4m3", "e4m3", None, "mx-ue8m0-32")),
+    (re.compile(r"\b_?w8a8_block_fp8_matmul"), Operands("fp8-block", "e4m3", "e4m3", None, "block-2d")),
+)
+
+
+def _triton_gemm_operands(name: str) -> Operands:
+    decoded = next((operands for pattern, operands in _TRITON_GEMMS if pattern.search(name)), None)
+    if decoded is not None:
+        return decoded
+    types = re.search(r"matmul_ogs_[A-Z]{2,3}_(\w+?)x(\w+?)x(\w+?)_\d", name)
+    if types:
+        return Operands("unknown", note=f"Triton MoE matmul of {types[2]} against {types[3]} weights: no precision "
+                                        "gemmscope reports")
+    return Operands("unknown", note="a Triton GEMM takes its dtypes as arguments; the name does not spell them")
+
+
+# --- Quantization kernels outside TE: what they quantize to (out_dtype) and how they scale
+# (scale_mode), where the name says. TensorRT-LLM's quantize_with_block_size<BlockScaleQuantizationType,
+# T, SF_VEC_SIZE, UE8M0_SF, ...> (FlashInfer's fp4/mxfp8 quantize; enum FP16_TO_FP4 = 0, FP8_TO_FP4 = 1,
+# FP16_TO_MXFP8 = 2 in NVIDIA/TensorRT-LLM cpp/tensorrt_llm/kernels/quantization.h); vLLM's and FlashInfer's
+# cvt_fp16_to_fp4<T, UE8M0_SF> (NVFP4 unless UE8M0); SGLang's per_token_group_quant_8bit_kernel<...,
+# c10::Float8_e4m3fn, ...> (sgl-kernel/csrc/gemm/per_token_group_quant_8bit.cu); vLLM's
+# dynamic_per_token_scaled_fp8_quant_kernel, scaled_fp8_quant_kernel, dynamic_scaled_fp8_quant
+# (csrc/quantization/fp8/common.cu).
+
+_QUANTIZE_TYPE_WORDS = (
+    (re.compile(r"Float8_e4m3|__nv_fp8_e4m3|float_e4m3_t"), "e4m3"),
+    (re.compile(r"Float8_e5m2|__nv_fp8_e5m2|float_e5m2_t"), "e5m2"),
+    (re.compile(r"(?<![A-Za-z])(?:nv|mx)?fp4|e2m1", re.IGNORECASE), "e2m1"),
+    (re.compile(r"\bint8_t\b|int8_quant|_int8_"), "int8"),
+    (re.compile(r"fp8|8bit", re.IGNORECASE), "fp8"),
+)
+_BLOCK_QUANTIZE = re.compile(r"quantize_with_block_size<\(?(?:tensorrt_llm::)?(?:BlockScaleQuantizationType\)?:*)?(\w+?)\)?, [^,]+, (\d+), (\w+)")
+_BLOCK_QUANTIZE_TYPES = {"0": "e2m1", "FP16_TO_FP4": "e2m1", "1": "e2m1", "FP8_TO_FP4": "e2m1", "2": "e4m3",
+                         "FP16_TO_MXFP8": "e4m3"}
+
+
+def _quantize_operands(name: str) -> Operands:
+    block = _BLOCK_QUANTIZE.search(name)
+    if block:
+        target = _BLOCK_QUANTIZE_TYPES.get(block[1])
+        ue8m0 = block[3] in {"true", "1"}
+        block_mode = ("mx-ue8m0-32" if ue8m0 and block[2] == "32" else
+                      "nv-ue4m3-16" if not ue8m0 and block[2] == "16" else None)
+        return Operands(None, out_dtype=target, scale_mode=block_mode, note=f"quantizes to {target or 'an unnamed type'}")
+    target = next((dtype for pattern, dtype in _QUANTIZE_TYPE_WORDS if pattern.search(name)), None)
+    if re.search(r"cvt_\w*to_fp4<[^,>]+, (?:false|0)\b", name):
+        mode: str | None = "nv-ue4m3-16"
+    elif re.search(r"cvt_\w*to_fp4<[^,>]+, (?:true|1)\b|mxfp8", name):
+        mode = "mx-ue8m0-32"
+    elif re.search(r"per_token_group|per_group", name):
+        mode = "block-1d"
+    elif re.search(r"per_token", name):
+        mode = "rowwise"
+    elif re.search(r"per_tensor|static_scaled|dynamic_scaled|scaled_fp8_quant", name):
+        mode = "tensor"
+    else:
+        mode = None
+    return Operands(None, out_dtype=target, scale_mode=mode, note=f"quantizes to {target or 'a type the name does not spell'}")
+
+
+_QUANTIZE_STEMS = (
+    r"\bper_token_group_quant\w*", r"\bper_token_quant\w*", r"\bper_tensor_quant\w*", r"\b_?per_token_quant\w*",
+    r"\b\w*scaled_fp8_quant\w*", r"\b\w*scaled_int8_quant\w*", r"\bscaled_fp4_quant\w*", r"\b\w*fp8_quant\w*_kernel",
+    r"\b_?(?:static|dynamic)_quant_fp8\w*", r"\b\w*mxfp8_quantize\w*", r"\bsegmented_max_reduction\b",
+    r"\b_?per_token_group_quant_fp8\w*",
+)
+
+
 # The table. Order matters: attention and quantization kernels that mention "gemm" or "cutlass"
 # come before the GEMM rules, PyTorch's and Triton's kernels before the Transformer Engine stems that
 # could match inside their names, and the catch-all comes last.
@@ -377,6 +674,23 @@ RULES: tuple[Rule, ...] = (
     # Transformer Engine's own attention kernels (THD packing, context parallelism, sequence lengths)
     # live in these namespaces of transformer_engine/common/fused_attn/.
     Rule("te-attention", re.compile(r"\btransformer_engine::(?:fused_attn|context_parallel|flash_attention)::"), "te", "attention"),
+    # FlashInfer's attention kernels (include/flashinfer/attention/prefill.cuh, decode.cuh, mla*.cuh,
+    # cascade.cuh in flashinfer-ai/flashinfer): BatchPrefillWithPagedKVCacheKernel,
+    # BatchDecodeWithPagedKVCacheKernel, Single*WithKVCacheKernel, BatchMLAPagedAttentionKernel, the
+    # merge of partial states (MergeStatesKernel, PersistentVariableLengthMergeStatesKernel).
+    Rule("flashinfer-attention", re.compile(
+        r"\b(?:Batch|Single)(?:Prefill|Decode)With\w*Kernel|\bBatchMLAPaged\w*Attention\w*|\bflashinfer::mla::"
+        r"|\b\w*MergeStates\w*Kernel|\bBatch(?:Prefill|Decode)\w*Kernel(?:<|\b)"), "flashinfer", "attention"),
+    # TRT-LLM's fused attention, also run by FlashInfer's trtllm-gen backend:
+    # fmhaSm100fKernel_QkvE4m3OBfloat16H... (SemiAnalysisAI/InferenceX#863, B200), and CuTe DSL attention
+    # classes (kernel_cutlass_kernel_..._FlashAttentionForwardSm100_object_at__..., FA4; CUTLASS's
+    # BlackwellFusedMultiHeadAttentionForward example).
+    Rule("trtllm-fmha", re.compile(r"\bfmha\w*Kernel_|\bfmha_v2_"), "trtllm", "attention"),
+    Rule("cute-dsl-attention", re.compile(r"\bkernel_cutlass_kernel_\w*(?:Attention|Fmha|flash_fwd|flash_bwd|Mla)"), "cute-dsl",
+         "attention"),
+    # DeepGEMM's DeepSeek sparse-attention indexer: sm90_fp8_mqa_logits, sm100_fp8_paged_mqa_logits
+    # (deep_gemm/include/deep_gemm/impls/sm*_mqa_logits.cuh), attention scores, not a linear layer.
+    Rule("deepgemm-mqa-logits", re.compile(r"\b(?:deep_gemm::)?sm\d+_\w*mqa_logits"), "deepgemm", "attention"),
     # Any other fused multi-head attention.
     Rule("attention", re.compile(r"fmha|sdpa", re.IGNORECASE), "unknown", "attention"),
     # TE's NVFP4 random Hadamard transform fused with the cast: a quantization kernel although it
@@ -396,7 +710,8 @@ RULES: tuple[Rule, ...] = (
     # code/docs/gb300-upstream-patches.md). FlexAttention is a template too
     # (triton_tem_fused_flex_attention_0 in pytorch/pytorch#180278). Other kernels are not GEMMs.
     Rule("triton-attention", re.compile(r"\btriton_tem_\w*flex_attention"), "triton", "attention"),
-    Rule("triton-gemm", re.compile(r"\btriton_tem_fused_\w*mm"), "triton", "gemm"),
+    Rule("triton-gemm", re.compile(r"\btriton_tem_fused_\w*mm"), "triton", "gemm",
+         note="an Inductor GEMM template takes its dtype as an argument; the name does not spell it"),
     # While it autotunes (max-autotune), Inductor launches each candidate of a GEMM template on its
     # own, named triton_<template name> (TritonTemplate.generate in torch/_inductor/select_algorithm.py:
     # kernel_name = f"triton_{self.name}"). The GEMM templates: "mm", "mm_persistent_tma",
@@ -408,10 +723,18 @@ RULES: tuple[Rule, ...] = (
     # triton_tem_fused_* (above): these names are the autotuner's alone (is_autotune_candidate).
     Rule("triton-autotune-gemm", re.compile(
         r"\btriton_(?:b?mm|mm_plus_mm|mm_persistent(?:_tma)?|(?:scaled_)?grouped_mm|scaled_mm\w*"
-        r"|blackwell_ws_persistent_device_tma\w*)(?![A-Za-z])"), "triton", "gemm"),
+        r"|blackwell_ws_persistent_device_tma\w*)(?![A-Za-z])"), "triton", "gemm",
+         note="an Inductor GEMM template takes its dtype as an argument; the name does not spell it"),
+    # An Inductor kernel whose fused ops include a quantization (triton_poi_fused_dynamic_per_token_scaled_fp8_quant_mul_silu_slice_1
+    # in vLLM's ROCm profiles): quantization work.
+    Rule("triton-quantize", re.compile(r"\btriton_(?:poi|red|per)_fused_\w*quant"), "triton", "quantize", _quantize_operands),
     Rule("triton", re.compile(r"\btriton_"), "triton", "other"),  # inductor's fused kernels (seen on H200)
     Rule("nccl", re.compile(r"nccl", re.IGNORECASE), "nccl", "other"),
     Rule("te-quantize", re.compile("|".join(_TE_QUANTIZE_STEMS)), "te", "quantize"),
+    # Quantization kernels of TRT-LLM / FlashInfer / vLLM / SGLang, decoded above.
+    Rule("trtllm-quantize", re.compile(r"\bquantize_with_block_size<|\b\w*cvt_(?:fp16|fp8|bf16)_to_fp4\b"), "trtllm", "quantize",
+         _quantize_operands),
+    Rule("serving-quantize", re.compile("|".join(_QUANTIZE_STEMS)), "unknown", "quantize", _quantize_operands),
     # cuBLASLt split-K reduction (seen on H200 as cublasLt::splitKreduce_kernel; after nvjet
     # *_splitK_* GEMMs on B200 in Dao-AILab/quack#157) and its bias-gradient epilogue
     # (cublasLt::epilogue::impl::globalKernelBgradAB_v1, seen on H200).
@@ -431,6 +754,29 @@ RULES: tuple[Rule, ...] = (
     # copy cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_*> (nsys in
     # CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/sam/).
     Rule("cudnn-conv", re.compile(r"\bimplicit_convolve_sgemm\b|" + _GENERATION + r"\w*?cudnn|\bcutlass__5x_cudnn::"), "cudnn", "other"),
+    # TensorRT-LLM-gen batched (MoE) and dense GEMMs, decoded above.
+    Rule("trtllm-gen", _TRTLLM_GEN, "trtllm-gen", "gemm", _trtllm_gen_operands),
+    # Older trtllm-gen cubins (BatchedGemmKernel_BatchN_E2m1E2m1Fp32_Bfloat16_Tile..., GemmGatedActKernel_E4m3_E4m3_Fp32_tile...
+    # in TRT-LLM's trtllmGenKernels/*/cubin folders): GEMMs, their type order not read.
+    Rule("trtllm-gen-legacy", re.compile(r"\b(?:Batched)?Gemm(?:GatedAct)?Kernel_(?:Batch[MN]_)?[A-Z][a-z0-9]+"), "trtllm-gen", "gemm",
+         note="an older trtllm-gen kernel name, whose type order this module does not read"),
+    # DeepGEMM, decoded above (its indexer logits are attention, above).
+    Rule("deepgemm", _DEEPGEMM, "deepgemm", "gemm", _deepgemm_operands),
+    Rule("deepgemm-other-gemm", re.compile(r"\bdeep_gemm::\w*gemm"), "deepgemm", "gemm",
+         note="a DeepGEMM kernel whose template this module does not read"),
+    # DeepGEMM's other kernels (layout transforms, logits cleaning): "gemm" is only in the namespace.
+    Rule("deepgemm-aux", re.compile(r"\bdeep_gemm::"), "deepgemm", "other"),
+    # CuTe DSL GEMMs (kernel_cutlass_kernel_<module><Class>_object_at__...): a GEMM class, its types
+    # read where the symbol spells them.
+    Rule("cute-dsl-gemm", re.compile(r"\bkernel_cutlass_kernel_\w*(?:Gemm|gemm|GEMM)"), "cute-dsl", "gemm", _cute_dsl_operands),
+    # CUTLASS kernels as mangled symbols (torch.profiler and CUDA-graph traces keep some unmangled):
+    # _ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversal... in SGLang's profiles of NVFP4 and FP8
+    # models on B200; types read as in the demangled form.
+    Rule("cutlass-mangled", re.compile(r"\b_ZN7cutlass(?:13device_kernel|6Kernel|7Kernel2)I\w*gemm"), "cutlass", "gemm",
+         _element_operands),
+    # Triton GEMMs by function name, decoded above.
+    Rule("triton-jit-gemm", re.compile(r"\b_?(?:mxfp8_block_scaled_matmul|w8a8_block_fp8_matmul|block_scaled_matmul)\w*"
+                                       r"|\b(?:_p)?_matmul_ogs_[A-Z]{2,3}_"), "triton", "gemm", _triton_gemm_operands),
     # cuBLAS nvjet GEMMs; the type code and scale tokens are decoded above (seen on H200; Blackwell
     # names in docs/kernel-names.md).
     Rule("nvjet", re.compile(r"\bnvjet_"), "nvjet", "gemm", _nvjet_operands),
@@ -442,10 +788,10 @@ RULES: tuple[Rule, ...] = (
     # results/4way_bench/2x2_nsys/nsys_evidence/AT_OFF_CG_OFF_top10_kernels.txt; TE's
     # NVTE_USE_CUTLASS_GROUPED_GEMM path, transformer_engine/common/gemm/cutlass_grouped_gemm.cuh) and
     # CUTLASS 2's GemmGrouped (include/cutlass/gemm/kernel/gemm_grouped.h).
-    Rule("cutlass-grouped", re.compile(r"\bcutlass::gemm::GroupProblemShape<|\bcutlass::gemm::kernel::GemmGrouped<"), "cutlass", "gemm", _cute_atom_operands),
+    Rule("cutlass-grouped", re.compile(r"\bcutlass::gemm::GroupProblemShape<|\bcutlass::gemm::kernel::GemmGrouped<"), "cutlass", "gemm", _cutlass_template_operands),
     # Callers may wrap the kernel in an architecture guard, as vLLM's vllm::enable_sm80_to_sm89<Kernel>
     # (csrc/quantization/cutlass_w8a8/scaled_mm_c2x.cuh), which then sits between the two.
-    Rule("cutlass-template", re.compile(r"\bcutlass::(?:device_kernel|Kernel2?)<(?:[\w:]+<)?cutlass::gemm::kernel::"), "cutlass", "gemm", _cute_atom_operands),
+    Rule("cutlass-template", re.compile(r"\bcutlass::(?:device_kernel|Kernel2?)<(?:[\w:]+<)?cutlass::gemm::kernel::"), "cutlass", "gemm", _cutlass_template_operands),
     # CUTLASS 3.x naming (python/cutlass_library/gemm_operation.py in NVIDIA/cutlass); cuBLAS runs
     # such kernels too (cutlass3x_sm100_* for a TF32 matmul on GB300 in
     # cfregly/ai-performance-engineering code/docs/gb300-upstream-patches.md).
@@ -487,6 +833,17 @@ def _arch(name: str) -> str | None:
     return _CUBLAS_GENERATIONS[match[3]] if match[3] else f"sm{match[1] or match[2]}"
 
 
+# Names that say a GEMM is grouped or batched (a MoE layer's experts, a batched matmul): CUTLASS's
+# grouped problem shapes, trtllm-gen's bmm_ and BatchedGemm kernels, DeepGEMM's GemmType other than
+# Normal and its m_/k_grouped entry points, grouped-GEMM classes of CuTe DSL, Triton's matmul_ogs and
+# Inductor's bmm and grouped_mm templates.
+_GROUPED = re.compile(
+    r"GroupProblemShape|GemmGrouped|GroupedGemm|grouped_gemm|[mk]_grouped|(?<![A-Za-z])[bB]mm_|BatchedGemm"
+    r"|GemmType\)[1-9]|GemmType::(?!Normal)[A-Z]|matmul_ogs|triton_(?:scaled_)?grouped_mm|triton_tem_fused_\w*bmm|triton_bmm"
+    r"|_bmm_|Batched_GEMV|\bbmm\b")
+_UNSPELLED = "the name does not spell the operand types"
+
+
 @functools.cache
 def decode(name: str) -> KernelInfo:
     """Classify one kernel name, short (nvjet_sm90_tst_...) or demangled (void ns::kernel<...>(...))."""
@@ -498,6 +855,10 @@ def decode(name: str) -> KernelInfo:
         operands = UNKNOWN_OPERANDS
     else:
         operands = NOT_A_GEMM
+    gemm = rule.role in _GEMM_ROLES
+    note = operands.note or rule.note
+    if gemm and operands.precision == "unknown" and note is None:
+        note = _UNSPELLED
     return KernelInfo(
         name=name,
         family=rule.family,
@@ -510,6 +871,8 @@ def decode(name: str) -> KernelInfo:
         scale_mode=operands.scale_mode,
         layout=operands.layout,
         rule=rule.id,
+        grouped=rule.role == "gemm" and bool(_GROUPED.search(text)),
+        note=note if (not gemm or operands.precision in {"unknown", "fp4"}) else None,
     )
 
 
@@ -528,12 +891,12 @@ def is_autotune_candidate(names: np.ndarray) -> np.ndarray:
 _COLUMNS = [f.name for f in fields(KernelInfo)]
 
 
-def decode_frame(names: pd.Series) -> pd.DataFrame:
-    """One row per name, columns = KernelInfo fields, index aligned with ``names``; each distinct
-    name is decoded once. A missing name (a trace row without one) gets a row of None."""
+def decode_frame(names: pd.Series, columns: Sequence[str] = tuple(_COLUMNS)) -> pd.DataFrame:
+    """One row per name, `columns` of KernelInfo (all by default), index aligned with ``names``;
+    each distinct name is decoded once. A missing name (a trace row without one) gets a row of None."""
     codes, uniques = pd.factorize(names, use_na_sentinel=False)
-    return pd.DataFrame(decoded_columns(np.asarray(uniques, dtype=object), codes, _COLUMNS), index=names.index,
-                        dtype=object)
+    return pd.DataFrame(decoded_columns(np.asarray(uniques, dtype=object), codes, list(columns)),
+                        index=names.index, columns=list(columns), dtype=object)
 
 
 def decoded_columns(distinct: np.ndarray, codes: np.ndarray, columns: Sequence[str]) -> dict[str, np.ndarray]:

@@ -72,13 +72,42 @@ RANGE_FAILURES = ("FALLBACK", "NO GEMM", "NOT FOUND")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
+# FP4 whose scale type the kernel's name does not tell: either of these ran.
+_FP4_PRECISIONS = frozenset({"nvfp4", "mxfp4"})
+
+
+def _operand_precisions(precision: str) -> tuple[str, str]:
+    """The precisions of A and B: both halves of a mixed "a×b", else the one precision twice."""
+    a, _, b = precision.partition("×")
+    return (a, b) if b else (a, a)
+
+
+def _operands_verdict(ran: str, asked: str) -> str | None:
+    """Operand by operand, for a mixed precision on either side (a kernel may swap A and B, as
+    trtllm-gen's transposed-output kernels do, so either order is the request's): OK where both
+    operands match, FALLBACK where one does not; None where neither side is mixed."""
+    if "×" not in ran and "×" not in asked:
+        return None
+    pairs = _operand_precisions(ran)
+    wanted = _operand_precisions(asked)
+    return "OK" if pairs in {wanted, wanted[::-1]} else "FALLBACK"
+
+
 def verdict(precision: str | None, asked: str, sm: int | None) -> str:
     """`precision` ran where `asked` (a recipe, or a precision a GEMM's own request named) was
-    asked for."""
+    asked for. A precision gemmscope learned later is judged by what it is, never failed for being
+    new: FP4 whose scale type the name does not tell is UNKNOWN against an FP4 request (and a
+    FALLBACK against any other), mixed operands are compared operand by operand."""
     if precision is None or precision == "unknown":
         return "UNKNOWN"
-    if precision in RECIPE_PRECISIONS.get(asked, {asked}):
+    accepted = RECIPE_PRECISIONS.get(asked, {asked})
+    if precision in accepted:
         return "OK"
+    if precision == "fp4" and accepted <= _FP4_PRECISIONS:
+        return "UNKNOWN"
+    by_operand = _operands_verdict(precision, asked)
+    if by_operand is not None:
+        return by_operand
     min_sm = EXPECTED_SUBSTITUTIONS.get((asked, precision))
     if min_sm is not None and sm is not None and sm >= min_sm:
         return "EXPECTED-SUBSTITUTION"

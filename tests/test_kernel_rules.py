@@ -24,6 +24,19 @@ CASES = {
         ["void transformer_engine::fused_attn::cu_seqlens_to_offsets<int>(int)",
          "void transformer_engine::context_parallel::thd_read_half_tensor_kernel(int)"],
         [("void transformer_engine::fused_attention_helper(int)", "te-other")]),
+    "flashinfer-attention": (
+        ["void flashinfer::BatchPrefillWithPagedKVCacheKernel<int>(int)", "BatchDecodeWithPagedKVCacheKernel",
+         "void flashinfer::PersistentVariableLengthMergeStatesKernel<int>(int)"],
+        [("void flashinfer::BatchQKApplyRotaryPosIdsCosSinCacheKernel<int>(int)", "unknown")]),
+    "trtllm-fmha": (
+        ["fmhaSm100fKernel_QkvE4m3OBfloat16HQk576HV512HVPerCta256PagedKvDenseP64MultiCtasKvVarSeqQ8Kv128StaticSwapsAbForGen"],
+        [("fmhaSm100f_summary", "attention")]),
+    "cute-dsl-attention": (
+        ["kernel_cutlass_kernel_flash_attncuteflash_fwd_sm100FlashAttentionForwardSm100_object_at__tensor_0"],
+        [("kernel_cutlass_kernel___main__PersistentDenseGemmKernel_object_at__TiledMMA_0", "cute-dsl-gemm")]),
+    "deepgemm-mqa-logits": (
+        ["void deep_gemm::sm100_fp8_paged_mqa_logits<(unsigned int)64>(int)"],
+        [("void deep_gemm::sm100_fp8_mqa_prep<int>(int)", "deepgemm-aux")]),
     "attention": (
         ["fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "my_SDPA_kernel"],
         [("fmh_kernel", "unknown")]),
@@ -52,6 +65,9 @@ CASES = {
          "triton_scaled_grouped_mm", "triton_scaled_mm_device_tma_epilogue_scaling",
          "triton_blackwell_ws_persistent_device_tma"],
         [("triton_mmx_fused_add_0", "triton"), ("triton_poi_fused_mm_0", "triton"), ("triton_bmmx", "triton")]),
+    "triton-quantize": (
+        ["triton_poi_fused_dynamic_per_token_scaled_fp8_quant_mul_silu_slice_1"],
+        [("triton_poi_fused_mul_silu_slice_1", "triton")]),
     "triton": (
         ["triton_poi_fused_add_0", "triton_red_fused_sum_1", "triton_per_fused_native_layer_norm_2"],
         [("my_triton_poi_fused_add_0", "unknown")]),
@@ -75,6 +91,15 @@ CASES = {
         [("void transformer_engine::rmsnorm_fwd_kernel<int>(int)", "te-other"), ("kernel_bulk_copy", "unknown"),
          ("void transformer_engine::unary_kernel<(int)8, (int)1, transformer_engine::Empty, "
           "&transformer_engine::gelu<float>, float, __nv_bfloat16>(int)", "te-other")]),
+    "trtllm-quantize": (
+        ["void tensorrt_llm::kernels::quantize_with_block_size<(tensorrt_llm::BlockScaleQuantizationType)0, __nv_bfloat16, 16, false>(int)",
+         "void vllm::cvt_fp16_to_fp4<__nv_bfloat16, false>(int, int, int, int, __nv_bfloat16 const*)"],
+        [("void tensorrt_llm::kernels::quantize_with_block_size_helper(int)", "unknown")]),
+    "serving-quantize": (
+        ["void per_token_group_quant_8bit_kernel<c10::BFloat16, c10::Float8_e4m3fn, true, true, float>(int)",
+         "void vllm::dynamic_per_token_scaled_fp8_quant_kernel_strided<c10::BFloat16, c10::Float8_e4m3fn>(int)",
+         "_per_token_group_quant_fp8", "void vllm::segmented_max_reduction<c10::BFloat16, c10::Float8_e4m3fn>(int)"],
+        [("per_token_group_dequant_kernel", "unknown")]),
     "cublaslt-splitk": (
         ["void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, float, __nv_bfloat16>(int)"],
         [("void cublasLt::splitKreduce_kernel2<int>(int)", "unknown")]),
@@ -95,6 +120,34 @@ CASES = {
          "turing_fp16_s1688cudnn_fp16_128x128_ldg8_relu_f2f_exp_small_nhwc_tn_v1",
          "void cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_bf16_128x128_32x3_nhwc_align8>(int)"],
         [("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn", "cublas-legacy")]),
+    "trtllm-gen": (
+        ["bmm_E4m3_E4m3E4m3_Fp32_t128x8x512_s5_et128x8_m128x8x32_c1x1x1_rM_TN_transOut_sm100f",
+         "gemm_Bfloat16_E2m1E2m1_Fp32_t128x128x256u2_s4_et128x128_m128x128x64_cga1x1x1_16dp256b_TN_transOut_schedS_sm100f",
+         "Bmm_Bfloat16_MxE2m1MxE4m3_Fp32_bA32_bB32_t128x8x512_s3_dynB_sm100f"],
+        [("gemm_kernel", "gemm-unplaced"), ("bmm_E4m3_E4m3_Fp32_t128x8x512", "unknown")]),
+    "trtllm-gen-legacy": (
+        ["BatchedGemmKernel_BatchN_E2m1E2m1Fp32_Bfloat16_Tile128x8x512_EpiTile128x8_Mma128x8x64_Cluster1x1x1_sm100a",
+         "GemmGatedActKernel_E4m3_E4m3_Fp32_tile128x8x256_epilogueTile128x8_mma128x8x32_cluster1x1x1_sm100a"],
+        [("GemmKernel_", "gemm-unplaced")]),
+    "deepgemm": (
+        ["void deep_gemm::sm90_fp8_gemm_1d2d_impl<(cute::UMMA::Major)0, 0u, 5120u, 17408u, 1u>(int)",
+         "void deep_gemm::fp8_gemm_kernel_swapAB<34816u, 5120u, 128u, 16u>(int)", "sm100_bf16_gemm_impl<int>"],
+        [("void deep_gemm::sm100_fp8_transpose<int>(int)", "deepgemm-aux")]),
+    "deepgemm-other-gemm": (
+        ["void deep_gemm::sm100_bmn_bnk_mn_gemm_impl<(unsigned int)0>(int)"],
+        [("void deep_gemm::smxx_clean_logits<int>(int)", "deepgemm-aux")]),
+    "deepgemm-aux": (
+        ["void deep_gemm::smxx_clean_logits<int>(int)", "void deep_gemm::transpose_fp32<int>(int)"],
+        [("void deep_gemmx::transpose_fp32(int)", "gemm-unplaced")]),
+    "cute-dsl-gemm": (
+        ["kernel_cutlass_kernel_flashinfergemmkernelsdense_blockscaled_gemm_sm100Sm100BlockScaledPersistentDenseGemmKernel_object_at__TiledMMA_0"],
+        [("kernel_cutlass_kernel___main__ElementwiseAddKernel_object_at__0", "unknown")]),
+    "cutlass-mangled": (
+        ["_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEE"],
+        [("_ZN7cutlass13device_kernelINS_9reduction6kernel12ReduceSplitKE", "unknown")]),
+    "triton-jit-gemm": (
+        ["_mxfp8_block_scaled_matmul_kernel", "_w8a8_block_fp8_matmul", "_p_matmul_ogs_NNT_bf16xbf16xmxfp4_16x256x128x1"],
+        [("_matmul_ogs_finalize", "unknown")]),
     "nvjet": (
         ["nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT", "nvjet_tst_64x8_64x16_4x1_v_bz_TNT"],
         [("nvjetx_sm90_tst_128x128_64x6_2x1_v_bz_NNT", "unknown")]),

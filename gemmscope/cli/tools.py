@@ -80,16 +80,45 @@ def shapes_cmd(fmt: str, **options) -> None:
         emit(terminal.table_text(f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs", frame))
 
 
+def _names_from(source: str) -> list[str]:
+    """Kernel names one a line from a file, or stdin for "-" (a profiler's kernel list pasted):
+    blank lines skipped, each name stripped of the blanks around it."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise InputError(f"--from {source}: cannot read it ({err.strerror or err})") from err
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 @main.command("kernel")
-@click.argument("names", nargs=-1, required=True)
+@click.argument("names", nargs=-1)
+@click.option("--from", "source", metavar="FILE", help="Also read names from FILE, one a line ('-': stdin).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
-    """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout."""
-    frame = kernels.decode_frame(pd.Series(list(names)))
+def kernel_cmd(names: tuple[str, ...], source: str | None, fmt: str) -> None:
+    """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout, whether
+    grouped, and why a precision is unknown. NAMES, or one a line from --from FILE or stdin (piped,
+    without NAMES): a profiler's kernel list pasted."""
+    listed = list(names)
+    if source is not None:
+        listed += _names_from(source)
+    elif not listed and not sys.stdin.isatty():
+        listed = _names_from("-")
+    if not listed:
+        raise InputError("no kernel names: give NAMES, --from FILE, or pipe them in one a line")
+    frame = kernels.decode_frame(pd.Series(listed, dtype=object))
     if fmt == "json":
         emit(json.dumps(documents.kernels_document(frame), indent=2) + "\n")
     else:
-        emit(terminal.kernels_text(frame))
+        emit(terminal.kernels_text(_with_remarks(frame)))
+
+
+def _with_remarks(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table's columns, each name followed (under the table) by whether its GEMM is grouped and
+    why its precision is open: too long for a column of a terminal's width."""
+    remarks = [" · ".join(part for part in ("grouped GEMM" if grouped else "", note or "") if part)
+               for grouped, note in zip(frame["grouped"], frame["note"])]
+    names = [f"{name}\n  {remark}" if remark else name for name, remark in zip(frame["name"], remarks)]
+    return frame[["name", *kernels.TABLE_COLUMNS]].assign(name=names)
 
 
 @main.command("scrub")

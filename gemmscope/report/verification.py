@@ -140,7 +140,7 @@ def _gemm_details(result: Verification) -> Section:
     first = g.drop_duplicates(keys)
     first_ranges = {key(row): ranges for row, ranges in
                     zip(first.to_dict("records"), result.ranges.lists(first["kernel_row"].to_numpy()))}
-    decoded = kernels.decode_frame(pd.Series(groups["kernel"].unique())).set_index("name")
+    decoded = kernels.decode_frame(pd.Series(groups["kernel"].unique()), ("name", *kernels.TABLE_COLUMNS)).set_index("name")
     blocks = []
     for row in groups.to_dict("records"):
         where = " · ".join(str(row[k]) if pd.notna(row[k]) else "?" for k in ("layer", "module", "pass"))
