@@ -142,13 +142,15 @@ def load(paths: str | Path | Sequence[str | Path], workers: int | None = None,
 
 def check(traces: PathsOrTraces, expect: str | None = None, allow: Sequence[str] = (),
           expect_map: Mapping[str, str] | None = None, workers: int | None = None,
-          strict: bool = False) -> CheckResult:
+          strict: bool = False, steps: tuple[int, int] | None = None) -> CheckResult:
     """Check every GEMM of `traces` (a `load` result, or what `load` takes) against the recipe
     `expect` (recipes.RECIPES), or, without it, each against what the run asked for as gemmscope's
     hook recorded it. `allow`: shell patterns (kernel, module, layer, NVTX range) whose mismatches,
     and GEMMs with nothing to judge them by, are accepted; `expect_map`: NVTX range pattern ->
     recipe, as `verify --expect-map`; `strict`: as --strict, a GEMM of unknown precision leaves
-    the state NOT_FULLY_CHECKED. A run that launched no GPU kernel is state FAIL, with a `note`."""
+    the state NOT_FULLY_CHECKED; `steps`: (A, B), as --steps, only training steps A to B (the
+    optimizer steps gemmscope's hook marks). A run that launched no GPU kernel is state FAIL, with
+    a `note`."""
     from gemmscope.recipes import RECIPES
 
     if expect is not None and expect not in RECIPES:
@@ -158,8 +160,13 @@ def check(traces: PathsOrTraces, expect: str | None = None, allow: Sequence[str]
         if recipe not in RECIPES:
             raise InputError(f"unknown recipe {recipe!r} in expect_map: choose from {', '.join(RECIPES)}")
     loaded = traces if isinstance(traces, Traces) else load(traces, workers)
+    items = loaded.loaded
+    if steps is not None:
+        from gemmscope.steps import cut_to_steps
+
+        items = cut_to_steps(items, *steps)[0]
     try:
-        result = _verify(loaded.loaded, expect, tuple(allow), mapped, strict)
+        result = _verify(items, expect, tuple(allow), mapped, strict)
     except NoGpuKernels as exc:  # load let through only a run that launched no kernel: nothing ran, a failure
         import pandas as pd
 

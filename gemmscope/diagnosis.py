@@ -21,7 +21,8 @@ and the time at stake (`explains_ns`), ordered by that time:
 - ``tails``: split-K reduce and bias-gradient kernels;
 - ``gemms-healthy``: GEMMs ran at the requested precision near their expected throughput;
 - ``unsupported``: the requested recipe cannot run on this GPU;
-- ``unknown-device``: the GPU is not in gemmscope's device table, so no share of a peak is computed.
+- ``unknown-device``: the GPU is not in gemmscope's device table, so no share of a peak is computed;
+- ``slow-steps``, ``rank-lag``: steps that differ (`uneven_steps`), where steps are found.
 
 Steps (gemmscope.steps: `step_range`, a shell pattern such as ``"step *"``; else the optimizer
 steps gemmscope's hook marked; else NVTX ranges named like ``step 3`` / ``iteration 3`` that
@@ -465,8 +466,52 @@ def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
     if window is result:
         return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=None,
                          no_steps=NO_OPTIMIZER_STEP if watched_without_steps(result) else NO_STEPS)
-    return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=step_range,
-                     step_times=step_breakdown(window, steps, activity))
+    step_times = step_breakdown(window, steps, activity)
+    found = sorted(findings(window, times) + uneven_steps(step_times), key=lambda f: -f["explains_ns"])
+    return Diagnosis(breakdown=times, findings=found, steps=per_step, step_range=step_range, step_times=step_times)
+
+
+# A step this much slower than its rank's median step is named (slow-steps), and a rank whose
+# median step is this much slower than the other ranks' median (rank-lag).
+SLOW_STEP = 1.25
+LAGGING_RANK = 1.10
+
+
+def uneven_steps(step_times: pd.DataFrame) -> list[dict]:
+    """The steps that differ: ``slow-steps`` (steps over SLOW_STEP × their rank's median step on
+    the GPU, the time over the median at stake) and ``rank-lag`` (the rank whose median step is over
+    LAGGING_RANK × the other ranks' median: they wait for it at every collective)."""
+    out: list[dict] = []
+    if len(step_times) < 3:
+        return out
+    window = step_times["window_ns"].astype("int64")
+    median = window.groupby(step_times["rank"]).transform("median")
+    slow = step_times[window > SLOW_STEP * median]
+    if len(slow):
+        over = (window - median)[slow.index]
+        worst = over.idxmax()
+        out.append({"code": "slow-steps",
+                    "statement": f"{len(slow)} of {len(step_times)} steps run over {SLOW_STEP}× their rank's median "
+                                 f"step; the slowest, step {step_times.at[worst, 'step']} of rank "
+                                 f"{step_times.at[worst, 'rank']}, takes {_ms(window[worst])} against "
+                                 f"{_ms(median[worst])}",
+                    "explains_ns": int(over.sum()),
+                    "figures": {"slow_steps": [{"rank": str(r), "step": int(n)} for r, n in
+                                               zip(slow["rank"], slow["step"])], "median_ns": int(median[worst])},
+                    "concerns": []})
+    per_rank = window.groupby(step_times["rank"]).median()
+    lagging = per_rank.idxmax() if len(per_rank) > 1 else None
+    others = per_rank.drop(lagging).median() if lagging is not None else 0
+    if lagging is not None and per_rank[lagging] > LAGGING_RANK * others:
+        steps_of = int((step_times["rank"] == lagging).sum())
+        out.append({"code": "rank-lag",
+                    "statement": f"rank {lagging}'s median step takes {_ms(per_rank[lagging])}, over {LAGGING_RANK}× "
+                                 f"the other ranks' ({_ms(others)}): they wait for it",
+                    "explains_ns": int((per_rank[lagging] - others) * steps_of),
+                    "figures": {"rank": str(lagging), "median_step_ns": int(per_rank[lagging]),
+                                "others_median_step_ns": int(others)},
+                    "concerns": []})
+    return out
 
 
 def categorize_modules(result: Verification) -> pd.DataFrame:

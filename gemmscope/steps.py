@@ -228,6 +228,19 @@ def keep_steps(item: LoadedTrace, first: int, last: int) -> LoadedTrace:
     return LoadedTrace(item.path, trace, kept, item.ranges.take(rows))
 
 
+def cut_to_steps(loaded: list[LoadedTrace], first: int, last: int) -> tuple[list[LoadedTrace], list[int], list[int]]:
+    """`--steps first-last` over traces: each cut to those steps (keep_steps), the steps asked
+    that no trace holds, and those checked. None of them anywhere is an InputError, never an
+    empty pass."""
+    held = {n for item in loaded for n in held_steps(item)}
+    asked = set(range(first, last + 1))
+    if not held & asked:
+        ran = f"it holds steps {min(held)}-{max(held)}" if held else "no step marked by gemmscope's hook is in it"
+        raise InputError(f"steps {first}-{last} are not in the trace{'s' * (len(loaded) > 1)}: {ran} (the hook "
+                         "marks each optimizer step; did the job end before them?)")
+    return [keep_steps(item, first, last) for item in loaded], sorted(asked - held), sorted(asked & held)
+
+
 def held_steps(item: LoadedTrace) -> list[int]:
     """The numbers of the marked steps a trace holds whole."""
     if item.trace is None or item.launches is None:

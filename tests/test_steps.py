@@ -150,3 +150,29 @@ def test_marked_steps_start_at_the_last_mark_of_the_step_before():
     assert found["index"].tolist() == [n for n in last.index if n - 1 in last.index]
     assert (found["end"].to_numpy() == last.loc[found["index"]].to_numpy()).all()
     assert (found["start"].to_numpy() == last.loc[found["index"] - 1].to_numpy()).all()
+
+
+def test_step_table_and_steps_that_differ():
+    """Per rank and step, the step's time and where it went, adding up to the rank's breakdown;
+    a step made slow names itself (slow-steps) and a rank made slow lags (rank-lag)."""
+    from gemmscope import api, diagnosis
+
+    result = api.check([STEPS / "fsdp_2gpu_steps5-7.sqlite.xz"], steps=(5, 7)).verification
+    assert result is not None
+    found = diagnosis.diagnose(result)
+    times = found.step_times
+    assert sorted(zip(times["rank"].astype(str), times["step"])) == [(r, s) for r in "01" for s in (5, 6, 7)]
+    per_rank = times.groupby("rank")[["window_ns", "busy_ns", "gemm_ns"]].sum()
+    whole = found.breakdown.set_index("rank")[["window_ns", "busy_ns", "gemm_ns"]]
+    assert (per_rank.sort_index().to_numpy() == whole.sort_index().to_numpy()).all()
+    assert diagnosis.uneven_steps(times) == []  # the run's steps are even (within 25 %)
+    slow = times.copy()
+    slow.loc[2, "window_ns"] *= 2
+    (finding,) = diagnosis.uneven_steps(slow)
+    assert finding["code"] == "slow-steps"
+    assert finding["figures"]["slow_steps"] == [{"rank": str(slow.at[2, "rank"]), "step": int(slow.at[2, "step"])}]
+    median = slow[slow["rank"] == slow.at[2, "rank"]]["window_ns"].median()
+    assert finding["explains_ns"] == int(2 * times.at[2, "window_ns"] - median)
+    lagging = times.copy()
+    lagging["window_ns"] = lagging["window_ns"].where(lagging["rank"].astype(str) != "1", lagging["window_ns"] * 6 // 5)
+    assert [f["code"] for f in diagnosis.uneven_steps(lagging)] == ["rank-lag"]

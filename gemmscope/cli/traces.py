@@ -145,20 +145,14 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expec
 
 
 def _kept_steps(loaded: list, first: int, last: int) -> list:
-    """--steps: each trace cut to those steps' launches; the steps asked that no trace holds said
-    in one line; none of them anywhere is an error, never an empty pass."""
-    from gemmscope.steps import held_steps, keep_steps
+    """--steps: each trace cut to those steps' launches, the steps no trace holds said in one line."""
+    from gemmscope.steps import cut_to_steps
 
-    held = {n for item in loaded for n in held_steps(item)}
-    missing = sorted(set(range(first, last + 1)) - held)
-    if len(missing) == last - first + 1:
-        ran = f"it holds steps {min(held)}-{max(held)}" if held else "no step marked by gemmscope's hook is in it"
-        raise InputError(f"steps {first}-{last} are not in the trace{'s' * (len(loaded) > 1)}: {ran} (the hook "
-                         "marks each optimizer step; did the job end before them?)")
+    kept, missing, held = cut_to_steps(loaded, first, last)
     if missing:
         click.echo(f"gemmscope: note: steps {_spans(missing)} are not in the traces (the job ended before them?): "
-                   f"checking steps {_spans(sorted(held & set(range(first, last + 1))))}", err=True)
-    return [keep_steps(item, first, last) for item in loaded]
+                   f"checking steps {_spans(held)}", err=True)
+    return kept
 
 
 def _spans(numbers: list[int]) -> str:

@@ -114,6 +114,25 @@ def unjudged_frame(result: Verification) -> pd.DataFrame:
     return grouped.assign(time_ms=grouped.pop("time_ns") / 1e6)
 
 
+STEPS_TITLE = "Steps, per rank (on the GPU: from the first kernel a step launched to the next step's)"
+
+
+def steps_frame(step_times: pd.DataFrame) -> pd.DataFrame:
+    """Per rank and step (Diagnosis.step_times) for people: the step's time, its idle share and
+    where its busy time went, in milliseconds."""
+    out = pd.DataFrame({"rank": step_times["rank"].astype(str), "step": step_times["step"].astype("int64"),
+                        "step ms": step_times["window_ns"] / 1e6,
+                        "idle": (100 * step_times["idle_ns"] / step_times["window_ns"]).round(1).astype(str) + " %"})
+    for category, label in _STEP_CATEGORIES.items():
+        out[f"{label} ms"] = step_times[f"{category}_ns"] / 1e6
+    return out
+
+
+# The step table's categories, named short enough for a terminal's width.
+_STEP_CATEGORIES = {"gemm": "gemm", "gemm-fallback": "fallback", "quantize": "quantize", "attention": "attn",
+                    "communication": "comm", "other": "other"}
+
+
 def breakdown_window(diagnosis: Diagnosis) -> str:
     """Which part of the run the breakdown covers: the steps taken (and what they are), or the
     whole trace, saying why."""

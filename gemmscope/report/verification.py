@@ -25,6 +25,7 @@ from gemmscope.report.frames import (
     MISMATCHES_TITLE,
     RANGES_TITLE,
     RANKS_TITLE,
+    STEPS_TITLE,
     SUMMARY_TITLE,
     UNJUDGED_TITLE,
     UNREADABLE_TITLE,
@@ -36,6 +37,7 @@ from gemmscope.report.frames import (
     mismatch_groups,
     ranges_frame,
     ranges_table,
+    steps_frame,
     summary_frame,
     unjudged_frame,
 )
@@ -123,8 +125,27 @@ def _check_sections(result: Verification) -> list[Section]:
 
 
 def diagnosis_sections(diagnosis: Diagnosis) -> list[Section]:
-    """Where the GPU time went and the findings."""
-    return [_breakdown_section(diagnosis), _findings_section(diagnosis.findings)]
+    """Where the GPU time went, its steps when steps were found, and the findings."""
+    sections = [_breakdown_section(diagnosis)]
+    if not diagnosis.step_times.empty:
+        frame = steps_frame(diagnosis.step_times)
+        sections.append(Section(STEPS_TITLE, blocks=[Table(STEPS_TITLE, frame)],
+                                terminal=lambda: [_steps_terminal(frame)]))
+    return [*sections, _findings_section(diagnosis.findings)]
+
+
+# The terminal shows a long run's first steps and its slowest; every step is in JSON and CSV.
+_TERMINAL_STEPS = 12
+
+
+def _steps_terminal(frame: pd.DataFrame) -> TextSection:
+    if len(frame) <= _TERMINAL_STEPS:
+        return table_section(STEPS_TITLE, frame)
+    slowest = frame.nlargest(_TERMINAL_STEPS // 2, "step ms").index
+    shown = frame.loc[frame.index[: _TERMINAL_STEPS // 2].union(slowest)]
+    return table_section(STEPS_TITLE, shown, before=[
+        f"{len(shown)} of {len(frame)} steps: the first and the slowest (every step: --format json, "
+        "report --tables breakdown-per-step.csv)"])
 
 
 def _gemm_details(result: Verification) -> Section:
