@@ -38,6 +38,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="bare runs first, not counted")
     parser.add_argument("--out", help="keep the last capture of each verify run here (default: removed)")
+    parser.add_argument("--kinds", type=lambda text: text.split(","),
+                        default=["hook", "torch-steps", "nsys-steps", "nsys-armed"],
+                        help="comma-separated runs beside bare: hook, torch-steps, nsys-steps, nsys-armed")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -60,7 +63,8 @@ def main() -> None:
             "nsys-armed": ([sys.executable, "-c", _NSYS_ALONE, f"{out}/armed.nsys-rep", f"{_NEVER_S:g}", "1", "-",
                             *command], None),
         }
-        after_end: dict[str, list[float]] = {"torch-steps": [], "nsys-steps": []}
+        runs = {kind: run for kind, run in runs.items() if kind == "bare" or kind in args.kinds}
+        after_end: dict[str, list[float]] = {kind: [] for kind in ("torch-steps", "nsys-steps") if kind in runs}
 
         def timed_verify(argv: list[str], env: dict | None = None):
             wall_s, status, stages = timed(argv, env)
