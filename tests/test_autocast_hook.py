@@ -14,6 +14,7 @@ process of its own."""
 import contextlib
 import importlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -27,10 +28,12 @@ import pytest
 import gemmscope
 from gemmscope import te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import (
+    CAPTURE_RANGE,
     GEMM_PREFIX,
     PASS_BY_LAYOUT,
     PROCESS_PREFIX,
     SOFTWARE_PREFIX,
+    STEP_PREFIX,
     TORCH_GEMM_PREFIX,
     format_record,
     parse_record,
@@ -888,3 +891,76 @@ def test_te_gemm_of_an_unstamped_node_falls_back_to_the_calling_frames(hook, tor
     records = [r for r in map(te_ranges.parse, nvtx.pushed()) if r["kind"] == te_ranges.HOOK_GEMM]
     assert [r["pass"] for r in records] == ["fprop", "dgrad", "wgrad"] and len(read) == 3
     assert {r["layer"] for r in records} == {None}
+
+
+# --- training steps: a mark at every optimizer step, and the capture of the steps asked -------
+
+_TRAINING = """
+import json, sys
+import torch
+written = []
+torch.cuda.nvtx.mark = lambda label: written.append(["mark", label])
+torch.cuda.nvtx.range_start = lambda label: written.append(["start", label]) or 7
+torch.cuda.nvtx.range_end = lambda handle: written.append(["end", handle])
+model = torch.nn.Linear(8, 8)
+first, second = torch.optim.AdamW(model.parameters()), torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+scaler = torch.amp.GradScaler("cpu")
+for i in range(int(sys.argv[1])):
+    loss = model(torch.randn(4, 8)).sum() * (float("inf") if i == 2 else 1.0)
+    scaler.scale(loss).backward()
+    scaler.step(first)  # iteration 2's gradients are inf: GradScaler skips the optimizer's step
+    scaler.update()
+    second.step()
+    first.zero_grad()
+    written.append(["iteration", i])
+print(json.dumps(written))
+"""
+
+
+def _training(tmp_path, iterations: int, **env: str) -> list:
+    env = {**os.environ, "PYTHONPATH": str(HOOK_DIR), **env}
+    done = subprocess.run([sys.executable, "-c", _TRAINING, str(iterations)], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_every_optimizer_step_marked_once_per_iteration(torch, tmp_path):
+    """Two optimizers stepped each iteration (one through GradScaler) make one step each
+    iteration, numbered from 0; an iteration whose step GradScaler skipped is still a step."""
+    written = _training(tmp_path, 5)
+    numbers, iteration = [], 0
+    for kind, value in written:
+        if kind == "iteration":
+            iteration = value + 1
+        elif kind == "mark":
+            numbers.append((iteration, parse_record(STEP_PREFIX, value)["n"]))
+    assert numbers == [(i, str(i)) for i in range(5) for _ in range(2)]
+
+
+@pytest.mark.parametrize("steps, opened_after, closed_after", [("3-4", 1, 5), ("2-2", 0, 3), ("6-9", 4, None)])
+def test_the_capture_range_opens_a_step_early_and_closes_a_step_late(torch, tmp_path, steps, opened_after,
+                                                                        closed_after):
+    """GEMMSCOPE_STEPS=A-B (nsys): the capture range starts at the first mark of step A-2 (from the
+    start for A <= 1) and ends at the first mark of step B+1, before either mark is made; a job
+    that ends inside the window leaves it open (nsys ends it with the process)."""
+    written = [(k, v) for k, v in _training(tmp_path, 8, GEMMSCOPE_STEPS=steps) if k != "iteration"]
+    marks = [parse_record(STEP_PREFIX, v)["n"] if k == "mark" else k for k, v in written]
+    starts, ends = [i for i, m in enumerate(marks) if m == "start"], [i for i, m in enumerate(marks) if m == "end"]
+    assert len(starts) == 1 and written[starts[0]][1] == CAPTURE_RANGE
+    assert marks[starts[0] + 1] == str(opened_after) and (opened_after == 0 or marks[starts[0] - 1] == str(opened_after - 1))
+    if closed_after is None:
+        assert ends == []
+    else:
+        assert len(ends) == 1 and marks[ends[0] + 1] == str(closed_after) and marks[ends[0] - 1] == str(closed_after - 1)
+
+
+def test_a_capture_from_the_start_on_a_torch_without_nvtx_leaves_the_program_running(torch, tmp_path):
+    """GEMMSCOPE_STEPS=0-1 opens the capture as torch is imported; a torch without NVTX (this CPU
+    build) cannot, and the program runs on, its steps marked as ever."""
+    env = {**os.environ, "PYTHONPATH": str(HOOK_DIR), "GEMMSCOPE_STEPS": "0-1"}
+    done = subprocess.run([sys.executable, "-c", _TRAINING, "3"], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the capture of steps 0-1 could not open" in done.stderr
+    assert [v for k, v in json.loads(done.stdout.splitlines()[-1]) if k == "iteration"] == [0, 1, 2]

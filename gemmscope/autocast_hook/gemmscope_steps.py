@@ -104,7 +104,10 @@ def _capture_with_nsys(torch, first: int, last: int) -> None:
     opened: list = []
 
     def open_capture() -> None:
-        opened.append(torch.cuda.nvtx.range_start(CAPTURE_RANGE))
+        try:
+            opened.append(torch.cuda.nvtx.range_start(CAPTURE_RANGE))
+        except Exception as exc:  # a torch without NVTX: nothing to capture by, the program runs on
+            note(f"the capture of steps {first}-{last} could not open ({type(exc).__name__})")
 
     def at_first_mark(n: int) -> None:
         if n == first - 2 and not opened:
