@@ -230,10 +230,12 @@ def keep_steps(item: LoadedTrace, first: int, last: int) -> LoadedTrace:
 
 def cut_to_steps(loaded: list[LoadedTrace], first: int, last: int) -> tuple[list[LoadedTrace], list[int], list[int]]:
     """`--steps first-last` over traces: each cut to those steps (keep_steps), the steps asked
-    that no trace holds, and those checked. None of them anywhere is an InputError, never an
-    empty pass."""
-    held = {n for item in loaded for n in held_steps(item)}
+    that no trace holds, and those checked. None of them in any usable trace is an InputError,
+    never an empty pass; traces none of which could be used are left to the check to report."""
     asked = set(range(first, last + 1))
+    if all(item.error is not None for item in loaded):  # nothing to cut: the check says why
+        return loaded, [], sorted(asked)
+    held = {n for item in loaded for n in held_steps(item)}
     if not held & asked:
         ran = f"it holds steps {min(held)}-{max(held)}" if held else "no step marked by gemmscope's hook is in it"
         raise InputError(f"steps {first}-{last} are not in the trace{'s' * (len(loaded) > 1)}: {ran} (the hook "

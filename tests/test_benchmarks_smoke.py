@@ -90,3 +90,34 @@ def test_window_overhead_runs_each_part_to_the_program_s_own_end(nsys_bin):
     assert set(medians) == parts | {"verify"}
     assert all(medians[kind].endswith("exit statuses [0]") for kind in parts)
     assert medians["verify"].endswith("exit statuses [1]")
+
+
+_CPU_TRAINING = """
+import torch
+model = torch.nn.Linear(64, 64)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+torch.cuda.nvtx.mark = lambda label: None  # a CPU build of torch has no NVTX to mark into
+for _ in range(6):
+    model(torch.randn(16, 64)).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_steps_overhead_runs_bare_the_hook_and_a_torch_profiler_window(tmp_path):
+    """benchmarks/steps_overhead.py on a CPU training loop: bare, with the hook alone, and under
+    verify --profiler torch --steps 2-3, whose window the hook opens and saves in the program (the
+    trace holds no GPU kernel here: verify's exit 1); when verify checked after the program ended."""
+    import subprocess
+
+    program = tmp_path / "train.py"
+    program.write_text(_CPU_TRAINING)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "steps_overhead.py"), "--steps", "2-3", "--kinds", "hook,torch-steps",
+         "--rounds", "1", "--warmup", "0", "--out", str(tmp_path / "out"), "--", sys.executable, str(program)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    medians = {line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("median ")}
+    assert set(medians) == {"bare", "hook", "torch-steps", "torch-steps:"}
+    assert medians["bare"].endswith("exit statuses [0]") and medians["hook"].endswith("exit statuses [0]")
+    assert medians["torch-steps"].endswith("exit statuses [1]")
+    assert list((tmp_path / "out" / "torch").glob("trace.*.json.gz"))  # the window's trace, written
