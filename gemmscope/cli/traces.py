@@ -433,11 +433,11 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
 def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
     """The traces scrubbed (in the private scratch folder) and read back under their own names,
     redacted; and the Redactor that scrubbed them."""
-    from gemmscope.scrub import Redactor, scrub
+    from gemmscope.scrub import recorded_redactor, scrub
     from gemmscope.traces.read import trace_source
 
     exports = [trace_source(path) for path in paths]
-    redactor = Redactor.of_exports(exports, keep)
+    redactor = recorded_redactor(exports, keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
     traces = [dataclasses.replace(read_trace(scrub(export, staging / f"{i}.sqlite", redactor)),
                                   path=Path(redactor(path.name)))
@@ -448,15 +448,15 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
 def _run_report(run_dir: Path, keep: tuple[str, ...]):
     """A profile run directory's report, from its trace scrubbed; and the Redactor that scrubbed it."""
     from gemmscope import profile_run
-    from gemmscope.scrub import Redactor, scrub
+    from gemmscope.scrub import recorded_redactor, scrub
     from gemmscope.traces.nsys import sqlite_export
 
     trace = next((run_dir / name for name in profile_run.RUN_TRACES if (run_dir / name).exists()), None)
     if trace is None:  # a run made with --no-nsys: no trace, its events only
-        redactor = Redactor.of_exports([], keep)
+        redactor = recorded_redactor([], keep)
         return profile_report(profile_run.load_run(run_dir), run_dir), redactor
     export = sqlite_export(trace)
-    redactor = Redactor.of_exports([export], keep)
+    redactor = recorded_redactor([export], keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
     scrub(export, staging / "trace.sqlite", redactor)
     return profile_report(profile_run.load_run(staging), run_dir), redactor

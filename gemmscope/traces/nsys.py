@@ -586,3 +586,14 @@ def _memory(export: _Export | _ColumnarExport) -> pd.DataFrame:
     m["delta_bytes"] = m["bytes"].where(m["operation"] == 0, -m["bytes"])
     return m
 
+
+
+def columnar_as_sqlite(path: Path, tables: dict[str, list[str]]) -> sqlite3.Connection:
+    """`tables` (name -> columns) of the columnar export `path` in an SQLite database in memory,
+    for what reads an export's records with SQL (the redactor); a table the export lacks is left out."""
+    export = _ColumnarExport(path)
+    conn = sqlite3.connect(":memory:")
+    for table, columns in tables.items():
+        if table in export.tables:
+            export.frame(table, {c: c for c in columns}).to_sql(table, conn, index=False)
+    return conn
