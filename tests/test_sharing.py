@@ -72,12 +72,16 @@ def _leaks(data: bytes | str, values: dict[str, str]) -> list[str]:
     return [label for label, value in values.items() if value in text]
 
 
-def test_the_planted_secrets_reach_what_is_not_shared(planted):
-    """analyze (not made for sharing) shows them: the report would, without the redaction."""
+def test_the_planted_secrets_reach_what_is_not_redacted(planted):
+    """analyze --no-redact (for local debugging) shows them: every output would, without the
+    redaction; by default none does."""
     path, values, _ = planted
-    done = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--per-launch"])
+    done = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--per-launch", "--no-redact"])
     assert done.exit_code == 1, done.output  # the trace's planted fallbacks
     assert sorted(_leaks(done.stdout, values)) == sorted(values)
+    done = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--per-launch"])
+    assert done.exit_code == 1, done.output
+    assert _leaks(done.stdout + done.stderr, values) == []
 
 
 @pytest.mark.parametrize("name", ["report.html", "report.md"])

@@ -14,6 +14,7 @@ import click
 
 from gemmscope import loading, scratch, verify
 from gemmscope.atomic import written_whole
+from gemmscope.attribution import attribute
 from gemmscope.autocast_hook import gemmscope_protocol
 from gemmscope.cli.group import (
     EXAMPLE_RUN,
@@ -26,6 +27,7 @@ from gemmscope.cli.group import (
     format_option,
     keep_option,
     main,
+    redaction_options,
     say_redacted,
 )
 from gemmscope.comparison import compare
@@ -50,9 +52,11 @@ PROFILERS = ("nsys", "torch")
 @check_options
 @format_option()
 @detail_options
+@redaction_options
 def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
             allow: tuple[str, ...], step_range: str | None, workers: int | None, scheduler: str | None,
-            plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool, per_launch: bool) -> None:
+            plots_dir: Path | None, fmt: str, quiet: bool, verbose: bool, per_launch: bool, keep: tuple[str, ...],
+            no_redact: bool) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep) or torch.profiler
     traces (.json, .json.gz; told by content); files, folders or globs, e.g. one per rank: precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
@@ -63,7 +67,7 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
     _make_dir(plots_dir)
     try:
-        result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map)
+        result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map, _keep(keep, no_redact))
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise
@@ -113,8 +117,16 @@ def _write_plots(directory: Path | None, result: verify.Verification, diagnosis:
     click.echo(f"gemmscope: plots in {directory}: {', '.join(p.name for p in written) or 'none'}", err=True)
 
 
-def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=()) -> verify.Verification:
-    loaded = loading.load(paths, workers, scheduler)
+def _keep(keep: tuple[str, ...], no_redact: bool) -> tuple[str, ...] | None:
+    """What the redaction leaves (--keep), or None with --no-redact: nothing is redacted."""
+    return None if no_redact else keep
+
+
+def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=(),
+           keep: tuple[str, ...] | None = ()) -> verify.Verification:
+    """The traces read and checked, every text of them redacted (scrub.redacted_traces) unless
+    `keep` is None (--no-redact)."""
+    loaded = _redacted(loading.load(paths, workers, scheduler), keep)
     _say_lacking([item.trace for item in loaded if item.trace is not None])
     result = verify.check(loaded, expect, allow, expect_map)
     if result.without_kernels:
@@ -123,6 +135,16 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expec
         click.echo(f"gemmscope: note: {which}: the process ran and launched no GPU kernel (its CUDA calls were "
                    "captured); nothing in it to check", err=True)
     return result
+
+
+def _redacted(loaded: list, keep: tuple[str, ...] | None) -> list:
+    """`loaded` redacted (scrub.redacted_traces; what was taken out reads [redacted] where it
+    stood); as it is when `keep` is None."""
+    if keep is None:
+        return loaded
+    from gemmscope.scrub import redacted_traces
+
+    return redacted_traces(loaded, keep)[0]
 
 
 def _say_lacking(traces) -> None:
@@ -172,9 +194,10 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
 @check_options
 @format_option()
 @detail_options
+@redaction_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration, expect_map, allow, step_range,
-               workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
+               workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, keep, no_redact, command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on (or with
     torch.profiler and the hook: --profiler torch), or read --trace, and check the precision of every GEMM per
     rank, layer, TE module and pass. Exit 1 on any non-allowed FALLBACK or when no GEMM ran (a
@@ -213,7 +236,7 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
     result = None
     try:
         if paths:
-            result = _check(paths, expect, allow, workers, scheduler, expect_map)
+            result = _check(paths, expect, allow, workers, scheduler, expect_map, _keep(keep, no_redact))
     except NoGpuKernels as exc:
         if failed_command:
             click.echo("gemmscope: it ran no GPU kernel before it ended", err=True)
@@ -348,14 +371,16 @@ def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_ki
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
-def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str | None) -> None:
+@redaction_options
+def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str | None, keep: tuple[str, ...],
+                 no_redact: bool) -> None:
     """Where the GPU time of traces went and why low precision does or does not pay: the verdict,
     the time per rank and category (busy, idle, GEMMs, quantization, attention, communication,
     memory operations) and the findings, most time at stake first. analyze and verify end with the
     same (--format json: `breakdown` and `findings`); compare BASE NEW sets two runs side by side."""
     paths = trace_paths(traces)
     try:
-        result = _check(paths, expect, ())
+        result = _check(paths, expect, (), keep=_keep(keep, no_redact))
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise
@@ -368,11 +393,14 @@ def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str |
 @click.argument("new", type=click.Path(path_type=Path))
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
 @format_option(("table", "json", "markdown"))
-def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None:
+@redaction_options
+def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str, keep: tuple[str, ...],
+                no_redact: bool) -> None:
     """Two traces of one program (BF16 vs FP8, before vs after an upgrade): where NEW gained or
     lost time against BASE, per category and per module/pass, which GEMM kernels changed, and
     each run's findings. The differences add up to the difference in GPU window."""
-    base_run, new_run = (verify.check([read_trace(p)], None, ()) for p in (base, new))
+    base_trace, new_trace = _redacted([attribute(read_trace(p)) for p in (base, new)], _keep(keep, no_redact))
+    base_run, new_run = (verify.check([trace], None, ()) for trace in (base_trace, new_trace))
     emit(render(comparison_report(compare(base_run, new_run, step_range=step_range)), fmt))
 
 
