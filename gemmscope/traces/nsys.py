@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemmscope import scratch
+from gemmscope import interruptible, scratch
 from gemmscope.atomic import written_whole
 from gemmscope.errors import InputError
 from gemmscope.traces.model import Trace, launch_key, object_column, process_id, thread_id
@@ -340,15 +340,14 @@ def _decompressed(path: Path) -> Path:
     """An xz-compressed export, decompressed once per process into the scratch folder (keyed by content)."""
     if not path.is_file():
         raise InputError(f"no such file: {path}")
-    data = path.read_bytes()
-    target = scratch.folder() / _scratch_name(hashlib.sha256(data).hexdigest(), path.name.removesuffix(".xz"))
+    target = scratch.folder() / _scratch_name(hashlib.sha256(path.read_bytes()).hexdigest(),
+                                              path.name.removesuffix(".xz"))
     if not target.exists():
         try:
-            raw = lzma.decompress(data)
+            with written_whole(target) as partial:
+                interruptible.xz_decompress(path, partial)  # a chunk at a time: Ctrl-C stops it at once
         except lzma.LZMAError as exc:
             raise InputError(f"{path} is not a readable xz file ({exc})") from None
-        with written_whole(target) as partial:
-            partial.write_bytes(raw)
     return target
 
 
