@@ -46,7 +46,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gemmscope import __version__, scratch, te_ranges, verify
+from gemmscope import __version__, interruptible, scratch, te_ranges, verify
 from gemmscope.atomic import written_whole
 from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError
@@ -94,7 +94,9 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
     # The unzipped bundle of a run directory is a run directory.
     members = _member_names(originals, redactor) if run_dir is None else ["trace.sqlite.xz"] * len(originals)
     with tempfile.TemporaryDirectory(dir=scratch.folder()) as staging:
-        staged = {member: scrub(trace, _staging_path(Path(staging), member), redactor)
+        # An nsys trace is scrubbed to SQLite, read from there and only then compressed for the
+        # zip: read from its .xz it would be decompressed once more.
+        staged = {member: scrub(trace, _staging_path(Path(staging), member.removesuffix(".xz")), redactor)
                   for member, trace in zip(members, originals)}
         recipes = verify.recorded_recipes(originals) if run_dir is None else []
         try:
@@ -123,7 +125,7 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
                      "analysis.json" if run_dir is None else "results.json": _json(report.document)}
             texts |= {f"tables/{name}": csv_text(table) for name, table in report.tables.items()}
         texts["environment.json"] = _json(redactor.document(environment))
-        _write_zip(out, texts, staged)
+        _write_zip(out, texts, {member: _compressed(path) for member, path in staged.items()})
     return Bundle(out, redactor, error)
 
 
@@ -235,6 +237,15 @@ def _cuda_version(value: Any) -> str | None:
 
 def _json(document: Any) -> str:
     return json.dumps(document, indent=2) + "\n"
+
+
+def _compressed(staged: Path) -> Path:
+    """A staged trace as the zip holds it: SQLite xz-compressed, a torch.profiler trace as it is (gzip)."""
+    if staged.suffix != ".sqlite":
+        return staged
+    compressed = staged.with_name(staged.name + ".xz")
+    interruptible.xz_compress(staged, compressed)
+    return compressed
 
 
 def _write_zip(out: Path, texts: dict[str, str], files: dict[str, Path]) -> None:
