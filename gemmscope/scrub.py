@@ -25,7 +25,7 @@ import shutil
 import socket
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import closing
 from pathlib import Path
 
@@ -77,7 +77,9 @@ def recorded_redactor(exports: Iterable[str | Path], keep: Iterable[str] = ()) -
     folders) and torch.profiler traces (whose host name is all they record of the machine): what any of them
     recorded is redacted in all of them; so are this machine's user and host names (those
     of the machine that writes what is shared)."""
-    secret_values, paths, names = [], [], _local_names()
+    secret_values: list[str] = []
+    paths: list[str] = []
+    names = _local_names()
     for export in exports:
         if kineto.is_kineto(Path(export)):
             names += kineto.recorded_names(Path(export))
@@ -86,13 +88,7 @@ def recorded_redactor(exports: Iterable[str | Path], keep: Iterable[str] = ()) -
             removed, recorded_names = _recorded(conn)
             argvs = command_lines(conn)
         for text in removed:
-            for name, quoted, plain in _ASSIGNMENTS.findall(text):
-                value = quoted or plain
-                if _SECRET_VARIABLE.fullmatch(name):
-                    secret_values.append(value)
-                if name in _NAME_VARIABLES:
-                    names.append(value)
-            paths += _PATH_IN_VALUE.findall(text)
+            _learn(text, secret_values, paths, names)
         for argv in argvs:  # "--token VALUE", "--token=VALUE": VALUE, wherever else it turns up
             for previous, argument in zip(["", *argv], argv):
                 if assigned := _SECRET_OPTION_ASSIGNED.fullmatch(argument):
@@ -101,6 +97,28 @@ def recorded_redactor(exports: Iterable[str | Path], keep: Iterable[str] = ()) -
                     secret_values.append(argument)
         names += recorded_names
     return Redactor(secret_values, paths, names, keep)
+
+
+def environment_redactor(environment: Mapping[str, str], keep: Iterable[str] = ()) -> Redactor:
+    """A Redactor for what a command given `environment` prints, learning from the environment
+    what recorded_redactor learns from the one a trace recorded."""
+    secret_values: list[str] = []
+    paths: list[str] = []
+    names = _local_names()
+    _learn("\x00".join(f"{name}={value}" for name, value in environment.items()), secret_values, paths, names)
+    return Redactor(secret_values, paths, names, keep)
+
+
+def _learn(text: str, secret_values: list[str], paths: list[str], names: list[str]) -> None:
+    """What a removed value (environment assignments, a command line, a path) tells to redact
+    elsewhere: secret-named variables' values, user and host names, the paths it names."""
+    for name, quoted, plain in _ASSIGNMENTS.findall(text):
+        value = quoted or plain
+        if _SECRET_VARIABLE.fullmatch(name):
+            secret_values.append(value)
+        if name in _NAME_VARIABLES:
+            names.append(value)
+    paths += _PATH_IN_VALUE.findall(text)
 
 
 def redacted_traces(items: Sequence[LoadedTrace], keep: Iterable[str] = ()) -> tuple[list[LoadedTrace], Redactor]:

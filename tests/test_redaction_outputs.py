@@ -212,3 +212,28 @@ def test_no_output_holds_a_planted_secret(traces, tmp_path, case, reader):
         unredacted.mkdir()
         _, printed = _run(_args(command, trace, ORIGINALS[reader], unredacted) + ["--no-redact"])
         assert planted.found(printed + _written(unredacted))
+
+
+def test_a_failed_commands_last_lines_hold_no_secret_of_its_environment(nsys_bin, monkeypatch):
+    """verify -- COMMAND says a failed command's last lines on stderr, redacted with what the
+    command's environment says is secret (a value without any shape, secret by its variable's
+    name) and whose home it is."""
+    planted = Planted()
+    monkeypatch.setenv("NSYS", nsys_bin)
+    monkeypatch.setenv("MY_API_KEY", planted.add("MY_API_KEY", "", _random(20)))
+    monkeypatch.setenv("USER", planted.add("user", "u", _random(9, string.ascii_lowercase)))
+    script = 'echo "connecting with $MY_API_KEY as $USER from /home/$USER/run" >&2; exit 3'
+    code, printed = _run(["verify", "--", "sh", "-c", script])
+    assert code == 3, printed
+    assert planted.found(_gemmscopes_lines(printed)) == []
+    code, printed = _run(["verify", "--no-redact", "--", "sh", "-c", script])
+    assert code == 3 and sorted(planted.found(_gemmscopes_lines(printed))) == ["MY_API_KEY", "user"]
+
+
+def _gemmscopes_lines(printed: str) -> str:
+    """What gemmscope itself says (its own lines, and the failed command's last lines it repeats,
+    indented), not the command's own output, which reaches the terminal as the command writes it."""
+    lines = printed.splitlines()
+    said = [line for line in lines if line.startswith(("gemmscope:", "    "))]
+    assert any(line.startswith("    connecting with") for line in said), printed
+    return "\n".join(said)

@@ -293,10 +293,18 @@ def _capture(command: list[str], out: Path | None, window: dict, profiler: str,
     return _capture_nsys(command, out, kept, env, window, echo_profiler)
 
 
-def _say_if_failed(done) -> dict:
-    """What the JSON reports of how the command ended; a failure said at once."""
+def _say_if_failed(done, env: dict) -> dict:
+    """What the JSON reports of how the command ended; a failure said at once, its last lines on
+    stderr redacted as the traces are (what the command's environment `env` says is secret, and
+    the policy's rules; verify's --keep and --no-redact, read from its command line)."""
     if done.returncode != 0:
-        tail = "".join(f"\n    {line}" for line in done.stderr_tail)
+        params = click.get_current_context().params
+        lines = done.stderr_tail
+        if not params.get("no_redact"):
+            from gemmscope.scrub import environment_redactor
+
+            lines = list(map(environment_redactor(env, params.get("keep") or ()), lines))
+        tail = "".join(f"\n    {line}" for line in lines)
         click.echo(f"gemmscope: the command failed (exit {done.returncode})"
                    f"{'; its last lines on stderr:' + tail if tail else ', printing nothing on stderr'}", err=True)
     return {"exit_code": done.returncode}
@@ -330,7 +338,7 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
                 exported.append(exc)
 
     done = nsys_runner.profile(command, report, env, **window, echo_nsys=echo_nsys, once_written=export_once_written)
-    outcome = {**_say_if_failed(done), "capture_window": {k: v for k, v in window.items() if v is not None} or None,
+    outcome = {**_say_if_failed(done, env), "capture_window": {k: v for k, v in window.items() if v is not None} or None,
                "profiler": "nsys"}
     if not report.exists():
         if not echo_nsys and done.profiler_text:
@@ -358,7 +366,7 @@ def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_ki
     _progress(1, "running the command under torch.profiler, in each of its processes that imports torch"
                  f"{'' if echo_kineto else ' (Kineto output: --verbose)'}")
     done = torch_runner.profile(command, out, env, echo_kineto)
-    outcome = {**_say_if_failed(done), "capture_window": None, "profiler": "torch"}
+    outcome = {**_say_if_failed(done, env), "capture_window": None, "profiler": "torch"}
     traces = torch_runner.traces(out)
     if not traces and done.returncode != 0:
         click.echo("gemmscope: it wrote no torch.profiler trace: no process of it used CUDA before it ended", err=True)
