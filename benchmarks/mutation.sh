@@ -42,8 +42,9 @@ if [ ${#functions[@]} -eq 0 ]; then
     'gemmscope.verify.*'
     # kernels: how a name's operand types and scales make a precision, per naming scheme, its arch
     'gemmscope.kernels.*'
-    # scrub: what the redactor takes out and learns from a trace's records, the scrubbed copy
+    # scrub and redaction: what the redactor takes out and learns from a trace's records, the scrubbed copy
     'gemmscope.scrub.*'
+    'gemmscope.redaction.*'
   )
 fi
 stamp() {

@@ -1,6 +1,6 @@
 """The small mistakes issue 22 found the tests blind to, each made in a copy of the source tree:
 every one must fail a test. mutmut (benchmarks/mutation.sh) mutates inside functions only, and
-not inside decorated ones, so the pattern tables (kernels.RULES, scrub.RULES, scrub.SECRET_NAME),
+not inside decorated ones, so the pattern tables (kernels.RULES, redaction.RULES, redaction.SECRET_NAME),
 the cached `kernels.decode` and `Verification`'s properties (what fails a check) are checked here.
 
     python benchmarks/named_mutations.py        # one line per mutation: KILLED or SURVIVED; exit 1 on a survivor
@@ -36,10 +36,10 @@ MUTATIONS = (
     ("GEMM tail time forced to 0", "gemmscope/verify.py",
      'tails_ns = int(all_kernels.loc[all_kernels["role"] == "gemm-tail", "duration_ns"].sum())', "tails_ns = 0",
      "tests/test_verify.py tests/test_attribution.py"),
-    ("temporary AWS key ids (ASIA…) not redacted", "gemmscope/scrub.py", "(?:AKIA|ASIA)", "(?:AKIA)",
+    ("temporary AWS key ids (ASIA…) not redacted", "gemmscope/redaction.py", "(?:AKIA|ASIA)", "(?:AKIA)",
      "tests/test_patterns.py"),
-    ("GitHub ghs_/ghu_/ghr_ tokens not redacted", "gemmscope/scrub.py", "gh[pousr]_", "gh[po]_", "tests/test_patterns.py"),
-    ("PASSWD-style names not secret", "gemmscope/scrub.py", "|PASSWORD|PASSWD)", "|PASSWORD)", "tests/test_patterns.py"),
+    ("GitHub ghs_/ghu_/ghr_ tokens not redacted", "gemmscope/redaction.py", "gh[pousr]_", "gh[po]_", "tests/test_patterns.py"),
+    ("PASSWD-style names not secret", "gemmscope/redaction.py", "|PASSWORD|PASSWD)", "|PASSWORD)", "tests/test_patterns.py"),
     ("Inductor's GEMM template rule narrowed to *bmm", "gemmscope/kernels.py",
      r'triton_tem_fused_\w*mm"', r'triton_tem_fused_\w*bmm"', "tests/test_kernel_rules.py"),
     ("a GEMM rule without an operand reader read as no GEMM", "gemmscope/kernels.py",

@@ -29,8 +29,8 @@ recipes and no --expect, a profile run that stopped before its first GEMM) are b
 same, with the reason in report.md (and no analysis.json, results.json or tables): that is often
 the bug being reported.
 
-Every text member passes one `scrub.Redactor`, built from what all the traces recorded, the
-same one that scrubs the traces.
+Every text member is made from what one `redaction.Redactor` redacted, built from what all the
+traces recorded (`scrub.recorded_redactor`), the same one that scrubs the traces.
 """
 
 from __future__ import annotations
@@ -46,19 +46,20 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gemmscope import __version__, scratch, te_ranges, verify
+from gemmscope import __version__, interruptible, scratch, te_ranges, verify
 from gemmscope.atomic import written_whole
 from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError
 from gemmscope.jsonable import frame_records
 from gemmscope.profile_run import RUN_TRACES, load_run
+from gemmscope.redaction import REDACTED, Redactor
 from gemmscope.report import render
 from gemmscope.report.documents import SCHEMA_VERSION, analysis_document
 from gemmscope.report.model import Report, redacted
 from gemmscope.report.profile_run import is_run_dir, profile_report
 from gemmscope.report.tables import csv_text
 from gemmscope.report.verification import verification_report
-from gemmscope.scrub import REDACTED, Redactor, check_output, command_lines, scrub
+from gemmscope.scrub import check_output, command_lines, recorded_redactor, scrub
 from gemmscope.traces import nsys
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace, trace_paths
@@ -91,11 +92,13 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
     originals = [read_trace(path) for path in paths]
     sources = [nsys.redactable(t.sqlite) if t.sqlite else t.path for t in originals]  # a torch.profiler trace as it is
     check_output(out, [*map(Path, inputs), *paths, *sources], "bundle")
-    redactor = Redactor.of_exports(sources, keep)
+    redactor = recorded_redactor(sources, keep)
     # The unzipped bundle of a run directory is a run directory.
     members = _member_names(originals, redactor) if run_dir is None else ["trace.sqlite.xz"] * len(originals)
     with tempfile.TemporaryDirectory(dir=scratch.folder()) as staging:
-        staged = {member: scrub(trace, _staging_path(Path(staging), member), redactor)
+        # An nsys trace is scrubbed to SQLite, read from there and only then compressed for the
+        # zip: read from its .xz it would be decompressed once more.
+        staged = {member: scrub(trace, _staging_path(Path(staging), member.removesuffix(".xz")), redactor)
                   for member, trace in zip(members, originals)}
         recipes = verify.recorded_recipes(originals) if run_dir is None else []
         try:
@@ -105,7 +108,7 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
                 report, recipes = _analyze_run(run_dir, Path(staging) if staged else run_dir)
             error = None
         except InputError as exc:  # no results document then: only documents their schema describes
-            error = str(exc)
+            error = redactor(str(exc))
             report = None
         environment = {
             "schema_version": SCHEMA_VERSION,
@@ -117,14 +120,14 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
             texts = {"report.md": f"# gemmscope bundle\n\ngemmscope could not analyze what this bundle holds: "
                                   f"{error}\n"}
         else:
-            # Redacted before rendering: html.escape turns & < > " ' into entities, and JSON and CSV
-            # quote, which would hide a value containing one from the text pass in _write_zip.
+            # Redacted before rendering, each distinct text once: html.escape turns & < > " ' into
+            # entities, and JSON and CSV quote, which would hide a value from a pass over the text.
             report = redacted(report, redactor)
             texts = {"report.md": render(report, "markdown"), "report.html": render(report, "html"),
                      "analysis.json" if run_dir is None else "results.json": _json(report.document)}
             texts |= {f"tables/{name}": csv_text(table) for name, table in report.tables.items()}
         texts["environment.json"] = _json(redactor.document(environment))
-        _write_zip(out, texts, staged, redactor)
+        _write_zip(out, texts, {member: _compressed(path) for member, path in staged.items()})
     return Bundle(out, redactor, error)
 
 
@@ -238,11 +241,19 @@ def _json(document: Any) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
-def _write_zip(out: Path, texts: dict[str, str], files: dict[str, Path], redactor: Redactor) -> None:
-    """The zip, through a temporary name: a failure leaves nothing half-written. Every text
-    member is redacted here, the one place they all pass."""
+def _compressed(staged: Path) -> Path:
+    """A staged trace as the zip holds it: SQLite xz-compressed, a torch.profiler trace as it is (gzip)."""
+    if staged.suffix != ".sqlite":
+        return staged
+    compressed = staged.with_name(staged.name + ".xz")
+    interruptible.xz_compress(staged, compressed)
+    return compressed
+
+
+def _write_zip(out: Path, texts: dict[str, str], files: dict[str, Path]) -> None:
+    """The zip, through a temporary name: a failure leaves nothing half-written."""
     with written_whole(out) as partial, zipfile.ZipFile(partial, "w") as archive:
         for name, text in texts.items():
-            archive.writestr(name, redactor(text), compress_type=zipfile.ZIP_DEFLATED)
+            archive.writestr(name, text, compress_type=zipfile.ZIP_DEFLATED)
         for name, path in files.items():
             archive.write(path, name, compress_type=zipfile.ZIP_STORED)  # already xz- or gzip-compressed

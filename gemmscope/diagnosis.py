@@ -496,8 +496,9 @@ def uneven_steps(step_times: pd.DataFrame) -> list[dict]:
                                  f"{step_times.at[worst, 'rank']}, takes {_ms(window[worst])} against "
                                  f"{_ms(median[worst])}",
                     "explains_ns": int(over.sum()),
-                    "figures": {"slow_steps": [{"rank": str(r), "step": int(n)} for r, n in
-                                               zip(slow["rank"], slow["step"])], "median_ns": int(median[worst])},
+                    "figures": {"slow_steps": {f"rank {r} step {n}": int(ns) for r, n, ns in
+                                               zip(slow["rank"], slow["step"], window[slow.index])},
+                                "median_ns": int(median[worst])},
                     "concerns": []})
     per_rank = window.groupby(step_times["rank"]).median()
     lagging = per_rank.idxmax() if len(per_rank) > 1 else None

@@ -29,11 +29,11 @@ from gemmscope.bundle import bundle
 from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.profile_run import load_run
+from gemmscope.redaction import Redactor
 from gemmscope.report import render
 from gemmscope.report.documents import results_document
 from gemmscope.report.profile_run import profile_report
 from gemmscope.report.tables import csv_text
-from gemmscope.scrub import Redactor
 from gemmscope.traces.read import read_trace
 
 from schema_check import assert_valid

@@ -206,9 +206,9 @@ def test_scrub_writes_a_kineto_trace_without_the_secrets_that_reads_the_same(tmp
 def test_scrub_of_a_kineto_trace_in_process(tmp_path, with_secrets):
     # the same as the CLI's, called here (mutation runs see into it): the redacted JSON, gzipped
     # as its name asks, every launch read back alike, the redactor's counts
-    from gemmscope.scrub import Redactor, scrub
+    from gemmscope.scrub import recorded_redactor, scrub
 
-    redactor = Redactor.of_exports([with_secrets])
+    redactor = recorded_redactor([with_secrets])
     out = scrub(with_secrets, tmp_path / "scrubbed.json.gz", redactor)
     assert out == tmp_path / "scrubbed.json.gz" and not list(tmp_path.glob("*partial*"))
     text = gzip.open(out, "rt").read()

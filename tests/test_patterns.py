@@ -1,7 +1,7 @@
-"""Each redaction pattern of scrub.py: what it must take out, and a near miss it must leave.
+"""Each redaction pattern of redaction.py: what it must take out, and a near miss it must leave.
 
 Token shapes, one case per prefix a shape names; the names that
-mark a value as secret (scrub.SECRET_NAME: *TOKEN*, *KEY*, *SECRET*, *PASSWORD*, *PASSWD*, AWS_*), as
+mark a value as secret (redaction.SECRET_NAME: *TOKEN*, *KEY*, *SECRET*, *PASSWORD*, *PASSWD*, AWS_*), as
 NAME=value and as --name value; home directories. A pattern narrowed (ASIA… keys, ghs_ tokens,
 PASSWD dropped) fails a "taken" case; one widened fails a near miss.
 """
@@ -10,11 +10,11 @@ import re
 
 import pytest
 
-from gemmscope.scrub import REDACTED, Redactor
+from gemmscope.redaction import REDACTED, Redactor
 
 BODY = "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC2eF4"  # 34 letters and digits
 
-# token shape (as the policy in scrub.RULES writes it) -> (tokens it takes, near misses no rule takes):
+# token shape (as the policy in redaction.RULES writes it) -> (tokens it takes, near misses no rule takes):
 # every prefix a shape names, which tests/test_redaction.py's one case per rule does not reach
 SHAPES = {
     r"hf_[A-Za-z0-9]{30,}": (["hf_" + BODY[:30]], ["hf_" + BODY[:29], "xhf_" + BODY, "hf-" + BODY]),

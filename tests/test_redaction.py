@@ -1,9 +1,9 @@
-"""The redaction policy (scrub.RULES): each rule takes out what it names, anywhere in a text, and
+"""The redaction policy (redaction.RULES): each rule takes out what it names, anywhere in a text, and
 leaves its near miss; --keep leaves what the user names; the counts say what went, per kind."""
 
 import pytest
 
-from gemmscope.scrub import REDACTED, RULES, Redactor
+from gemmscope.redaction import REDACTED, RULES, Redactor
 
 # kind -> (text holding one match, what is left of it, a near miss that must stay as it is)
 CASES = {
@@ -23,6 +23,8 @@ CASES = {
     "google-api-key": ("AIza" + "S" * 35, REDACTED, "AIza" + "S" * 20),
     "slack-token": ("xoxb-123456789012-abcdefABCDEF", REDACTED, "xoxb-short"),
     "aws-key-id": ("id AKIAIOSFODNN7EXAMPLE;", f"id {REDACTED};", "AKIAIOSFODNN7EXAMPLEX"),
+    "url-user-info": ("clone https://alice:s3cr3t@gitlab:8443/x.git", f"clone https://{REDACTED}@gitlab:8443/x.git",
+                      "https://github.com/org/repo@v1.2 and torch@2.5"),
     "email": ("mail jane.smith@example-corp.com now", f"mail {REDACTED} now", "torch@2.5 and a@b"),
     "ip-address": ("master 10.12.0.7:29500 and fe80::1ff:fe23:4567:890a", f"master {REDACTED}:29500 and {REDACTED}",
                    "cuBLASLt 12.9.1, nsys 2023.4.1.97, at 12:34:56, c10::add, 300.1.2.3"),
@@ -51,6 +53,27 @@ def test_rule_leaves_its_near_miss(kind):
     redact = Redactor()
     assert redact(near_miss) == near_miss
     assert redact.summary() == "nothing"
+
+
+@pytest.mark.parametrize("text, left", [
+    ("C:\\Users\\alice\\proj\\train.py", f"{REDACTED}\\proj\\train.py"),
+    ("at C:/Users/alice/proj/train.py:12", f"at {REDACTED}/proj/train.py:12"),
+    ('"file": "C:\\\\Users\\\\alice\\\\x.py"', f'"file": "{REDACTED}\\\\x.py"'),  # as JSON writes it
+    ("d:\\users\\bob", REDACTED),  # Windows' names are in any case
+    ("C:\\Program Files\\x and C:\\Users", "C:\\Program Files\\x and C:\\Users"),  # no user named
+])
+def test_windows_home_directories(text, left):
+    assert Redactor()(text) == left
+
+
+@pytest.mark.parametrize("text, left", [
+    ("https://user:ghs_tok3n@git.example.com/org/x.git", f"https://{REDACTED}@{REDACTED}/org/x.git"),
+    ("git+ssh://deploy@10.0.0.7/repo", f"git+ssh://{REDACTED}@{REDACTED}/repo"),
+    ("https://bob@intranet/wiki", f"https://{REDACTED}@intranet/wiki"),
+    ("https://github.com/NVIDIA/TransformerEngine", "https://github.com/NVIDIA/TransformerEngine"),
+])
+def test_urls_lose_their_user_info_and_private_host(text, left):
+    assert Redactor()(text) == left
 
 
 def test_recorded_values_come_after_what_their_shape_says():

@@ -19,7 +19,9 @@ import gemmscope
 from gemmscope import scratch
 from gemmscope.cli import main
 from gemmscope.errors import InputError
-from gemmscope.scrub import REDACTED, Redactor, command_lines, scrub
+from gemmscope.interruptible import XZ_PRESET
+from gemmscope.redaction import REDACTED, Redactor
+from gemmscope.scrub import command_lines, recorded_redactor, scrub
 from gemmscope.traces.read import read_trace
 
 from sqlite_text import all_text
@@ -144,7 +146,7 @@ def test_each_record_of_nsys_removed_is_counted_once(which, fresh_cpu_export, cp
     (the environment variables) and the values now wholly replaced (command line, folders, host
     and user names, the environment nsys kept among its strings), counted from the two files."""
     source = fresh_cpu_export if which == "fresh capture" else cpu_export
-    redactor = Redactor.of_exports([source])
+    redactor = recorded_redactor([source])
     out = scrub(source, tmp_path / "scrubbed.sqlite", redactor)
     meta_tables = ("META_DATA_CAPTURE", "META_DATA_EXPORT", "TARGET_INFO_SYSTEM_ENV")
     deleted = sum(query(source, f"SELECT COUNT(*) FROM {t}")[0][0] - query(out, f"SELECT COUNT(*) FROM {t}")[0][0]
@@ -231,8 +233,9 @@ def test_scrub_refuses_to_overwrite_a_compressed_input_and_missing_folders(tmp_p
     work_folders = set(scratch.folder().iterdir())  # the scratch folder's entries so far
     out = scrub(source, tmp_path / "out.sqlite.xz")  # .xz output is compressed
     assert read_trace(out).kernels.equals(read_trace(source).kernels)
-    # at xz's tightest preset, as the committed traces are (xz is deterministic: the same bytes)
-    assert lzma.compress(lzma.decompress(out.read_bytes()), preset=9) == out.read_bytes()
+    # at xz's quickest preset (interruptible.XZ_PRESET), as one stream of chunks compressed in
+    # turn writes it (xz is deterministic: the same bytes)
+    assert lzma.compress(lzma.decompress(out.read_bytes()), preset=XZ_PRESET) == out.read_bytes()
     # the unredacted work copy (a folder of its own) is gone once scrub returns, not only when
     # the process exits (a decompressed input may stay, a file, for the process to read again)
     assert not [p for p in set(scratch.folder().iterdir()) - work_folders if p.is_dir()]
@@ -334,7 +337,7 @@ def test_redactor_of_an_export_learns_its_secret_variables_names_and_command_lin
     path = _export_with_records(tmp_path / "made.sqlite")
     with closing(sqlite3.connect(path)) as conn:
         assert command_lines(conn) == [["python", "train.py", "--secret", "opensesame", "--auth-token=letmein99"]]
-    redact = Redactor.of_exports([path])
+    redact = recorded_redactor([path])
     assert redact("carol on dgx-42: deadbeefcafe01 pw-hunter22 opensesame letmein99 fromstrings1 false") == (
         "[redacted] on [redacted]: [redacted] [redacted] [redacted] [redacted] [redacted] false")
     # every path of every removed value, not only the last value's
@@ -365,7 +368,7 @@ def test_redactor_of_torch_traces_and_an_export_learns_from_each(tmp_path):
     kineto = Path(__file__).parent / "fixtures" / "kineto"
     exports = [kineto / "cpu_train.json.gz", _export_with_records(tmp_path / "made.sqlite"),
                kineto / "hta_v100_train_rank0.json.gz"]
-    redact = Redactor.of_exports(exports, keep=["dgx-*"])
+    redact = recorded_redactor(exports, keep=["dgx-*"])
     assert redact("carol on vm and dgx-42: opensesame") == "[redacted] on [redacted] and dgx-42: [redacted]"
 
 
@@ -379,7 +382,7 @@ def test_a_recorded_secret_is_taken_whole_and_each_redaction_counted():
 
 
 def test_this_machines_names_are_its_user_and_its_host_whole_and_first_label(monkeypatch):
-    """What Redactor.of_exports adds of the machine that writes what is shared: the user name,
+    """What recorded_redactor adds of the machine that writes what is shared: the user name,
     the host name whole and its first label; a uid without a name (a container's) adds none, and
     names shorter than 3 characters are left (common words, parts of other names)."""
     import getpass

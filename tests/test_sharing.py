@@ -72,12 +72,16 @@ def _leaks(data: bytes | str, values: dict[str, str]) -> list[str]:
     return [label for label, value in values.items() if value in text]
 
 
-def test_the_planted_secrets_reach_what_is_not_shared(planted):
-    """analyze (not made for sharing) shows them: the report would, without the redaction."""
+def test_the_planted_secrets_reach_what_is_not_redacted(planted):
+    """analyze --no-redact (for local debugging) shows them: every output would, without the
+    redaction; by default none does."""
     path, values, _ = planted
-    done = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--per-launch"])
+    done = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--per-launch", "--no-redact"])
     assert done.exit_code == 1, done.output  # the trace's planted fallbacks
     assert sorted(_leaks(done.stdout, values)) == sorted(values)
+    done = CliRunner().invoke(main, ["analyze", str(path), "--format", "json", "--per-launch"])
+    assert done.exit_code == 1, done.output
+    assert _leaks(done.stdout + done.stderr, values) == []
 
 
 @pytest.mark.parametrize("name", ["report.html", "report.md"])
@@ -208,8 +212,14 @@ def test_names_too_long_are_one_line(command, tmp_path):
         _one_line(gemmscope(command, str(GPU_DIR / "te_linear_bf16.sqlite.xz"), "-o", long_name), 2)
 
 
+class _Stopped(subprocess.CompletedProcess):
+    """A command sent SIGINT, and how long it took to end after the signal."""
+
+    stop_s: float
+
+
 def _interrupted_after(seconds: float, *args: str, group: bool = True,
-                       sigint: signal.Handlers = signal.SIG_DFL) -> subprocess.CompletedProcess:
+                       sigint: signal.Handlers = signal.SIG_DFL) -> _Stopped:
     """`gemmscope ARGS` sent SIGINT after `seconds`: as Ctrl-C does, to every process of its group,
     or (`group` False) to the CLI's own process alone, as a worker started after a Ctrl-C finds it.
     `sigint`: how the CLI starts out handling SIGINT: by default, as from a terminal (whatever
@@ -222,9 +232,12 @@ def _interrupted_after(seconds: float, *args: str, group: bool = True,
         os.killpg(process.pid, signal.SIGINT)
     else:
         process.send_signal(signal.SIGINT)
+    signalled = time.perf_counter()
     # the pipes close when every process that holds them has ended: a worker left behind hangs this
     stdout, stderr = process.communicate(timeout=120)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    done = _Stopped(process.args, process.returncode, stdout, stderr)
+    done.stop_s = time.perf_counter() - signalled
+    return done
 
 
 @pytest.mark.parametrize("seconds", [0.15, 2.5])
@@ -265,6 +278,25 @@ def test_bundle_interrupted_leaves_nothing(tmp_path):
     if done.returncode == 0:
         pytest.skip("the bundle was written before the interrupt")
     _one_line(done, 130, "gemmscope: interrupted")
+    assert list(tmp_path.iterdir()) == []
+
+
+# The long trace (63 k kernels, a 25 MB export): each delay stops another stage of the work:
+# decompressing and reading, the scrubbed copy's SQL, its compression, the analysis and the zip.
+BIG_TRACE = GPU_DIR / "corpus" / "fsdp_8x100_fp8_1gpu.sqlite.xz"
+
+
+@pytest.mark.parametrize("seconds", [0.8, 1.6, 2.4, 3.2, 4.0])
+@pytest.mark.parametrize("command", ["bundle", "scrub"])
+def test_ctrl_c_stops_bundle_and_scrub_of_a_long_trace_within_a_second(command, seconds, tmp_path):
+    """Ctrl-C acts within 1 s of the signal, whatever the work is at (no single call into C runs
+    longer: xz a chunk at a time, SQLite statements checking for it), and leaves nothing."""
+    out = tmp_path / ("issue.zip" if command == "bundle" else "shared.sqlite.xz")
+    done = _interrupted_after(seconds, command, str(BIG_TRACE), "-o", str(out))
+    if done.returncode == 0:
+        pytest.skip(f"{command} finished before the interrupt")
+    _one_line(done, 130, "gemmscope: interrupted")
+    assert done.stop_s < 1.0, f"{command} took {done.stop_s:.2f} s to stop"
     assert list(tmp_path.iterdir()) == []
 
 

@@ -170,7 +170,8 @@ def test_step_table_and_steps_that_differ():
     slow.loc[2, "window_ns"] *= 2
     (finding,) = diagnosis.uneven_steps(slow)
     assert finding["code"] == "slow-steps"
-    assert finding["figures"]["slow_steps"] == [{"rank": str(slow.at[2, "rank"]), "step": int(slow.at[2, "step"])}]
+    assert finding["figures"]["slow_steps"] == {f"rank {slow.at[2, 'rank']} step {slow.at[2, 'step']}":
+                                                int(slow.at[2, "window_ns"])}
     median = slow[slow["rank"] == slow.at[2, "rank"]]["window_ns"].median()
     assert finding["explains_ns"] == int(2 * times.at[2, "window_ns"] - median)
     lagging = times.copy()

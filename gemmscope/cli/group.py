@@ -162,6 +162,16 @@ def keep_option(func):
              "'*.nvidia.com', '10.0.*'; README: Redaction); repeatable.")(func)
 
 
+def redaction_options(func):
+    """--keep and --no-redact: what analyze, verify, diagnose and compare print is redacted as
+    report's is (README: Redaction)."""
+    func = click.option("--no-redact", is_flag=True,
+                        help="Print every name and text as the traces hold them, secrets included (for local "
+                             "debugging, not for pasting); by default redacted as report redacts (README: "
+                             "Redaction).")(func)
+    return keep_option(func)
+
+
 def say_redacted(redactor) -> None:
     """What the redaction took out, per kind (never the values)."""
     click.echo(f"gemmscope: redacted: {redactor.summary()}", err=True)

@@ -129,10 +129,10 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
     """Copy a trace without the environment, command line, user and host names nsys recorded,
     and with every text in it redacted (README: Redaction; stderr says what was taken out). Exit 0
     once written: scrub checks nothing."""
-    from gemmscope.scrub import Redactor, scrub
+    from gemmscope.scrub import recorded_redactor, scrub
     from gemmscope.traces.read import trace_source
 
-    redactor = Redactor.of_exports([trace_source(trace)], keep)
+    redactor = recorded_redactor([trace_source(trace)], keep)
     click.echo(f"wrote {scrub(trace, out, redactor)}")
     say_redacted(redactor)
 

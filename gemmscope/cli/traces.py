@@ -15,6 +15,7 @@ import click
 
 from gemmscope import loading, scratch, verify
 from gemmscope.atomic import written_whole
+from gemmscope.attribution import attribute
 from gemmscope.autocast_hook import gemmscope_protocol
 from gemmscope.cli.group import (
     EXAMPLE_RUN,
@@ -27,6 +28,7 @@ from gemmscope.cli.group import (
     format_option,
     keep_option,
     main,
+    redaction_options,
     say_redacted,
     strict_option,
 )
@@ -52,10 +54,11 @@ PROFILERS = ("nsys", "torch")
 @check_options
 @format_option()
 @detail_options
+@redaction_options
 def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
             allow: tuple[str, ...], strict_unknown: bool, step_range: str | None, steps: tuple[int, int] | None,
             workers: int | None, scheduler: str | None, plots_dir: Path | None, fmt: str, quiet: bool,
-            verbose: bool, per_launch: bool) -> None:
+            verbose: bool, per_launch: bool, keep: tuple[str, ...], no_redact: bool) -> None:
     """Every GEMM kernel of nsys traces (.sqlite, .sqlite.xz or .nsys-rep) or torch.profiler
     traces (.json, .json.gz; told by content); files, folders or globs, e.g. one per rank: precision, rank, thread, NVTX ranges, TE module, layer and pass,
     and with --expect (or the recipe the run recorded) a verdict. Without TRACES: a real H200
@@ -66,7 +69,8 @@ def analyze(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tupl
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
     _make_dir(plots_dir)
     try:
-        result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map, strict_unknown, steps)
+        result = _check(trace_paths(traces), expect, allow, workers, scheduler, expect_map, strict_unknown, steps,
+                        _keep(keep, no_redact))
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise
@@ -129,9 +133,17 @@ def _write_plots(directory: Path | None, result: verify.Verification, diagnosis:
     click.echo(f"gemmscope: plots in {directory}: {', '.join(p.name for p in written) or 'none'}", err=True)
 
 
+def _keep(keep: tuple[str, ...], no_redact: bool) -> tuple[str, ...] | None:
+    """What the redaction leaves (--keep), or None with --no-redact: nothing is redacted."""
+    return None if no_redact else keep
+
+
 def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expect_map=(),
-           strict_unknown: bool = False, steps: tuple[int, int] | None = None) -> verify.Verification:
-    loaded = loading.load(paths, workers, scheduler)
+           strict_unknown: bool = False, steps: tuple[int, int] | None = None,
+           keep: tuple[str, ...] | None = ()) -> verify.Verification:
+    """The traces read and checked (--steps: those steps alone), every text of them redacted
+    (scrub.redacted_traces) unless `keep` is None (--no-redact)."""
+    loaded = _redacted(loading.load(paths, workers, scheduler), keep)
     _say_lacking([item.trace for item in loaded if item.trace is not None])
     if steps is not None:
         loaded = _kept_steps(loaded, *steps)
@@ -164,6 +176,16 @@ def _spans(numbers: list[int]) -> str:
             spans.append(f"{start}-{n}" if n != start else str(n))
             start = None
     return ", ".join(spans)
+
+
+def _redacted(loaded: list, keep: tuple[str, ...] | None) -> list:
+    """`loaded` redacted (scrub.redacted_traces; what was taken out reads [redacted] where it
+    stood); as it is when `keep` is None."""
+    if keep is None:
+        return loaded
+    from gemmscope.scrub import redacted_traces
+
+    return redacted_traces(loaded, keep)[0]
 
 
 def _say_lacking(traces) -> None:
@@ -213,9 +235,11 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
 @check_options
 @format_option()
 @detail_options
+@redaction_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration, expect_map, allow, strict_unknown,
-               step_range, steps, workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, command) -> None:
+               step_range, steps, workers, scheduler, plots_dir, fmt, quiet, verbose, per_launch, keep, no_redact,
+               command) -> None:
     """Run COMMAND (after --) under nsys with TE's NVTX ranges and gemmscope's hook on (or with
     torch.profiler and the hook: --profiler torch), or read --trace, and check the precision of every GEMM per
     rank, layer, TE module and pass. Exit 1 on any non-allowed FALLBACK or when no GEMM ran (a
@@ -258,7 +282,8 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
     result = None
     try:
         if paths:
-            result = _check(paths, expect, allow, workers, scheduler, expect_map, strict_unknown, steps)
+            result = _check(paths, expect, allow, workers, scheduler, expect_map, strict_unknown, steps,
+                            _keep(keep, no_redact))
     except NoGpuKernels as exc:
         if failed_command:
             click.echo("gemmscope: it ran no GPU kernel before it ended", err=True)
@@ -326,10 +351,18 @@ def _capture(command: list[str], out: Path | None, window: dict, profiler: str, 
     return _capture_nsys(command, out, kept, env, window, echo_profiler, steps)
 
 
-def _say_if_failed(done) -> dict:
-    """What the JSON reports of how the command ended; a failure said at once."""
+def _say_if_failed(done, env: dict) -> dict:
+    """What the JSON reports of how the command ended; a failure said at once, its last lines on
+    stderr redacted as the traces are (what the command's environment `env` says is secret, and
+    the policy's rules; verify's --keep and --no-redact, read from its command line)."""
     if done.returncode != 0:
-        tail = "".join(f"\n    {line}" for line in done.stderr_tail)
+        params = click.get_current_context().params
+        lines = done.stderr_tail
+        if not params.get("no_redact"):
+            from gemmscope.scrub import environment_redactor
+
+            lines = list(map(environment_redactor(env, params.get("keep") or ()), lines))
+        tail = "".join(f"\n    {line}" for line in lines)
         click.echo(f"gemmscope: the command failed (exit {done.returncode})"
                    f"{'; its last lines on stderr:' + tail if tail else ', printing nothing on stderr'}", err=True)
     return {"exit_code": done.returncode}
@@ -364,7 +397,7 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
 
     done = nsys_runner.profile(command, report, env, **window, echo_nsys=echo_nsys, once_written=export_once_written)
     captured = {"steps": list(steps)} if steps is not None else {k: v for k, v in window.items() if v is not None}
-    outcome = {**_say_if_failed(done), "capture_window": captured or None, "profiler": "nsys"}
+    outcome = {**_say_if_failed(done, env), "capture_window": captured or None, "profiler": "nsys"}
     if not report.exists():
         if not echo_nsys and done.profiler_text:
             click.echo("\n".join(done.profiler_text), err=True)
@@ -396,7 +429,7 @@ def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_ki
                  f"{f', collecting {_steps_window(steps)}' if steps is not None else ''}"
                  f"{'' if echo_kineto else ' (Kineto output: --verbose)'}")
     done = torch_runner.profile(command, out, env, echo_kineto)
-    outcome = {**_say_if_failed(done), "capture_window": {"steps": list(steps)} if steps is not None else None,
+    outcome = {**_say_if_failed(done, env), "capture_window": {"steps": list(steps)} if steps is not None else None,
                "profiler": "torch"}
     traces = torch_runner.traces(out)
     if not traces and done.returncode == 0 and steps is not None:
@@ -415,8 +448,10 @@ def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_ki
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Mismatches allowed (see analyze); repeatable.")
 @strict_option
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
+@redaction_options
 def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, expect_map: tuple[tuple[str, str], ...],
-                 allow: tuple[str, ...], strict_unknown: bool, step_range: str | None) -> None:
+                 allow: tuple[str, ...], strict_unknown: bool, step_range: str | None, keep: tuple[str, ...],
+                 no_redact: bool) -> None:
     """Where the GPU time of traces went and why low precision does or does not pay: the verdict,
     the time per rank and category (busy, idle, GEMMs, quantization, attention, communication,
     memory operations) and the findings, most time at stake first. analyze and verify end with the
@@ -424,7 +459,8 @@ def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, expect_map: tuple
     Exit codes as analyze's: the verdict's."""
     paths = trace_paths(traces)
     try:
-        result = _check(paths, expect, allow, expect_map=expect_map, strict_unknown=strict_unknown)
+        result = _check(paths, expect, allow, expect_map=expect_map, strict_unknown=strict_unknown,
+                        keep=_keep(keep, no_redact))
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise
@@ -438,13 +474,16 @@ def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, expect_map: tuple
 @click.argument("new", type=click.Path(path_type=Path))
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
 @format_option(("table", "json", "markdown"))
-def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None:
+@redaction_options
+def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str, keep: tuple[str, ...],
+                no_redact: bool) -> None:
     """Two traces of one program (BF16 vs FP8, before vs after an upgrade): where NEW gained or
     lost time against BASE, per category and per module/pass, which GEMM kernels changed, and
     each run's findings. The differences add up to the difference in GPU window. Exit 0 once
     printed: compare judges no GEMM; a run that launched no GPU kernel: 1, as analyze."""
     try:
-        base_run, new_run = (verify.check([read_trace(p)], None, ()) for p in (base, new))
+        base_trace, new_trace = _redacted([attribute(read_trace(p)) for p in (base, new)], _keep(keep, no_redact))
+        base_run, new_run = (verify.check([trace], None, ()) for trace in (base_trace, new_trace))
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise
@@ -515,11 +554,11 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: st
 def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
     """The traces scrubbed (in the private scratch folder) and read back under their own names,
     redacted; and the Redactor that scrubbed them."""
-    from gemmscope.scrub import Redactor, scrub
+    from gemmscope.scrub import recorded_redactor, scrub
     from gemmscope.traces.read import trace_source
 
     exports = [trace_source(path) for path in paths]
-    redactor = Redactor.of_exports(exports, keep)
+    redactor = recorded_redactor(exports, keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
     traces = [dataclasses.replace(read_trace(scrub(export, staging / f"{i}.sqlite", redactor)),
                                   path=Path(redactor(path.name)))
@@ -530,15 +569,15 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
 def _run_report(run_dir: Path, keep: tuple[str, ...]):
     """A profile run directory's report, from its trace scrubbed; and the Redactor that scrubbed it."""
     from gemmscope import profile_run
-    from gemmscope.scrub import Redactor, scrub
+    from gemmscope.scrub import recorded_redactor, scrub
     from gemmscope.traces.nsys import sqlite_export
 
     trace = next((run_dir / name for name in profile_run.RUN_TRACES if (run_dir / name).exists()), None)
     if trace is None:  # a run made with --no-nsys: no trace, its events only
-        redactor = Redactor.of_exports([], keep)
+        redactor = recorded_redactor([], keep)
         return profile_report(profile_run.load_run(run_dir), run_dir), redactor
     export = sqlite_export(trace)
-    redactor = Redactor.of_exports([export], keep)
+    redactor = recorded_redactor([export], keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
     scrub(export, staging / "trace.sqlite", redactor)
     return profile_report(profile_run.load_run(staging), run_dir), redactor

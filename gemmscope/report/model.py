@@ -19,7 +19,7 @@ import pandas as pd
 
 from gemmscope.errors import State
 from gemmscope.jsonable import plain
-from gemmscope.scrub import Redactor
+from gemmscope.redaction import Redactor
 
 if TYPE_CHECKING:
     from rich.table import Table as RichTable
@@ -127,7 +127,7 @@ class Report:
 
 
 def redacted(report: Report, redactor: Redactor) -> Report:
-    """`report` with every text in it passed through the redaction policy (scrub.Redactor):
+    """`report` with every text in it passed through the redaction policy (redaction.Redactor):
     titles, verdict, environment, paragraphs, tables, details, figures' words, the tables for CSV
     and the JSON document. Redact before rendering: HTML's escapes (&amp;, &quot;) would hide a
     value from a pass over the page. A plot's pixels cannot be redacted: plots are drawn from

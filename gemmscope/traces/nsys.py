@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemmscope import scratch
+from gemmscope import interruptible, scratch
 from gemmscope.atomic import written_whole
 from gemmscope.errors import InputError
 from gemmscope.traces.model import Trace, launch_key, object_column, process_id, thread_id
@@ -340,15 +340,14 @@ def _decompressed(path: Path) -> Path:
     """An xz-compressed export, decompressed once per process into the scratch folder (keyed by content)."""
     if not path.is_file():
         raise InputError(f"no such file: {path}")
-    data = path.read_bytes()
-    target = scratch.folder() / _scratch_name(hashlib.sha256(data).hexdigest(), path.name.removesuffix(".xz"))
+    target = scratch.folder() / _scratch_name(hashlib.sha256(path.read_bytes()).hexdigest(),
+                                              path.name.removesuffix(".xz"))
     if not target.exists():
         try:
-            raw = lzma.decompress(data)
+            with written_whole(target) as partial:
+                interruptible.xz_decompress(path, partial)  # a chunk at a time: Ctrl-C stops it at once
         except lzma.LZMAError as exc:
             raise InputError(f"{path} is not a readable xz file ({exc})") from None
-        with written_whole(target) as partial:
-            partial.write_bytes(raw)
     return target
 
 
@@ -586,3 +585,14 @@ def _memory(export: _Export | _ColumnarExport) -> pd.DataFrame:
     m["delta_bytes"] = m["bytes"].where(m["operation"] == 0, -m["bytes"])
     return m
 
+
+
+def columnar_as_sqlite(path: Path, tables: dict[str, list[str]]) -> sqlite3.Connection:
+    """`tables` (name -> columns) of the columnar export `path` in an SQLite database in memory,
+    for what reads an export's records with SQL (the redactor); a table the export lacks is left out."""
+    export = _ColumnarExport(path)
+    conn = sqlite3.connect(":memory:")
+    for table, columns in tables.items():
+        if table in export.tables:
+            export.frame(table, {c: c for c in columns}).to_sql(table, conn, index=False)
+    return conn

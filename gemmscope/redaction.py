@@ -1,0 +1,196 @@
+"""The redaction policy: what is taken out of every text gemmscope writes for a person to paste or
+share (README: Redaction), and the `Redactor` that applies it.
+
+The rules are text rules only (`RULES`: tokens and keys recognisable by their shape, e-mail
+addresses, host names, IP addresses, home directories, user names in URLs), plus what a trace
+recorded (secret values, paths, user and host names), given to the Redactor by whoever read it
+(gemmscope.scrub learns them from a trace's own records). This module reads no trace: the report
+model, the CLI and the scrubber all use it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+REDACTED = "[redacted]"
+
+# Characters that continue a path name: a path matches only where none of them is just before
+# it or just after it ("/bin" is not redacted inside "/usr/bin" or "/binaries").
+PATH_CHAR = r"[A-Za-z0-9_.~+-]"
+# Names of environment variables and command-line options whose values are secrets
+# (HF_TOKEN, MY_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, --api-key, --token). The name's tail
+# is taken possessively (`*+`): nothing after a name is a name character, and giving one back
+# only made every long identifier (a kernel's name) cost a backtrack per character.
+SECRET_NAME = r"(?i:[A-Za-z0-9_-]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD)[A-Za-z0-9_-]*+|AWS_[A-Za-z0-9_]++)"
+# A secret-named variable's or option's value shorter than this is a setting, not a credential
+# (TOKENIZERS_PARALLELISM=false, HF_HUB_DISABLE_TOKEN=1): redacting it wherever it appears would
+# take "1" out of every number. Where it is assigned (NAME=value) it is redacted all the same.
+MIN_SECRET_LENGTH = 6
+# The value after a secret name: quoted, or up to the next separator.
+_VALUE = r"(?:\"[^\"]*\"|'[^']*'|[^\s\"',;&|]+)"
+_IPV4_PART = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_HEX4 = r"[0-9A-Fa-f]{1,4}"
+# Top-level domains a host name is recognised by: the generic ones, the private ones clusters
+# use, and a few countries' (not those that are also file suffixes: .py, .sh, .so, .md, .cu).
+_TLDS = ("com|net|org|edu|gov|mil|io|ai|dev|app|cloud|local|localdomain|internal|intranet|lan|corp|cluster"
+         "|uk|de|fr|jp|cn|kr|au|eu|nl|ru|br")
+# A Windows path separator, also as JSON or a C string writes it (\\) and with forward slashes.
+_WINDOWS_SEPARATOR = r"(?:\\{1,2}|/)"
+
+# The redaction policy: every rule, by kind, applied to every text gemmscope writes for sharing
+# (README: Redaction). Where two rules match at one place the first listed wins (an e-mail
+# address before the user name it starts with). `(?P<lead>…)`: a part that stays (the name of
+# a secret option, so that a reader still sees that one was given).
+RULES: tuple[tuple[str, str], ...] = (
+    ("private-key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|[\s\S]*)"),
+    # NAME=value, --name value and --name=value, where the name says secret: the value goes.
+    ("secret-assignment", rf"(?P<lead>(?<![A-Za-z0-9_-])(?:--?{SECRET_NAME}(?:=|[ \t]+)|{SECRET_NAME}=)){_VALUE}"),
+    ("bearer-token", r"(?P<lead>(?<![A-Za-z0-9])(?i:bearer)[ \t]+)[A-Za-z0-9._~+/-]{16,}=*"),
+    ("wandb-key", r"(?P<lead>wandb login[ \t]+(?:--relogin[ \t]+)?)[0-9a-f]{40}(?![0-9a-f])"
+                  r"|(?<![A-Za-z0-9])local-[0-9a-f]{40}(?![0-9a-f])"),
+    ("jwt", r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    ("hugging-face-token", r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}"),
+    # personal (ghp_), OAuth, user-to-server, server, refresh; fine-grained personal access tokens
+    ("github-token", r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+    ("api-key", r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{20,}"),  # OpenAI (sk-…, sk-proj-…), Anthropic (sk-ant-…)
+    ("google-api-key", r"(?<![A-Za-z0-9])AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
+    ("slack-token", r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}"),
+    ("aws-key-id", r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"),  # long-term, temporary
+    # The user name and password of a URL (https://user:token@host/…, git+ssh://user@host): the
+    # scheme and the @ stay, and the host is a host name as any other.
+    ("url-user-info", r"(?P<lead>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#@\"'<>\\]+(?=@)"),
+    ("email", r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
+              r"(?![A-Za-z0-9-])"),
+    ("ip-address", rf"(?<![A-Za-z0-9_.]){_IPV4_PART}(?:\.{_IPV4_PART}){{3}}(?![A-Za-z0-9_]|\.[0-9])"
+                   rf"|(?<![A-Za-z0-9_:])(?:(?:{_HEX4}:){{7}}{_HEX4}"
+                   rf"|(?=(?:[0-9A-Fa-f]*:){{3}})(?:{_HEX4}:){{1,6}}(?::{_HEX4}){{1,6}})(?![A-Za-z0-9_:])"),
+    ("host-name", rf"(?<![A-Za-z0-9_.-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+(?i:{_TLDS})"
+                  r"(?![A-Za-z0-9_-]|\.[A-Za-z0-9])"),
+    # Home directories: the user's name and what they keep there. The path's tail stays, so a
+    # warning's "/home/alice/.venv/…/torch/x.py:12" still says which file. On Windows
+    # C:\Users\alice, in any case (C:/Users/alice, C:\\Users\\alice as JSON writes it).
+    ("home-path", rf"/(?:home|Users)/[^/\s\"'`:;,=|]+|/root(?!{PATH_CHAR})"
+                  rf"|(?<![A-Za-z0-9])[A-Za-z]:{_WINDOWS_SEPARATOR}(?i:users){_WINDOWS_SEPARATOR}[^\\/\s\"'`:;,=|*?<>]+"),
+)
+# Public sites gemmscope's own output cites (devices.py's sources, the JSON schemas' $schema):
+# not private, kept although the host-name rule matches them. `--keep` adds to these.
+PUBLIC_HOSTS = ("nvidia.com", "*.nvidia.com", "json-schema.org", "github.com", "pytorch.org", "*.pytorch.org")
+# Rules made from what a trace recorded (Redactor's arguments): their kinds, for the counts.
+RECORDED_SECRET, RECORDED_PATH, USER_OR_HOST_NAME = "recorded-secret", "recorded-path", "user-or-host-name"
+# What a document holds that has no text in it: left as it is without a call per value (a
+# per-launch document holds millions of numbers).
+_PLAIN = (int, float, bool, type(None))
+# How many distinct texts a Redactor remembers the redaction of (a trace's names repeat millions
+# of times; a scrubbed trace's distinct texts are not kept without bound).
+_REMEMBERED = 200_000
+
+
+def _alternation(literals: Iterable[str]) -> str:
+    """Literal strings as one regex alternation, longest first, so that each is taken whole
+    rather than by a shorter one it starts with."""
+    return "|".join(re.escape(s) for s in sorted(set(literals), key=len, reverse=True))
+
+
+class Redactor:
+    """Takes secrets, private paths and the user's and machine's names out of text: one policy
+    for everything gemmscope writes for a person (every command's every output format).
+
+    Always: every rule of RULES. And what a trace recorded: `secret_values` (the values of
+    secret-named environment variables and command-line options) wherever they appear; `paths`
+    (absolute paths named in what scrub removes) wherever they appear as a whole path; `names`
+    (user and host names) as whole words. `keep`: shell patterns (`*.example.org`, `10.0.*`) of
+    what stays although a rule matches it, besides PUBLIC_HOSTS. `counts`: what was redacted so
+    far, per kind. Each distinct text is redacted once and remembered: a trace's names, and the
+    documents made of them, repeat a few texts many times.
+    """
+
+    def __init__(self, secret_values: Iterable[str] = (), paths: Iterable[str] = (), names: Iterable[str] = (),
+                 keep: Iterable[str] = ()):
+        values = {v for v in secret_values if len(v) >= MIN_SECRET_LENGTH and v != REDACTED}
+        paths = {p.rstrip("/") for p in paths} - {""}
+        names = {n for n in names if n and n != REDACTED}
+        rules = list(RULES)
+        if values:
+            rules.insert(2, (RECORDED_SECRET, _alternation(values)))
+        if paths:
+            rules.append((RECORDED_PATH, rf"(?<!{PATH_CHAR})(?<!/)(?:{_alternation(paths)})(?!{PATH_CHAR})"))
+        if names:
+            rules.append((USER_OR_HOST_NAME, rf"(?<![A-Za-z0-9_])(?:{_alternation(names)})(?![A-Za-z0-9_])"))
+        # Each rule one named group (rule0, rule1, …), its kept part lead0, lead1, …
+        self._kinds = {f"rule{i}": kind for i, (kind, _) in enumerate(rules)}
+        self._pattern = re.compile("|".join(
+            f"(?P<rule{i}>{pattern.replace('(?P<lead>', f'(?P<lead{i}>')})" for i, (_, pattern) in enumerate(rules)))
+        self._keep = (*PUBLIC_HOSTS, *keep)
+        self.counts: Counter[str] = Counter()
+        # text -> (the text redacted, the kinds redacted in it): what a repeated text adds to the counts
+        self._done: dict[str, tuple[str, Counter[str]]] = {}
+
+    def __call__(self, text: str) -> str:
+        redacted, found = self._redacted(text)
+        if found:
+            self.counts.update(found)
+        return redacted
+
+    def _redacted(self, text: str) -> tuple[str, Counter[str]]:
+        """`text` redacted, and the kinds redacted in it (what each occurrence adds to the counts)."""
+        done = self._done.get(text)
+        if done is None:
+            found: Counter[str] = Counter()
+            done = (self._pattern.sub(lambda match: self._replace(match, found), text), found)
+            if len(self._done) >= _REMEMBERED:
+                self._done.clear()
+            self._done[text] = done
+        return done
+
+    def _replace(self, match: re.Match, found: Counter[str]) -> str:
+        group = match.lastgroup  # the rule's group: it closes after any group inside it
+        assert group is not None  # every alternative of the pattern is a rule's group
+        lead_group = "lead" + group.removeprefix("rule")
+        lead = (match.group(lead_group) if lead_group in self._pattern.groupindex else None) or ""
+        value = match.group()[len(lead):]
+        if any(fnmatch.fnmatchcase(value, pattern) for pattern in self._keep):
+            return match.group()
+        found[self._kinds[group]] += 1
+        return lead + REDACTED
+
+    def summary(self) -> str:
+        """What was redacted, per kind (never the values): "3 email, 1 hugging-face-token"."""
+        counted = sorted((kc for kc in self.counts.items() if kc[1]), key=lambda kc: (-kc[1], kc[0]))
+        return ", ".join(f"{count} {kind}" for kind, count in counted) or "nothing"
+
+    def document(self, value: Any) -> Any:
+        """A JSON-able document with every string in it (keys too) redacted. Redact before
+        serialising: JSON's escapes (\\", \\\\) would hide a value from the text pass."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {self(k) if isinstance(k, str) else k: v if isinstance(v, _PLAIN) else self.document(v)
+                    for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [v if isinstance(v, _PLAIN) else self.document(v) for v in value]
+        return value
+
+    def frame(self, table: pd.DataFrame) -> pd.DataFrame:
+        """`table` with its column names and text cells redacted, each distinct text once.
+        Redact before writing CSV or HTML: their quoting ("" for ", &amp; for &) would hide a
+        value from a text pass."""
+        out = table.rename(columns=lambda c: self(c) if isinstance(c, str) else c)
+        for column in out.select_dtypes(include=["object", "string", "category"]).columns:
+            texts = out[column]
+            redacted = self.values(texts)
+            if redacted is not texts:
+                out[column] = redacted
+        return out
+
+    def values(self, column: pd.Series) -> pd.Series:
+        """A column with its text cells redacted, each distinct text once (and counted once);
+        the column itself when none changes."""
+        texts = [t for t in pd.unique(column.dropna()) if isinstance(t, str)]
+        changed = {t: redacted for t in texts if (redacted := self(t)) != t}
+        return column.astype(object).replace(changed) if changed else column
