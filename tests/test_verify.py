@@ -605,6 +605,21 @@ def test_autotuning_is_told_by_benchmark_loops_per_thread(gpu_sqlite, tmp_path):
                      "split-K timed 3", "candidate", "uncalled timed 1", "uncalled timed 2", "uncalled timed 3"]
 
 
+def test_runtime_autotuning_of_pointwise_kernels_takes_no_gemm(gpu_xz, gpu_expected):
+    """A compiled torchao FP8 model without max-autotune: Triton's autotuner times configs of
+    Inductor's pointwise kernels while the program runs (benchmark loops between its GEMMs), and
+    every GEMM stays the program's: one per Linear layer and pass, each step (expected.json)."""
+    from gemmscope.verify import autotuning_launches
+
+    name = "corpus/torchao_tensorwise_compiled"
+    expected = gpu_expected(name)
+    result = check([read_trace(gpu_xz(name))])
+    timed = result.kernels[autotuning_launches(result.kernels)]
+    assert len(timed) > 0 and timed["name"].str.startswith("triton_poi_").any()
+    assert len(result.autotuning) == 0
+    assert len(result.gemms) == expected["steps"] * len(expected["linears"]) * len(expected["passes"])
+
+
 GROUP_KEYS = ["layer", "module", "pass", "kernel", "precision"]
 GROUP_FIGURES = ["launches", "ranks", "time_ns"]
 
