@@ -382,9 +382,11 @@ def autotuning_launches(launches: pd.DataFrame) -> np.ndarray:
       may come just before). A program zeroing an int tensor next to a GEMM of its own makes no
       loop (_LOOP_FLUSHES).
     These are not the program's GEMMs: they are reported apart from its steps."""
-    names = launches["name"].to_numpy(dtype=object)
-    benchmarked = kernels.is_autotune_candidate(names)
-    flush = kernels.is_cache_flush(names)
+    # one code per distinct name: a long trace has a million launches and a few hundred names
+    kernel, names = pd.factorize(launches["name"], use_na_sentinel=False)
+    names = np.asarray(names, dtype=object)
+    benchmarked = kernels.is_autotune_candidate(names)[kernel]
+    flush = kernels.is_cache_flush(names)[kernel]
     if not flush.any():
         return benchmarked
     # a GEMM's split-K reduction or epilogue belongs to its launch, not between it and a flush
@@ -394,8 +396,7 @@ def autotuning_launches(launches: pd.DataFrame) -> np.ndarray:
     order = np.flatnonzero(kept)[np.lexsort((launched[kept], tid[kept]))]
     thread = tid[order]
     loop = _loop_flushes(thread, flush[order])
-    kernel, _ = pd.factorize(pd.Series(names[order], dtype=object), use_na_sentinel=False)
-    benchmarked[order] |= loop | _timed(thread, kernel, loop)
+    benchmarked[order] |= loop | _timed(thread, kernel[order], loop)
     return benchmarked
 
 
