@@ -699,6 +699,13 @@ RULES: tuple[Rule, ...] = (
     Rule("te-rht", re.compile(r"rht_gemm"), "te", "quantize"),
     # torch casts to float8 (at::native::float8_copy_kernel_cuda, seen on H200).
     Rule("torch-float8-copy", re.compile(r"\bfloat8_copy_kernel_cuda\b"), "torch", "quantize"),
+    # torch zeroing an int32 tensor (at::native::FillFunctor<int>, seen on H200). Autotuners clear
+    # the L2 cache with it before each launch they time: triton.testing.do_bench (the NVIDIA driver's
+    # clear_cache: cache.zero_() of a 256 MB int32 buffer) and Inductor's benchmarker
+    # (InductorBenchmarker.benchmark_gpu in torch/_inductor/runtime/benchmarking.py: an int32 buffer
+    # of the L2's size, zeroed before every timed launch). A program may zero int tensors too
+    # (is_cache_flush).
+    Rule("torch-int-fill", re.compile(r"\bFillFunctor<int>"), "torch", "other"),
     # PyTorch's other kernels: elementwise, reductions, copies, optimizers, softmax (seen on H200).
     Rule("torch", re.compile(r"\bat::native::|\bat::cuda::|\bsoftmax_warp_(?:forward|backward)\b|\b(?:vectorized_|unrolled_)?elementwise_kernel\b"), "torch", "other"),
     # TorchInductor names a kernel triton_<category[:3]>_<fused name>_<n> (define_kernel in
@@ -878,13 +885,27 @@ def decode(name: str) -> KernelInfo:
 
 # Rules whose kernels only an autotuner launches, each candidate on its own, never the program it tunes.
 _AUTOTUNE_CANDIDATE_RULES = frozenset({"triton-autotune-gemm"})
+# Rules whose kernels autotuners launch to clear the L2 cache before each launch they time.
+_CACHE_FLUSH_RULES = frozenset({"torch-int-fill"})
 
 
 def is_autotune_candidate(names: np.ndarray) -> np.ndarray:
     """Per kernel name, whether only an autotuner launches it (torch.compile's max-autotune
     benchmarking a GEMM template's candidates); each distinct name decoded once."""
+    return _matched_by(names, _AUTOTUNE_CANDIDATE_RULES)
+
+
+def is_cache_flush(names: np.ndarray) -> np.ndarray:
+    """Per kernel name, whether it is the kernel autotuners clear the L2 cache with before each
+    launch they time; a program may launch it too, so only a loop of them tells a benchmark
+    (verify.autotuning_launches). Each distinct name decoded once."""
+    return _matched_by(names, _CACHE_FLUSH_RULES)
+
+
+def _matched_by(names: np.ndarray, rules: frozenset[str]) -> np.ndarray:
+    """Per kernel name, whether one of `rules` decodes it; each distinct name decoded once."""
     codes, distinct = pd.factorize(pd.Series(names, dtype=object), use_na_sentinel=False)
-    flags = np.array([isinstance(n, str) and decode(n).rule in _AUTOTUNE_CANDIDATE_RULES for n in distinct], dtype=bool)
+    flags = np.array([isinstance(n, str) and decode(n).rule in rules for n in distinct], dtype=bool)
     return flags[codes]
 
 

@@ -360,29 +360,73 @@ def raise_if_none_usable(loaded: Sequence[LoadedTrace]) -> None:
     raise InputError(loaded[0].error if loaded and loaded[0].error else "no trace to check")
 
 
+# A benchmark loop on one thread: cache flushes at most _LOOP_SPAN launches apart (a flush, the
+# timed callable's one or two kernels, the next flush), _LOOP_FLUSHES or more in a row (Inductor's
+# benchmarker flushes over a hundred times per candidate, triton.testing.do_bench six times or more).
+_LOOP_SPAN = 3
+_LOOP_FLUSHES = 3
+
+
 def autotuning_launches(launches: pd.DataFrame) -> np.ndarray:
-    """Per kernel launch, whether torch.compile's max-autotune made it while benchmarking the
-    candidates of a GEMM: a kernel only the autotuner launches (kernels.is_autotune_candidate),
-    or a GEMM its thread launched between two such candidates with no kernel of the compiled
-    program (another Triton kernel) between them: the cuBLAS candidates, benchmarked in the same
-    loop. These are not the program's GEMMs: they are reported apart from its steps."""
-    candidate = kernels.is_autotune_candidate(launches["name"].to_numpy(dtype=object))
-    if not candidate.any():
-        return candidate
-    program = (launches["family"].to_numpy(dtype=object) == "triton") & ~candidate
+    """Per kernel launch, whether an autotuner launched it while timing candidates
+    (torch.compile's max-autotune timing each GEMM's Triton and cuBLAS candidates, Triton's
+    autotuner timing a kernel's configs), not the program:
+    - a kernel only the autotuner launches (kernels.is_autotune_candidate: triton_mm and the like);
+    - a benchmark loop's launches. Inductor's benchmarker and triton.testing.do_bench clear the L2
+      cache (kernels.is_cache_flush) before each launch they time, and launch the candidate once
+      first, untimed (do_bench also between its estimate and its timed launches). On each thread,
+      in launch order, a GEMM's split-K reduction or epilogue counted with the GEMM: of a run of
+      launches of one kernel, all are timed where loop flushes bound it on both sides, else the
+      first where a loop flush precedes it (the program launches the tuned kernel right after)
+      and the last where one follows (the untimed launch; the program's own launch of that kernel
+      may come just before). A program zeroing an int tensor next to a GEMM of its own makes no
+      loop (_LOOP_FLUSHES).
+    These are not the program's GEMMs: they are reported apart from its steps."""
+    # one code per distinct name: a long trace has a million launches and a few hundred names
+    kernel, names = pd.factorize(launches["name"], use_na_sentinel=False)
+    names = np.asarray(names, dtype=object)
+    benchmarked = kernels.is_autotune_candidate(names)[kernel]
+    flush = kernels.is_cache_flush(names)[kernel]
+    if not flush.any():
+        return benchmarked
+    # a GEMM's split-K reduction or epilogue belongs to its launch, not between it and a flush
+    kept = launches["role"].to_numpy(dtype=object) != "gemm-tail"
     tid = launches["launch_global_tid"].fillna(-1).to_numpy(dtype="int64")
-    order = np.lexsort((launches["launch_start"].fillna(launches["start"]).to_numpy(dtype="int64"), tid))
-    position = pd.Series(np.where(candidate[order], np.arange(len(order)), np.nan))
-    thread = pd.Series(tid[order])
-    before, after = position.groupby(thread).ffill(), position.groupby(thread).bfill()
-    programs_so_far = np.cumsum(program[order])
-    bounded = before.notna().to_numpy() & after.notna().to_numpy()
-    first, last = before.fillna(0).to_numpy(dtype="int64"), after.fillna(0).to_numpy(dtype="int64")
-    inside = bounded & (programs_so_far[last] == programs_so_far[first])
-    gemm = launches["role"].to_numpy(dtype=object)[order] == "gemm"
-    autotuning = np.zeros(len(launches), dtype=bool)
-    autotuning[order] = candidate[order] | (inside & gemm)
-    return autotuning
+    launched = launches["launch_start"].fillna(launches["start"]).to_numpy(dtype="int64")
+    order = np.flatnonzero(kept)[np.lexsort((launched[kept], tid[kept]))]
+    thread = tid[order]
+    loop = _loop_flushes(thread, flush[order])
+    benchmarked[order] |= loop | _timed(thread, kernel[order], loop)
+    return benchmarked
+
+
+def _loop_flushes(thread: np.ndarray, flush: np.ndarray) -> np.ndarray:
+    """Per launch (in thread and launch order), whether it is a flush of a benchmark loop:
+    one of _LOOP_FLUSHES or more flushes of a thread, each at most _LOOP_SPAN launches from the next."""
+    at = np.flatnonzero(flush)
+    linked = (np.diff(at) <= _LOOP_SPAN) & (thread[at[1:]] == thread[at[:-1]])
+    chain = np.concatenate(([0], np.cumsum(~linked)))
+    loop = np.zeros(len(thread), dtype=bool)
+    loop[at[(np.bincount(chain) >= _LOOP_FLUSHES)[chain]]] = True
+    return loop
+
+
+def _timed(thread: np.ndarray, kernel: np.ndarray, loop: np.ndarray) -> np.ndarray:
+    """Per launch (in thread and launch order), whether a benchmark loop timed it (or warmed it
+    up): of a run of one `kernel` on one thread, all where loop flushes bound it on both sides,
+    else its first launch where one precedes the run and its last where one follows it."""
+    n = len(thread)
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = (kernel[1:] != kernel[:-1]) | (thread[1:] != thread[:-1])
+    first = np.flatnonzero(starts)
+    last = np.append(first[1:] - 1, n - 1)
+    before, after = np.maximum(first - 1, 0), np.minimum(last + 1, n - 1)
+    flush_before = (first > 0) & loop[before] & (thread[before] == thread[first])
+    flush_after = (last < n - 1) & loop[after] & (thread[after] == thread[last])
+    run = np.cumsum(starts) - 1
+    position = np.arange(n)
+    return ((flush_before & flush_after)[run] | (flush_before[run] & (position == first[run]))
+            | (flush_after[run] & (position == last[run])))
 
 
 def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...], ranges: EnclosingRanges,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gemmscope import diagnosis, steps
+from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check
 
@@ -26,18 +27,23 @@ def captured(name: str) -> Path:
 
 
 def test_compiled_model_counts_only_its_own_gemms_per_step():
-    """torch.compile max-autotune: the autotuner's GEMMs are apart, every Triton GEMM is a GEMM,
-    and each step after the first holds the program's own GEMMs, as many as the model has."""
+    """torch.compile max-autotune: the GEMMs its autotuner times while compiling (step 0), Triton
+    candidates and cuBLAS ones alike, are apart; every step, the first included, holds the
+    program's own GEMMs, as many as the model has (expected.json, written by the program), the same
+    kernels in step 0 as after it."""
     result = check([read_trace(captured("compiled_autotune_1gpu"))], "bf16")
     expected = json.loads((CORPUS / "compiled_autotune_1gpu.expected.json").read_text())
-    assert len(result.autotuning) > 0
-    assert result.autotuning["name"].str.startswith("triton_").any()  # the Triton candidates, benchmarked
+    tuned = result.autotuning["name"]
+    assert tuned.str.startswith("triton_").any() and (~tuned.str.startswith("triton_")).any()
     assert not result.gemms["name"].str.fullmatch(r"triton_(?:b?mm|mm_persistent\w*)").any()
+    assert summary_document(result)["autotuning_gemm_launches"] == len(tuned)
     found = diagnosis.diagnose(result)
     assert found.step_range == expected["step_range"]
     per_step = sum(expected["gemms_per_step"].values())
-    launched = Counter(steps.launching_step(result.gemms, found.steps))
-    assert all(launched[step] == per_step for step in range(1, expected["steps"]))
+    step_of = steps.launching_step(result.gemms, found.steps)
+    assert Counter(step_of) == dict.fromkeys(range(expected["steps"]), per_step)
+    kernels_of = [Counter(result.gemms["name"][step_of == step]) for step in range(expected["steps"])]
+    assert all(kernels == kernels_of[-1] for kernels in kernels_of)
 
 
 def test_mxfp8_benchmark_that_skips_on_hopper_ran_nothing():

@@ -49,6 +49,18 @@ CASES = {
         [("void at::native::vectorized_elementwise_kernel<(int)8, at::native::bfloat16_copy_kernel_cuda("
           "at::TensorIteratorBase &)::[lambda(float) (instance 1)], std::array<char *, (unsigned long)2>>(int, T2, T3)",
           "torch")]),
+    "torch-int-fill": (
+        ["void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<int>, "
+         "std::array<char *, (unsigned long)1>>(int, T2, T3)",
+         # torch.profiler's spelling of the same kernel (tests/fixtures/gpu/kineto/te_stack_fp8-block_1gpu.rank0.json.gz)
+         "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >"
+         "(int, at::native::FillFunctor<int>, std::array<char*, 1ul>)"],
+        [("void at::native::vectorized_elementwise_kernel<(int)8, at::native::FillFunctor<c10::BFloat16>, "
+          "std::array<char *, (unsigned long)1>>(int, T2, T3)", "torch"),
+         ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<unsigned int>, "
+          "std::array<char *, (unsigned long)1>>(int, T2, T3)", "torch"),
+         ("void at::native::vectorized_elementwise_kernel<(int)2, at::native::FillFunctor<long>, "
+          "std::array<char *, (unsigned long)1>>(int, T2, T3)", "torch")]),
     "torch": (
         ["void at::native::reduce_kernel<(int)512, (int)1>(T3)", "void at::cuda::detail::cub::kernel()",
          "softmax_warp_backward", "elementwise_kernel", "unrolled_elementwise_kernel"],

@@ -330,16 +330,18 @@ def _as_if_compiled_with_max_autotune(gpu_sqlite, tmp_path: Path) -> Path:
     return copy
 
 
-def test_autotuning_gemms_are_left_out_of_the_check(gpu_sqlite, tmp_path):
-    """The candidates, and the cuBLAS GEMMs launched between two of them, are max-autotune's; the
-    GEMMs after a kernel of the compiled program are the program's own."""
+def test_autotuning_candidates_are_left_out_of_the_check(gpu_sqlite, tmp_path):
+    """The candidates only max-autotune launches are left out of the check and reported apart; the
+    cuBLAS GEMMs launched between them, with no benchmark loop around them (no cache flush before
+    each), are the program's, and judged."""
     result = check([read_trace(_as_if_compiled_with_max_autotune(gpu_sqlite, tmp_path))], "fp8-current")
     autotuned = Counter(result.autotuning["name"].str[:30])
-    assert autotuned == {"triton_mm": 3, "sm90_xmma_gemm_f32f32_tf32f32_": 3, "nvjet_sm90_tst_192x128_64x5_1x": 3,
-                         "triton_bmm": 3, "triton_mm_persistent_tma": 3}
-    assert Counter(result.gemms["name"].str[:30]) == {"nvjet_sm90_qqtst_128x128_128x6": 3, "triton_tem_fused_mm_0": 3}
-    assert summary_document(result)["autotuning_gemm_launches"] == 15
-    assert set(result.gemms["verdict"]) == {"OK", "UNKNOWN"}  # no autotuning candidate is a FALLBACK
+    assert autotuned == {"triton_mm": 3, "triton_bmm": 3, "triton_mm_persistent_tma": 3}
+    assert Counter(result.gemms["name"].str[:30]) == {
+        "nvjet_sm90_qqtst_128x128_128x6": 3, "triton_tem_fused_mm_0": 3, "sm90_xmma_gemm_f32f32_tf32f32_": 3,
+        "nvjet_sm90_tst_192x128_64x5_1x": 3}
+    assert summary_document(result)["autotuning_gemm_launches"] == 9
+    assert set(result.gemms["verdict"]) == {"OK", "UNKNOWN", "FALLBACK"}  # the TF32 and BF16 cuBLAS GEMMs
 
 
 # --- summarize() and compare_ranks() called here, on checked real traces ---------------------------
@@ -547,41 +549,75 @@ def test_sm_is_the_compute_capability_of_the_first_gpu_that_has_one(gpu_trace):
     assert _sm([with_gpus((12, 1)), h200]) == 121
 
 
-def test_autotuning_is_told_per_thread_and_a_program_kernel_ends_a_run_of_candidates(gpu_sqlite, tmp_path):
-    """On each thread, in launch order: a candidate only the autotuner launches is the
-    autotuner's, and so is a GEMM launched between two candidates with no kernel of the compiled
-    program between them. A GEMM another thread launched meanwhile, one after a program kernel,
-    one before the first candidate and one after the last are the program's. Kernels whose launch call the trace
-    missed are ordered by their own start, apart from every thread."""
+def test_autotuning_is_told_by_benchmark_loops_per_thread(gpu_sqlite, tmp_path):
+    """On each thread, in launch order, a GEMM's split-K reduction counted with it: the GEMMs a
+    benchmark loop times (a cache flush before each) are the autotuner's, and so are its untimed
+    launches (one before the loop; do_bench's between its estimate and its timed launches). The
+    program's own launch of the same kernel just before or after a loop, a GEMM another thread
+    launched meanwhile, and a GEMM next to an int tensor the program zeroes are the program's. A
+    candidate only the autotuner launches is its own without a loop. Kernels whose launch call the
+    trace missed are ordered by their own start, apart from every thread."""
     from gemmscope.attribution import launches
     from gemmscope.verify import autotuning_launches
 
-    from nsys_export import BF16_GEMM, HandBuiltExport
+    from nsys_export import BF16_GEMM, SPLIT_K_REDUCE, HandBuiltExport
 
+    flush = "void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<int>, " \
+            "std::array<char *, (unsigned long)1>>(int, T2, T3)"
+    split_k_gemm = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_splitK_TNT"
     main, worker = 1000, 1001
+    program = (None, main, "triton_poi_fused_add_0")
+    # (label of a GEMM, None for any other kernel; thread; kernel), launched in this order
+    timeline = [
+        ("program's GEMM before the loop", main, BF16_GEMM), ("untimed launch", main, BF16_GEMM),
+        (None, main, flush), (None, main, flush), ("timed 1", main, BF16_GEMM),
+        ("other thread's GEMM", worker, BF16_GEMM),
+        (None, main, flush), ("timed 2", main, BF16_GEMM), (None, main, flush), ("timed 3", main, BF16_GEMM),
+        ("untimed between 1", main, BF16_GEMM), ("untimed between 2", main, BF16_GEMM),
+        (None, main, flush), ("timed 4", main, BF16_GEMM), (None, main, flush), ("timed 5", main, BF16_GEMM),
+        (None, main, flush), ("timed 6", main, BF16_GEMM), ("program's GEMM after the loop", main, BF16_GEMM),
+        program, program, program, program,
+        (None, main, flush), ("GEMM between int tensors the program zeroed", main, BF16_GEMM), (None, main, flush),
+        program, program, program, program,
+        ("split-K untimed launch", main, split_k_gemm), (None, main, SPLIT_K_REDUCE),
+        (None, main, flush), (None, main, flush), ("split-K timed 1", main, split_k_gemm), (None, main, SPLIT_K_REDUCE),
+        (None, main, flush), ("split-K timed 2", main, split_k_gemm), (None, main, SPLIT_K_REDUCE),
+        (None, main, flush), ("split-K timed 3", main, split_k_gemm), (None, main, SPLIT_K_REDUCE),
+        program, ("candidate", main, "triton_mm"), ("GEMM after the candidate", main, BF16_GEMM),
+    ]
+    uncalled = [(None, flush), ("uncalled timed 1", BF16_GEMM), (None, flush), ("uncalled timed 2", BF16_GEMM),
+                (None, flush), ("uncalled timed 3", split_k_gemm)]
     trace = HandBuiltExport(tmp_path / "autotune.sqlite", gpu_sqlite("te_linear_bf16"))
     trace.thread(main, main, "python")
     trace.thread(main, worker, "worker")
-    at = {"GEMM before the candidates": (main, 500, BF16_GEMM),
-          "candidate 1": (main, 1000, "triton_mm"), "tuned GEMM": (main, 2000, BF16_GEMM),
-          "other thread's GEMM": (worker, 2500, BF16_GEMM), "other thread's candidate": (worker, 2700, "triton_mm"),
-          "candidate 2": (main, 3000, "triton_bmm"),
-          "other thread's program": (worker, 3500, "triton_poi_fused_mul_1"),
-          "program kernel": (main, 4000, "triton_poi_fused_add_0"), "GEMM after the program": (main, 5000, BF16_GEMM),
-          "candidate 3": (main, 6000, "triton_mm"), "GEMM after the candidates": (main, 7000, BF16_GEMM)}
-    for tid, start, name in at.values():
-        trace.launch(main, tid, start, start + 50, kernel=name, kernel_ns=100)
-    uncalled = {"uncalled candidate 1": (20_000, "triton_mm"), "uncalled GEMM": (21_000, BF16_GEMM),
-                "uncalled candidate 2": (22_000, "triton_bmm")}
-    for start, name in uncalled.values():
-        trace.launch(main, main, start, start + 50, kernel=name, kernel_ns=100, call=False)
+    for at, (_, tid, name) in enumerate(timeline):
+        trace.launch(main, tid, 1000 * (at + 1), 1000 * (at + 1) + 50, kernel=name, kernel_ns=100)
+    for at, (_, name) in enumerate(uncalled):
+        trace.launch(main, main, 100_000 + 1000 * at, 100_000 + 1000 * at + 50, kernel=name, kernel_ns=100, call=False)
     frame = launches(read_trace(trace.close()))
-    labels = list(at) + list(uncalled)  # the launches in start order
-    assert frame["name"].tolist() == [name for *_, name in [*at.values(), *uncalled.values()]]
-    tuned = dict(zip(labels, autotuning_launches(frame)))
-    assert [label for label, is_tuning in tuned.items() if is_tuning] == [
-        "candidate 1", "tuned GEMM", "other thread's candidate", "candidate 2", "candidate 3",
-        "uncalled candidate 1", "uncalled GEMM", "uncalled candidate 2"]
+    labels = [label for label, *_ in timeline] + [label for label, _ in uncalled]  # the launches in start order
+    assert frame["name"].tolist() == [name for *_, name in timeline] + [name for _, name in uncalled]
+    assert [label for label, role in zip(labels, frame["role"]) if role == "gemm"] == [
+        label for label in labels if label is not None]
+    tuned = [label for label, is_tuning in zip(labels, autotuning_launches(frame)) if is_tuning and label]
+    assert tuned == ["untimed launch", "timed 1", "timed 2", "timed 3", "untimed between 1", "untimed between 2",
+                     "timed 4", "timed 5", "timed 6", "split-K untimed launch", "split-K timed 1", "split-K timed 2",
+                     "split-K timed 3", "candidate", "uncalled timed 1", "uncalled timed 2", "uncalled timed 3"]
+
+
+def test_runtime_autotuning_of_pointwise_kernels_takes_no_gemm(gpu_xz, gpu_expected):
+    """A compiled torchao FP8 model without max-autotune: Triton's autotuner times configs of
+    Inductor's pointwise kernels while the program runs (benchmark loops between its GEMMs), and
+    every GEMM stays the program's: one per Linear layer and pass, each step (expected.json)."""
+    from gemmscope.verify import autotuning_launches
+
+    name = "corpus/torchao_tensorwise_compiled"
+    expected = gpu_expected(name)
+    result = check([read_trace(gpu_xz(name))])
+    timed = result.kernels[autotuning_launches(result.kernels)]
+    assert len(timed) > 0 and timed["name"].str.startswith("triton_poi_").any()
+    assert len(result.autotuning) == 0
+    assert len(result.gemms) == expected["steps"] * len(expected["linears"]) * len(expected["passes"])
 
 
 GROUP_KEYS = ["layer", "module", "pass", "kernel", "precision"]
