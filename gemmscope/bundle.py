@@ -43,10 +43,11 @@ import tempfile
 import zipfile
 from collections.abc import Sequence
 from contextlib import closing
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gemmscope import __version__, interruptible, scratch, te_ranges, verify
+from gemmscope import interruptible, scratch, te_ranges, verify
 from gemmscope.atomic import written_whole
 from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError
@@ -112,7 +113,8 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
             report = None
         environment = {
             "schema_version": SCHEMA_VERSION,
-            "bundled_by": f"gemmscope {__version__}",
+            # the installed version: the package's own __version__ is in its root, above every layer
+            "bundled_by": f"gemmscope {version('gemmscope')}",
             "recipes": recipes or None,
             "traces": [_environment(trace, member) for member, trace in zip(members, originals)],
         }
