@@ -12,6 +12,7 @@ import pandas as pd
 from gemmscope import kernels, shapes
 from gemmscope.cli.group import (
     EXAMPLE_RUN,
+    TRACE_PATH,
     detail_level,
     emit,
     expect_map_option,
@@ -92,7 +93,7 @@ def kernel_cmd(names: tuple[str, ...], fmt: str) -> None:
 
 
 @main.command("scrub")
-@click.argument("trace", type=click.Path(path_type=Path))
+@click.argument("trace", type=TRACE_PATH)
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path))
 @keep_option
 def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
@@ -107,7 +108,7 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
 
 
 @main.command("bundle")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, required=True, type=TRACE_PATH)
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="The zip to write.")
 @click.option("--expect", type=click.Choice(RECIPES), help="For traces: as analyze's --expect.")
 @expect_map_option

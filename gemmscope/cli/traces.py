@@ -18,6 +18,7 @@ from gemmscope.autocast_hook import gemmscope_protocol
 from gemmscope.cli.group import (
     EXAMPLE_RUN,
     EXAMPLE_TRACE,
+    TRACE_PATH,
     check_options,
     detail_level,
     detail_options,
@@ -45,7 +46,7 @@ PROFILERS = ("nsys", "torch")
 
 
 @main.command()
-@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, type=TRACE_PATH)
 @click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
 @check_options
 @format_option()
@@ -153,7 +154,7 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--expect", type=click.Choice(RECIPES),
               help="Recipe every GEMM should run at; default: the recipe the run's te.autocast asked for.")
-@click.option("--trace", "trace_args", multiple=True, type=click.Path(path_type=Path),
+@click.option("--trace", "trace_args", multiple=True, type=TRACE_PATH,
               help="Check existing traces instead of running a command: files, folders or globs "
                    "(one per rank, or one holding every rank); repeatable.")
 @click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a private temporary folder, removed on exit).")
@@ -182,7 +183,7 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
     against is unknown (no --expect, and the run recorded no te.autocast recipe). The profiler's
     own output is shown with --verbose or when nsys fails."""
     if trace_args and command and not click.get_current_context().meta.get(_DOUBLE_DASH):
-        trace_args, command = trace_args + tuple(Path(c) for c in command), ()
+        trace_args, command = trace_args + tuple(TRACE_PATH.convert(c, None, None) for c in command), ()
     if trace_args and command:
         raise InputError("give either --trace FILE or a command after --, not both")
     window = {"nvtx_range": capture_range, "delay_s": delay, "duration_s": duration}
@@ -345,7 +346,7 @@ def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_ki
 
 
 @main.command("diagnose")
-@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, required=True, type=TRACE_PATH)
 @click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
 def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str | None) -> None:
@@ -364,8 +365,8 @@ def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, step_range: str |
 
 
 @main.command("compare")
-@click.argument("base", type=click.Path(path_type=Path))
-@click.argument("new", type=click.Path(path_type=Path))
+@click.argument("base", type=TRACE_PATH)
+@click.argument("new", type=TRACE_PATH)
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
 @format_option(("table", "json", "markdown"))
 def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None:
@@ -377,7 +378,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str) -> None
 
 
 @main.command("report")
-@click.argument("targets", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("targets", nargs=-1, type=TRACE_PATH)
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="File to write ('-': standard output).")
 @click.option("--format", "fmt", type=click.Choice(("html", "markdown")),
@@ -439,7 +440,7 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
     exports = [trace_source(path) for path in paths]
     redactor = Redactor.of_exports(exports, keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
-    traces = [dataclasses.replace(read_trace(scrub(export, staging / f"{i}.sqlite", redactor)),
+    traces = [dataclasses.replace(read_trace(scrub(export, staging / f"{i}.sqlite", redactor), name=path),
                                   path=Path(redactor(path.name)))
               for i, (path, export) in enumerate(zip(paths, exports))]
     return redactor, traces

@@ -23,7 +23,15 @@ import pandas as pd
 from gemmscope import scratch
 from gemmscope.atomic import written_whole
 from gemmscope.errors import InputError
-from gemmscope.traces.model import Trace, launch_key, object_column, process_id, thread_id
+from gemmscope.traces.model import (
+    DamagedTrace,
+    Trace,
+    check_records,
+    launch_key,
+    object_column,
+    process_id,
+    thread_id,
+)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -34,6 +42,26 @@ NVTX_DOMAIN_CREATE = 75
 
 # Stands for SQL NULL in an integer column fetched as text (no nsys id or time takes it).
 _NULL = -(1 << 63)
+
+
+def _integer_column(values: pd.Series, column: str, rows: pd.Series) -> np.ndarray:
+    """A column SQLite declares integer, read value by value (some value is not an integer):
+    int64, or float64 with NaN where NULL, as _Export._integers gives it; DamagedTrace naming the
+    first row (its rowid) whose value is text, a blob or a fraction, which no nsys time or id is."""
+    numbers = pd.to_numeric(values, errors="coerce")
+    as_float = numbers.astype("float64")
+    whole = np.isfinite(as_float) & (as_float % 1 == 0) & (as_float.abs() < 2.0**63)
+    bad = values.notna().to_numpy() & ~whole.to_numpy()
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        value = values.iloc[first]
+        value = value.item() if isinstance(value, np.generic) else value
+        shown = value if not isinstance(value, str | bytes) else value[:40]
+        raise DamagedTrace(f"{column} is {shown!r} in row {rows.iloc[first]}, not an integer"
+                           + (f" ({int(bad.sum())} such rows)" if bad.sum() > 1 else ""))
+    if numbers.isna().any():
+        return as_float.to_numpy()
+    return numbers.astype("int64").to_numpy()
 
 
 class _Export:
@@ -70,9 +98,12 @@ class _Export:
         others = {name: expr for name, expr in columns.items() if name not in integers and name not in missing}
         fetched = self._integers(table, integers, where)
         if others or fetched is None:
+            checked = integers if fetched is None else {}
             rest = others if fetched is not None else {n: e for n, e in columns.items() if n not in missing}
-            select = ", ".join(f"{expr} AS {name}" for name, expr in rest.items())
+            select = ", ".join([f"{expr} AS {name}" for name, expr in rest.items()] + ["rowid AS _row"] * bool(checked))
             read = pd.read_sql_query(f"SELECT {select} FROM {table} {where}", self.conn)
+            for name, column in checked.items():  # some value is not an integer: which, and where
+                read[name] = _integer_column(read[name], f"{table}.{column}", read["_row"])
             fetched = (fetched or {}) | {name: read[name] for name in rest}
         count = len(next(iter(fetched.values()))) if fetched else 0
         return pd.DataFrame({name: fetched[name] if name in fetched else np.full(count, None, dtype=object)
@@ -98,7 +129,10 @@ class _Export:
         out = {name: np.full(count, None, dtype=object) for name in unused}
         for at, name in enumerate(read):
             text, texts[at] = texts[at], None  # each text freed once parsed: a long trace's are large
-            values = np.fromstring(text, dtype="int64", sep=",") if count else np.empty(0, dtype="int64")
+            try:
+                values = np.fromstring(text, dtype="int64", sep=",") if count else np.empty(0, dtype="int64")
+            except ValueError:  # a value that is text or a fraction (numpy stops at it)
+                return None
             if len(values) != count:
                 return None
             null = values == _NULL
@@ -138,8 +172,14 @@ class _Export:
         """StringIds as a Series indexed by id (for vectorised lookups)."""
         if "StringIds" not in self.tables:
             return pd.Series(dtype="object")
-        frame = pd.read_sql_query("SELECT id, value FROM StringIds", self.conn)
-        return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
+        frame = pd.read_sql_query("SELECT id, value, rowid AS _row FROM StringIds", self.conn)
+        ids = frame["id"] if frame["id"].dtype.kind == "i" else _integer_column(frame["id"], "StringIds.id", frame["_row"])
+        if pd.api.types.infer_dtype(frame["value"], skipna=True) not in ("string", "empty"):  # a blob or a number
+            text = frame["value"].map(lambda value: value is None or isinstance(value, str)).to_numpy(dtype=bool)
+            first = int(np.flatnonzero(~text)[0])
+            raise DamagedTrace(f"StringIds.value is {frame['value'].iloc[first]!r:.40} in row "
+                               f"{frame['_row'].iloc[first]}, not text")
+        return pd.Series(frame["value"].to_numpy(dtype=object), index=np.asarray(ids))
 
 
 # nsys export --type parquetdir / arrowdir: a folder of one file per table, the SQLite export's
@@ -278,6 +318,32 @@ class _ColumnarExport:
         return self._strings
 
 
+# What a file that is no SQLite export is, by its first bytes (said instead of "not SQLite").
+_MAGIC_KINDS = ((b"\x1f\x8b", "gzip-compressed"), (b"\xfd7zXZ\x00", "xz-compressed"), (b"PK\x03\x04", "a zip archive"),
+                (b"BZh", "bzip2-compressed"), (b"\x28\xb5\x2f\xfd", "zstd-compressed"))
+
+
+def _what_it_is(head: bytes) -> str:
+    """What a file is, as far as its first bytes tell: empty, JSON, compressed (by what), text or data."""
+    if not head:
+        return "an empty file"
+    kind = next((kind for magic, kind in _MAGIC_KINDS if head.startswith(magic)), None)
+    if kind is not None:
+        return f"{kind} but no trace gemmscope reads"
+    stripped = head.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        return "JSON but not a torch.profiler trace (no traceEvents near its start)"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "neither an SQLite export of Nsight Systems nor a torch.profiler trace"
+    return "text, neither an SQLite export of Nsight Systems nor a torch.profiler trace"
+
+
+_READ_AS = ("give an nsys export (.sqlite from `nsys export --type sqlite`, .sqlite.xz, or an .nsys-rep) "
+            "or a torch.profiler trace (.json or .json.gz)")
+
+
 def _check_file(path: Path, given: Path) -> None:
     """`path` (the export of `given`, which messages name) is an SQLite file."""
     if not path.exists():
@@ -285,24 +351,32 @@ def _check_file(path: Path, given: Path) -> None:
     if not path.is_file():
         raise InputError(f"not a file: {given}")
     with open(path, "rb") as f:
-        head = f.read(len(SQLITE_MAGIC))
-    if head != SQLITE_MAGIC:
-        raise InputError(
-            f"{given} is not an SQLite export of Nsight Systems "
-            "(give a .sqlite from `nsys export --type sqlite`, or an .nsys-rep)"
-        )
+        head = f.read(512)
+    if not head.startswith(SQLITE_MAGIC):
+        what = _what_it_is(head)
+        if path != given and what.startswith("JSON"):  # the .xz of a torch.profiler trace, or of other JSON
+            raise InputError(f"{given} is xz-compressed JSON: gemmscope reads a torch.profiler trace as .json or "
+                             ".json.gz (decompress it with xz -d, or recompress it with gzip)")
+        raise InputError(f"{given} is {what}; {_READ_AS}")
 
 
-def read(given: Path, threads: int = 2) -> Trace:
+def read(given: Path, threads: int = 2, name: Path | None = None) -> Trace:
     """The nsys trace `given` (.sqlite, .sqlite.xz or .nsys-rep: sqlite_export; or a folder nsys
-    exported as Parquet or Arrow) read; `threads` as traces.read.read_trace's."""
+    exported as Parquet or Arrow) read; `threads` as traces.read.read_trace's; `name`, what the
+    trace and messages call it (default: `given`; a scrubbed copy keeps its input's)."""
+    name = name or given
     if given.is_dir() and columnar_export(given):
-        return _read(_ColumnarExport(given), given, threads)
+        try:
+            return _read(_ColumnarExport(given), name, threads)
+        except DamagedTrace as exc:
+            raise InputError(exc.message(name)) from None
     path = sqlite_export(given)
     try:
-        return _read(_Export(path), given, threads)
+        return _read(_Export(path), name, threads)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:  # pandas wraps sqlite's errors
-        raise InputError(f"{given} is a damaged or truncated SQLite file ({exc})") from None
+        raise InputError(f"{name} is a damaged or truncated SQLite file ({exc})") from None
+    except DamagedTrace as exc:
+        raise InputError(exc.message(name)) from None
 
 
 def sqlite_export(path: str | Path) -> Path:
@@ -325,8 +399,10 @@ def sqlite_export(path: str | Path) -> Path:
             tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
         raise InputError(f"{given} is a damaged or truncated SQLite file ({exc})") from None
-    if "META_DATA_EXPORT" not in tables or "StringIds" not in tables:
-        raise InputError(f"{given} is an SQLite file but not an Nsight Systems export (no META_DATA_EXPORT table)")
+    lacking = [table for table in ("META_DATA_EXPORT", "StringIds") if table not in tables]
+    if lacking:
+        raise InputError(f"{given} is an SQLite file but not an Nsight Systems export (no {' and no '.join(lacking)} "
+                         f"table{'s' * (len(lacking) > 1)})")
     return path
 
 
@@ -347,8 +423,11 @@ def _decompressed(path: Path) -> Path:
             raw = lzma.decompress(data)
         except lzma.LZMAError as exc:
             raise InputError(f"{path} is not a readable xz file ({exc})") from None
-        with written_whole(target) as partial:
-            partial.write_bytes(raw)
+        try:
+            with written_whole(target) as partial:
+                partial.write_bytes(raw)
+        except OSError as exc:  # said of the input: the scratch copy's name means nothing to the user
+            raise InputError(f"cannot decompress {path}: {exc.strerror or exc}") from None
     return target
 
 
@@ -387,11 +466,18 @@ def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace
             frames = {name: future.result() for name, future in futures.items()}
     else:
         frames = {name: read(export) for name, read in readers.items()}
+    if not frames["kernels"].empty and not meta["cuda_api_traced"]:
+        # CUPTI records a kernel with the call that launched it: kernels without any call are a
+        # table dropped or emptied, and with the calls go the threads and NVTX ranges around them
+        raise InputError(f"{given} holds GPU kernels but no CUDA API call (CUPTI_ACTIVITY_KIND_RUNTIME "
+                         f"{'is empty' if 'CUPTI_ACTIVITY_KIND_RUNTIME' in export.tables else 'is missing'}): "
+                         "a damaged export; export it again from the .nsys-rep")
     unlaunched = ~launch_key(frames["kernels"]).isin(launch_key(frames["api_calls"]))
     if unlaunched.any():  # launched by a call whose name says nothing of launching: read the rest
         rest = _api_calls(export, strings, _OTHER_CALLS)
         named = frames["api_calls"]
         frames["api_calls"] = rest if named.empty else pd.concat([named, rest], ignore_index=True)
+    check_records(frames["kernels"], frames["memops"], frames["api_calls"], frames["nvtx"])
     _give_back_freed_memory()
     return Trace(path=given, sqlite=export.path, meta=meta, gpus=gpus, **frames)
 
