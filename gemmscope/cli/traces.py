@@ -118,6 +118,9 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expec
     loaded = loading.load(paths, workers, scheduler)
     _say_lacking([item.trace for item in loaded if item.trace is not None])
     result = verify.check(loaded, expect, allow, expect_map)
+    for repeat in result.repeated:
+        click.echo(f"gemmscope: note: {repeat['trace']} is the capture {repeat['same_as']} holds (the same "
+                   "capture given twice): read once", err=True)
     if result.without_kernels:
         names = [t["trace"] for t in result.without_kernels]
         which = names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]}, …)"

@@ -418,9 +418,26 @@ class _Events:
                 "gpus": gpus.to_dict("records"), "profiler": "torch.profiler", "lacks": self._lacks(nvtx),
                 "no_kernels": None if len(kernels) else self._no_kernels(given, api),
                 # CUDA calls recorded and none of them a launch: the run launched no kernel
-                "cuda_api_traced": not api.empty and not api["name"].str.contains("Launch").any()}
+                "cuda_api_traced": not api.empty and not api["name"].str.contains("Launch").any(),
+                "capture": self._capture(kernels, api)}
         return Trace(path=given, sqlite=None, meta=meta, kernels=kernels, memops=memops, api_calls=api,
                           nvtx=nvtx, threads=self._threads(pids, tids), gpus=gpus, memory=_no_memory_events())
+
+    def _capture(self, kernels: pd.DataFrame, api: pd.DataFrame) -> dict:
+        """What the trace records about itself (as traces.nsys._capture): Kineto's trace_id (else its
+        first event's time and its processes), the span of its GPU activity and CUDA calls on the
+        wall clock (where baseTimeNanoseconds says where its times count from); no command."""
+        starts = [frame["start"].min() for frame in (kernels, api) if len(frame)]
+        ends = [frame["end"].max() for frame in (kernels, api) if len(frame)]
+        first = int(min(starts)) if starts else None
+        identity = self.head.get("trace_id")
+        if identity is None and first is not None:
+            identity = f"{first} {sorted(pd.unique(api['global_pid']).tolist())}"
+        base_ns = self.head.get("baseTimeNanoseconds")
+        if not isinstance(base_ns, int) or isinstance(base_ns, bool):  # what its times count from, unknown
+            base_ns = None
+        window = (base_ns + first, base_ns + int(max(ends))) if base_ns is not None and first is not None else None
+        return {"id": None if identity is None else f"torch.profiler {identity}", "window": window, "command": None}
 
     def _launching_pids(self, api: pd.DataFrame, pids: _Ids):
         """Per correlation id, the packed process id of the call that launched it (a kernel's own

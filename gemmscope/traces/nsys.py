@@ -336,8 +336,8 @@ def _what_it_is(head: bytes) -> str:
     try:
         head.decode("utf-8")
     except UnicodeDecodeError:
-        return "neither an SQLite export of Nsight Systems nor a torch.profiler trace"
-    return "text, neither an SQLite export of Nsight Systems nor a torch.profiler trace"
+        return "data: not an SQLite export of Nsight Systems, nor a torch.profiler trace"
+    return "text: not an SQLite export of Nsight Systems, nor a torch.profiler trace"
 
 
 _READ_AS = ("give an nsys export (.sqlite from `nsys export --type sqlite`, .sqlite.xz, or an .nsys-rep) "
@@ -444,6 +444,7 @@ def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace
         # CUDA API calls were captured (an export may hold every table, empty): a trace without
         # kernels then ran none, it was not blind to them
         "cuda_api_traced": export.has_rows("CUPTI_ACTIVITY_KIND_RUNTIME"),
+        "capture": _capture(export),
     }
     # The three long reads first: kernels and NVTX ranges start at once, and the launch calls go
     # to whichever thread is free first (a replicated trace has more launch calls than ranges,
@@ -478,8 +479,37 @@ def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace
         named = frames["api_calls"]
         frames["api_calls"] = rest if named.empty else pd.concat([named, rest], ignore_index=True)
     check_records(frames["kernels"], frames["memops"], frames["api_calls"], frames["nvtx"])
+    meta["capture"]["gpus"] = _gpus_used(export, frames["kernels"])
     _give_back_freed_memory()
     return Trace(path=given, sqlite=export.path, meta=meta, gpus=gpus, **frames)
+
+
+def _capture(export: _Export | _ColumnarExport) -> dict:
+    """What the capture records about itself (traces.model.capture_identity): when its session
+    started (TARGET_INFO_SESSION_START_TIME, wall clock) and the span it analysed (ANALYSIS_DETAILS,
+    on the trace's clock, which starts with the session), and the command it launched
+    (META_DATA_CAPTURE; None where redacted or absent). A hand-made export without a session start
+    has no identity."""
+    session = export.frame("TARGET_INFO_SESSION_START_TIME", {"utc": "utcEpochNs"})["utc"].dropna()
+    details = export.frame("ANALYSIS_DETAILS", {"start": "startTime", "stop": "stopTime"}).dropna()
+    if session.empty:
+        return {"id": None, "window": None, "command": None}
+    utc = int(session.iloc[0])
+    start, stop = (int(details.iloc[0]["start"]), int(details.iloc[0]["stop"])) if len(details) else (0, 0)
+    rows = export.frame("META_DATA_CAPTURE", {"name": "name", "value": "value"})
+    parts = rows[rows["name"].astype(str).str.match(r"PROCESS_0:(COMMAND|ARGUMENT_\d+)$")]
+    command = " ".join(parts["value"].astype(str)) or None
+    return {"id": f"nsys session {utc} {start} {stop}", "window": (utc + start, utc + stop),
+            # scrub's mark (scrub.REDACTED; scrub imports this module): a redacted command tells nothing
+            "command": None if command is None or "[redacted]" in command else command}
+
+
+def _gpus_used(export: _Export | _ColumnarExport, kernels: pd.DataFrame) -> list[str]:
+    """The UUIDs of the GPUs the trace's kernels ran on (TARGET_INFO_GPU lists every GPU of the
+    machine): two captures of one GPU are one job only if they ran at the same time."""
+    gpus = export.frame("TARGET_INFO_GPU", {"id": "id", "uuid": "uuid"})
+    used = gpus[gpus["id"].isin(kernels["device_id"].dropna().unique())]["uuid"].dropna().astype(str)
+    return sorted(uuid for uuid in used.unique() if uuid and "[redacted]" not in uuid)
 
 
 def _give_back_freed_memory() -> None:
