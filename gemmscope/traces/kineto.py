@@ -382,10 +382,9 @@ class _Events:
                     columns["name"].append(names.code(e.get("name", "")))
                     columns["bytes"].append(_int(args.get("bytes", -1)))
         except (TypeError, KeyError, AttributeError, OverflowError, ValueError) as exc:
-            bad = _bad_event(at, e)
-            if bad is None:  # nothing wrong with the event: the error is the file's (ijson's)
-                raise exc from None
-            raise bad from None
+            # the event the loop could not take: what is wrong with it, in words where _bad_event knows
+            raise _bad_event(at, e) or DamagedTrace(f"event {at + 1} of traceEvents could not be read "
+                                                    f"({_one_line(exc)})") from None
         not_text = [name for name in names.codes if not isinstance(name, str)]
         if not_text:
             raise DamagedTrace(f"an event's name is {not_text[0]!r:.40}, not text")
@@ -669,7 +668,8 @@ def _shown(value) -> str:
 
 def _bad_event(at: int, event) -> DamagedTrace | None:
     """What is wrong with the event at position `at` of traceEvents, which the reader could not
-    take: the first of its fields the reader uses that is not what Kineto writes; None if none is."""
+    take: the first of its fields the reader uses that is not what Kineto writes; None if no rule
+    here names it."""
     where = f"event {at + 1} of traceEvents"
     if not isinstance(event, dict):
         return DamagedTrace(f"{where} is {_shown(event)}, not an object")
@@ -690,9 +690,10 @@ def _bad_event(at: int, event) -> DamagedTrace | None:
         return DamagedTrace(f"{where}: name is {_shown(event.get('name'))}, not text")
     if "correlation" in args and type(args["correlation"]) is not int:
         return DamagedTrace(f"{where}: args.correlation is {_shown(args['correlation'])}, not an integer id")
-    for key in ("correlation", "device", "stream", "bytes"):
-        if isinstance(args.get(key), int) and not -(2**63) <= args[key] < 2**63:
-            return DamagedTrace(f"{where}: args.{key} is {_shown(args[key])}, beyond any id")
+    ids = {f"args.{key}": args.get(key) for key in ("correlation", "device", "stream", "bytes")}
+    for key, value in (ids | {"pid": event.get("pid"), "tid": event.get("tid")}).items():
+        if isinstance(value, int | float) and not -(2**63) <= value < 2**63:
+            return DamagedTrace(f"{where}: {key} is {_shown(value)}, beyond any id")
     return None
 
 

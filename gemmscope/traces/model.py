@@ -71,11 +71,11 @@ def check_records(kernels: pd.DataFrame, memops: pd.DataFrame, api_calls: pd.Dat
         start = frame["start"].to_numpy(dtype="float64")
         end = frame["end"].to_numpy(dtype="float64")
         open_ended = np.zeros(len(frame), dtype=bool) if kind != "NVTX range" else np.isnan(end)
-        _refuse_first(frame, np.isnan(start), kind, "have no start time")
-        _refuse_first(frame, np.isnan(end) & ~open_ended, kind, "have no end time")
+        refuse_where(frame, np.isnan(start), kind, "have no start time")
+        refuse_where(frame, np.isnan(end) & ~open_ended, kind, "have no end time")
         duration = end - start
-        _refuse_first(frame, duration < 0, kind, "end before they start")
-        _refuse_first(frame, duration > MAX_SPAN_NS, kind, "last longer than any capture")
+        refuse_where(frame, duration < 0, kind, "end before they start")
+        refuse_where(frame, duration > MAX_SPAN_NS, kind, "last longer than any capture")
         starts.append(np.nanmin(start))
         ends.append(np.nanmax(np.where(open_ended, start, end)))
     if starts and max(ends) - min(starts) > MAX_SPAN_NS:
@@ -83,6 +83,13 @@ def check_records(kernels: pd.DataFrame, memops: pd.DataFrame, api_calls: pd.Dat
                            "any capture spans (a time far off the others)")
     _refuse_repeated(kernels, "GPU kernel", ["device_id", "stream_id", "start", "end", "correlation_id"])
     _refuse_repeated(api_calls, "CUDA API call", ["global_tid", "start", "end", "correlation_id"])
+
+
+def refuse_missing(frame: pd.DataFrame, kind: str, fields: dict[str, str]) -> None:
+    """DamagedTrace where a record of `frame` lacks one of `fields` (column -> what it is, in
+    words): what places a record (its process, thread, device, stream, name) is no option."""
+    for column, what in fields.items():
+        refuse_where(frame, frame[column].isna().to_numpy(), kind, f"have no {what}")
 
 
 def _described(frame: pd.DataFrame, row: int) -> str:
@@ -94,7 +101,8 @@ def _described(frame: pd.DataFrame, row: int) -> str:
     return ", ".join(said)
 
 
-def _refuse_first(frame: pd.DataFrame, bad: np.ndarray, kind: str, why: str) -> None:
+def refuse_where(frame: pd.DataFrame, bad: np.ndarray, kind: str, why: str) -> None:
+    """DamagedTrace naming how many records of `frame` are `bad` and the first of them."""
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         raise DamagedTrace(f"{kind} records that {why}: {int(bad.sum())} (the first: {_described(frame, first)})")

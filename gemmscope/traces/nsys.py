@@ -30,6 +30,8 @@ from gemmscope.traces.model import (
     launch_key,
     object_column,
     process_id,
+    refuse_missing,
+    refuse_where,
     thread_id,
 )
 
@@ -62,6 +64,18 @@ def _integer_column(values: pd.Series, column: str, rows: pd.Series) -> np.ndarr
     if numbers.isna().any():
         return as_float.to_numpy()
     return numbers.astype("int64").to_numpy()
+
+
+def _refuse_non_text(values: pd.Series, required: np.ndarray, column: str, rows: pd.Series | None = None) -> None:
+    """DamagedTrace where a value of `values` is not text (a blob, a number), or is missing where
+    `required`; `rows`: the rowids that name the first (else its place among the records read)."""
+    bad = ~values.notna().to_numpy() & required
+    if pd.api.types.infer_dtype(values, skipna=True) not in ("string", "empty"):  # vectorised: the common case
+        bad |= values.map(lambda value: value is not None and not isinstance(value, str)).to_numpy(dtype=bool)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        where = f"row {rows.iloc[first]}" if rows is not None else f"record {first + 1}"
+        raise DamagedTrace(f"{column} is {values.iloc[first]!r:.40} in {where}, not text")
 
 
 class _Export:
@@ -174,11 +188,8 @@ class _Export:
             return pd.Series(dtype="object")
         frame = pd.read_sql_query("SELECT id, value, rowid AS _row FROM StringIds", self.conn)
         ids = frame["id"] if frame["id"].dtype.kind == "i" else _integer_column(frame["id"], "StringIds.id", frame["_row"])
-        if pd.api.types.infer_dtype(frame["value"], skipna=True) not in ("string", "empty"):  # a blob or a number
-            text = frame["value"].map(lambda value: value is None or isinstance(value, str)).to_numpy(dtype=bool)
-            first = int(np.flatnonzero(~text)[0])
-            raise DamagedTrace(f"StringIds.value is {frame['value'].iloc[first]!r:.40} in row "
-                               f"{frame['_row'].iloc[first]}, not text")
+        # nsys writes every string it names
+        _refuse_non_text(frame["value"], frame["value"].notna().to_numpy(), "StringIds.value", frame["_row"])
         return pd.Series(frame["value"].to_numpy(dtype=object), index=np.asarray(ids))
 
 
@@ -473,6 +484,16 @@ def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace
         raise InputError(f"{given} holds GPU kernels but no CUDA API call (CUPTI_ACTIVITY_KIND_RUNTIME "
                          f"{'is empty' if 'CUPTI_ACTIVITY_KIND_RUNTIME' in export.tables else 'is missing'}): "
                          "a damaged export; export it again from the .nsys-rep")
+    if frames["kernels"].empty and meta["cuda_api_traced"]:
+        # "the program launched no kernel" is an answer (exit 1): only if every call's name is one
+        _integer_ids(export, "CUPTI_ACTIVITY_KIND_RUNTIME", "nameId")
+    if frames["kernels"].empty and not frames["api_calls"].empty:
+        # kernel launch calls and no kernel: the kernels' table dropped or emptied, or CUPTI lost
+        # them; the program did launch (attribution: not "ran no GPU kernel")
+        meta["cuda_api_traced"] = False
+        meta["no_kernels"] = (f"{given} holds {len(frames['api_calls'])} kernel launch calls and no GPU kernel "
+                              f"(CUPTI_ACTIVITY_KIND_KERNEL {'is empty' if 'CUPTI_ACTIVITY_KIND_KERNEL' in export.tables else 'is missing'}): "
+                              "a damaged export, or CUPTI recorded none")
     unlaunched = ~launch_key(frames["kernels"]).isin(launch_key(frames["api_calls"]))
     if unlaunched.any():  # launched by a call whose name says nothing of launching: read the rest
         rest = _api_calls(export, strings, _OTHER_CALLS)
@@ -502,6 +523,16 @@ def _capture(export: _Export | _ColumnarExport) -> dict:
     return {"id": f"nsys session {utc} {start} {stop}", "window": (utc + start, utc + stop),
             # scrub's mark (scrub.REDACTED; scrub imports this module): a redacted command tells nothing
             "command": None if command is None or "[redacted]" in command else command}
+
+
+def _integer_ids(export: _Export | _ColumnarExport, table: str, column: str) -> None:
+    """DamagedTrace where some row of `table` holds no integer in `column` (one scan: SQLite's
+    types are per value); a columnar export's are typed by Arrow."""
+    if isinstance(export, _Export) and column in export.columns(table):
+        bad = export.conn.execute(f'SELECT rowid, "{column}" FROM "{table}" WHERE typeof("{column}") '
+                                  "NOT IN ('integer', 'null') LIMIT 1").fetchone()
+        if bad is not None:
+            raise DamagedTrace(f"{table}.{column} is {bad[1]!r:.40} in row {bad[0]}, not an integer")
 
 
 def _gpus_used(export: _Export | _ColumnarExport, kernels: pd.DataFrame) -> list[str]:
@@ -547,9 +578,16 @@ def _kernels(export: _Export | _ColumnarExport, strings: pd.Series) -> pd.DataFr
         "CUPTI_ACTIVITY_KIND_KERNEL",
         _GPU_ACTIVITY | {"demangled_id": "demangledName", "short_id": "shortName", "graph_node_id": "graphNodeId"},
     ).sort_values("start", kind="stable", ignore_index=True)
+    refuse_missing(k, "GPU kernel", {"device_id": "device", "stream_id": "stream", "global_pid": "process id",
+                                     "correlation_id": "correlation id"})
     k["short_name"] = _name(k["short_id"], strings)
+    demangled = _name(k["demangled_id"], strings)
+    # no name, or an id StringIds does not hold: the kernel would lose what says what it is
+    unnamed = ((k["demangled_id"].notna() & demangled.isna()) | (k["short_id"].notna() & k["short_name"].isna())
+               | (k["demangled_id"].isna() & k["short_id"].isna()))
+    refuse_where(k, unnamed.to_numpy(), "GPU kernel", "have no name StringIds holds")
     # The demangled name keeps template arguments that tell e.g. cutlass' int8 GEMMs apart.
-    k["name"] = _name(k["demangled_id"], strings).fillna(k["short_name"])
+    k["name"] = demangled.fillna(k["short_name"])
     # `name` as its StringIds id (the short name's, negated, where it stands in): names are
     # decoded once per id, not once per kernel
     k["name_id"] = k["demangled_id"].where(k["demangled_id"].notna(), -1 - k["short_id"]).fillna(_NULL).astype("int64")
@@ -595,6 +633,7 @@ def _api_calls(export: _Export | _ColumnarExport, strings: pd.Series, names: str
         },
         names,
     )
+    refuse_missing(a, "CUDA API call", {"global_tid": "thread id", "correlation_id": "correlation id"})
     a["name"] = _name(a["name_id"], strings)
     a["api"] = a["event_class"].map({0: "runtime", 1: "driver"})
     a["global_pid"] = a["global_tid"] - thread_id(a["global_tid"])
@@ -616,6 +655,8 @@ def _nvtx(export: _Export | _ColumnarExport, strings: pd.Series, session_end: fl
             "category": "category",
         },
     )
+    refuse_missing(n, "NVTX event", {"global_tid": "thread id", "event_type": "event type"})
+    _refuse_non_text(n["text"], np.zeros(len(n), dtype=bool), "NVTX_EVENTS.text")
     # Registered strings (nvtxDomainRegisterString) arrive as textId; plain ones as text, one
     # Python string per row: kept once per distinct name (a long trace repeats a few thousand
     # names a million times, hundreds of MB as separate strings).
@@ -657,6 +698,7 @@ def _session_end(export: _Export | _ColumnarExport) -> float:
 
 def _threads(export: _Export | _ColumnarExport, strings: pd.Series) -> pd.DataFrame:
     t = export.frame("ThreadNames", {"global_tid": "globalTid", "name_id": "nameId", "priority": "priority"})
+    refuse_missing(t, "thread name", {"global_tid": "thread id"})
     t["name"] = _name(t["name_id"], strings)
     t["pid"] = process_id(t["global_tid"])
     t["tid"] = thread_id(t["global_tid"])
