@@ -164,21 +164,18 @@ def test_nsys_fields_of_any_type_or_size(tmp_path_factory, changes, structure):
             conn.executescript(structure)
         conn.commit()
     done = CliRunner().invoke(main, ["analyze", "--expect", "bf16", str(trace)])
-    if done.exit_code == 1 and _launches_nothing(trace):
-        # no kernel, and no call named as a launch: a program that launched nothing, the answer
-        # for such a trace (exit 1), whatever made it so
+    if done.exit_code == 1 and _without_kernels(trace):
+        # CUDA calls and no kernel: a program that launched none (or whose launches failed), the
+        # answer for such a trace (exit 1), whatever made it so
         assert done.stderr.strip().endswith("its CUDA calls were captured, and none launched one: no GEMM ran at bf16")
         return
     _checked_as_before(done)
 
 
-def _launches_nothing(trace: Path) -> bool:
+def _without_kernels(trace: Path) -> bool:
     with closing(sqlite3.connect(trace)) as conn:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if KERNELS in tables and conn.execute(f"SELECT COUNT(*) FROM {KERNELS}").fetchone()[0]:
-            return False
-        return RUNTIME in tables and not conn.execute(
-            f"SELECT COUNT(*) FROM {RUNTIME} JOIN StringIds ON nameId = id WHERE value LIKE '%Launch%'").fetchone()[0]
+        return KERNELS not in tables or not conn.execute(f"SELECT COUNT(*) FROM {KERNELS}").fetchone()[0]
 
 
 # --- the torch.profiler reader: the same, on a real Kineto trace ---------------------------------

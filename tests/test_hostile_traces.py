@@ -62,7 +62,7 @@ NSYS_DAMAGE = {
     "a time far off": ([f"UPDATE {KERNELS} SET start = 9223372036854775000, end = 9223372036854775807 "
                         "WHERE rowid = 3"], "spread over", "days"),
     "every kernel twice": ([f"INSERT INTO {KERNELS} SELECT * FROM {KERNELS}"], "repeat another exactly"),
-    "CUDA runtime table dropped": ([f"DROP TABLE {RUNTIME}"], "no CUDA API call", "is missing"),
+    "CUDA runtime table dropped": ([f"DROP TABLE {RUNTIME}"], "no CUDA API call table", "is missing"),
     "StringIds table dropped": (["DROP TABLE StringIds"], "not an Nsight Systems export (no StringIds table)"),
     "NVTX start is TEXT": (["UPDATE NVTX_EVENTS SET start = 'zz' WHERE rowid = 5"], "NVTX_EVENTS.start is 'zz'"),
     "GPU compute capability is TEXT": (["UPDATE TARGET_INFO_GPU SET computeMajor = 'x'"],

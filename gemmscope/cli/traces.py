@@ -133,12 +133,11 @@ def _say_lacking(traces) -> None:
     """What traces made by another profiler than nsys do not hold, once per distinct list."""
     by_lacks: dict[tuple, list[str]] = {}
     for trace in traces:
-        if trace.meta["lacks"]:
-            by_lacks.setdefault(tuple(trace.meta["lacks"]), []).append(trace.path.name)
-    for lacks, names in by_lacks.items():
+        if trace.meta["lacks"]:  # keyed by the profiler too: the note names the one that made them
+            by_lacks.setdefault((trace.meta["profiler"], *trace.meta["lacks"]), []).append(trace.path.name)
+    for (profiler, *lacks), names in by_lacks.items():
         which = names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]}, …)"
-        click.echo(f"gemmscope: note: {which} ({traces[0].meta['profiler']}) has no {'; no '.join(lacks)}",
-                   err=True)
+        click.echo(f"gemmscope: note: {which} ({profiler}) has no {'; no '.join(lacks)}", err=True)
 
 
 class _VerifyCommand(click.Command):

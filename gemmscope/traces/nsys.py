@@ -478,22 +478,14 @@ def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace
             frames = {name: future.result() for name, future in futures.items()}
     else:
         frames = {name: read(export) for name, read in readers.items()}
-    if not frames["kernels"].empty and not meta["cuda_api_traced"]:
-        # CUPTI records a kernel with the call that launched it: kernels without any call are a
-        # table dropped or emptied, and with the calls go the threads and NVTX ranges around them
-        raise InputError(f"{given} holds GPU kernels but no CUDA API call (CUPTI_ACTIVITY_KIND_RUNTIME "
-                         f"{'is empty' if 'CUPTI_ACTIVITY_KIND_RUNTIME' in export.tables else 'is missing'}): "
-                         "a damaged export; export it again from the .nsys-rep")
+    if not frames["kernels"].empty and "CUPTI_ACTIVITY_KIND_RUNTIME" not in export.tables:
+        # nsys exports the calls' table wherever it exports kernels: without it, a table dropped,
+        # and with the calls go the threads and NVTX ranges around every launch
+        raise InputError(f"{given} holds GPU kernels but no CUDA API call table (CUPTI_ACTIVITY_KIND_RUNTIME "
+                         "is missing): a damaged export; export it again from the .nsys-rep")
     if frames["kernels"].empty and meta["cuda_api_traced"]:
         # "the program launched no kernel" is an answer (exit 1): only if every call's name is one
         _integer_ids(export, "CUPTI_ACTIVITY_KIND_RUNTIME", "nameId")
-    if frames["kernels"].empty and not frames["api_calls"].empty:
-        # kernel launch calls and no kernel: the kernels' table dropped or emptied, or CUPTI lost
-        # them; the program did launch (attribution: not "ran no GPU kernel")
-        meta["cuda_api_traced"] = False
-        meta["no_kernels"] = (f"{given} holds {len(frames['api_calls'])} kernel launch calls and no GPU kernel "
-                              f"(CUPTI_ACTIVITY_KIND_KERNEL {'is empty' if 'CUPTI_ACTIVITY_KIND_KERNEL' in export.tables else 'is missing'}): "
-                              "a damaged export, or CUPTI recorded none")
     unlaunched = ~launch_key(frames["kernels"]).isin(launch_key(frames["api_calls"]))
     if unlaunched.any():  # launched by a call whose name says nothing of launching: read the rest
         rest = _api_calls(export, strings, _OTHER_CALLS)
