@@ -15,14 +15,14 @@ What a GEMM is checked against (its `expected`):
   precision), or for a GEMM outside TE its operands' types and float8 scaling. Two answers follow:
   *dispatch* (asked X, ran Y: a FALLBACK, the check fails) and *coverage* (the GEMMs asked for
   high precision, `coverage`: where they are and their share of GEMM time; not a failure). A GEMM
-  the hook did not record is checked against the one recipe the run's te.autocast recorded, if
-  there is one, else left unchecked;
+  the hook did not record is checked against the one recipe its trace's te.autocast recorded, if
+  there is one (never another run's), else left unchecked;
 - with ``--expect RECIPE``, that recipe, for every GEMM: a GEMM asked for anything else (high
   precision, or another FP8 recipe) is a FALLBACK;
 - with ``--expect-map PATTERN=RECIPE``, the recipe mapped to the innermost NVTX range
   around its launch whose name matches a pattern: a trace made by another tool (TE's GEMM benchmark
 pushes ``BF16_4096x4096x4096``, ``FP8Block_4096x4096x4096``, ...) is checked range by range. GEMMs
-outside every mapped range fall back to the run's recipe, or stay unchecked without one. A mapped
+outside every mapped range fall back to their trace's recipe, or stay unchecked without one. A mapped
 range in which no GEMM ran (the recipe raised, or was skipped) and a pattern that names no range
 are failures, never passes.
 
@@ -55,6 +55,7 @@ import pandas as pd
 
 from gemmscope import kernels, te_ranges
 from gemmscope.attribution import EnclosingRanges, LoadedTrace, attribute, first_matching_pattern, name_matches
+from gemmscope.captures import one_job
 from gemmscope.errors import InputError, NoGpuKernels, State
 from gemmscope.recipes import (
     EXPECTED_SUBSTITUTIONS,
@@ -197,6 +198,8 @@ class Verification:
     strict_unknown: bool = False  # --strict: a GEMM of unknown precision leaves the run not fully checked
     # GEMM launches torch.compile's autotuner made (autotuning_launches), left out of `gemms`
     autotuning: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # traces given again (the same capture: captures.one_job), read once: trace, same_as
+    repeated: list[dict] = field(default_factory=list)
 
     @property
     def checked(self) -> bool:
@@ -278,7 +281,7 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     CUDA (torch.compile's workers, a launcher) have nothing to check; it is listed in
     `without_kernels`."""
     items = [traces] if isinstance(traces, (Trace, LoadedTrace)) else list(traces)
-    loaded = [item if isinstance(item, LoadedTrace) else attribute(item) for item in items]
+    loaded, repeated = one_job([item if isinstance(item, LoadedTrace) else attribute(item) for item in items])
     raise_if_none_usable(loaded)
     usable = [item for item in loaded if item.error is None]
     idle = [item.error is not None and item.no_kernels and item.cuda_traced for item in loaded]
@@ -292,6 +295,9 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         read_traces.append(item.trace)
     expect_map = tuple(expect_map)
     expected = resolve_expected(read_traces, expect)
+    # a GEMM the hook did not record falls back to its own trace's recipe, never another run's
+    own_recipes = [expected] * len(read_traces) if len(read_traces) == 1 or expect is not None else [
+        resolve_expected([trace], None) for trace in read_traces]
     kernel_parts, memop_parts, range_parts = [], [], []
     trace_names = pd.unique(pd.Series([item.path.name for item in usable], dtype=object))
     for index, item in enumerate(usable):
@@ -320,9 +326,10 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     gemms["origin"] = np.where(is_te, "te", "outside-te")
     gemms["module"] = module_labels(gemms["te_module"], is_te)
     gemms["layer_number"] = layer_numbers(gemms["layer"])
-    # each GEMM's own request where the hook recorded one, else the run's recipe
+    # each GEMM's own request where the hook recorded one, else its own trace's recipe
     asked = gemms["requested"].astype("object") if expect is None else pd.Series(expect, index=gemms.index, dtype="object")
-    asked = asked.where(asked.notna(), expected)
+    part = np.searchsorted(offsets, gemms["kernel_row"].to_numpy(), side="right") - 1
+    asked = asked.where(asked.notna(), pd.Series(np.array(own_recipes, dtype=object)[part], index=gemms.index))
     if expect_map:
         gemms["expect_range"], position = innermost_match(ranges, gemms["kernel_row"].to_numpy(),
                                                           [p for p, _ in expect_map])
@@ -339,7 +346,8 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
     result = Verification(expected=expected, strict=expect is not None, strict_unknown=strict_unknown,
                           gemms=gemms, tails_ns=tails_ns,
                           traces=read_traces, kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,
-                          without_kernels=without_kernels, expect_map=expect_map, autotuning=autotuned)
+                          without_kernels=without_kernels, expect_map=expect_map, autotuning=autotuned,
+                          repeated=repeated)
     if expect_map:
         result.ranges_checked = ranges_checked(gemms, ranges, read_traces, expect_map)
     result.summary = summarize(gemms, expected)

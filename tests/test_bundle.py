@@ -353,9 +353,9 @@ def test_bundle_of_a_profile_run_directory(tmp_path):
 
 
 def test_traces_sharing_a_name_get_numbered(tmp_path):
-    for rank in ("rank0", "rank1"):
+    for rank in ("rank0", "rank1"):  # one trace per rank, each in its rank's folder
         (tmp_path / rank).mkdir()
-        shutil.copyfile(GPU_TRACE, tmp_path / rank / "trace.sqlite.xz")
+        shutil.copyfile(GPU_TRACE.parent / f"fsdp_fp8_2gpu_{rank}.sqlite.xz", tmp_path / rank / "trace.sqlite.xz")
     made = bundle([tmp_path / "rank0", tmp_path / "rank1"], tmp_path / "issue.zip")
     with zipfile.ZipFile(made.path) as zipped:
         names = zipped.namelist()

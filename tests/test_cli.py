@@ -659,8 +659,8 @@ def test_per_launch_lists_what_mapped_ranges_fail_without_a_run_recipe():
 
 def test_verify_trace_takes_more_traces_without_a_double_dash(gpu_xz):
     """`verify --trace A B` checks two traces; "not both" is said only about a `--` really given."""
-    a, b = gpu_xz("te_linear_fp8-current"), gpu_xz("te_linear_bf16")
-    result = invoke("verify", "--expect", "fp8-current", "--format", "json", "--trace", a, b)
+    a, b = (gpu_xz("te_linear_fp8-current").parent / "corpus" / f"fsdp_fp8_2gpu_rank{r}.sqlite.xz" for r in (0, 1))
+    result = invoke("verify", "--expect", "fp8-delayed", "--format", "json", "--trace", a, b)
     assert "not both" not in result.stderr
     traces = [t["trace"] for t in json.loads(result.stdout)["meta"]["traces"]]
     assert traces == [str(a), str(b)]

@@ -1,5 +1,6 @@
 """Many rank traces at once: a local process pool and a Dask cluster give what reading them one
-by one gives, and an unreadable rank trace is reported without dropping the others."""
+by one gives, the same capture given twice is read once, and an unreadable rank trace is reported
+without dropping the others."""
 
 import shutil
 from collections import Counter
@@ -16,7 +17,8 @@ CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 
 @pytest.fixture(scope="module")
 def rank_traces(tmp_path_factory) -> list[Path]:
-    """Four per-rank traces: the two real ranks of TE's FSDP example, each twice, renamed."""
+    """Four per-rank traces: the two real ranks of TE's FSDP example, each twice, renamed (copies
+    of one capture: read once)."""
     folder = tmp_path_factory.mktemp("ranks")
     paths = []
     for rank in range(4):
@@ -34,8 +36,10 @@ def test_process_pool_gives_what_one_by_one_gives(rank_traces):
     one_by_one = check(loading.load(rank_traces, workers=1))
     pooled = check(loading.load(rank_traces, workers=2))
     assert verdicts(pooled) == verdicts(one_by_one)
-    assert len(pooled.gemms) == 4 * 72
-    assert [t.path.name for t in pooled.traces] == [p.name for p in rank_traces]
+    assert len(pooled.gemms) == 2 * 72
+    assert [t.path.name for t in pooled.traces] == [p.name for p in rank_traces[:2]]
+    assert [(Path(r["trace"]).name, Path(r["same_as"]).name) for r in pooled.repeated] == [
+        ("fsdp_rank2.sqlite.xz", "fsdp_rank0.sqlite.xz"), ("fsdp_rank3.sqlite.xz", "fsdp_rank1.sqlite.xz")]
 
 
 def test_dask_local_cluster_gives_the_same(rank_traces):
@@ -64,9 +68,9 @@ def test_unreachable_scheduler_is_one_clear_error(rank_traces):
         loading.load(rank_traces, scheduler="tcp://127.0.0.1:9")
 
 
-def test_ranks_met_in_several_traces_are_one_row_each(rank_traces):
-    # the four traces are copies of ranks 0 and 1, each marked with its rank by the hook: the
-    # breakdown has one row per rank, holding both copies' kernels
+def test_ranks_of_a_job_are_one_row_each(rank_traces):
+    # the four traces are ranks 0 and 1, each marked with its rank by the hook, and a copy of
+    # each: the breakdown has one row per rank, each copy's kernels counted once
     result = check(loading.load(rank_traces, workers=2))
     times = diagnose(result).breakdown
     assert list(times["rank"]) == ["0", "1"]

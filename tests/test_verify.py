@@ -15,6 +15,8 @@ from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check, verdict
 
+from trace_mutation import altered_sqlite, same_session_as
+
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 
 H200_SM = 90
@@ -717,12 +719,14 @@ def test_check_lists_traces_it_could_not_read_and_processes_that_launched_nothin
     assert str(raised.value) == "no trace to check"
 
 
-def test_check_of_several_traces_keeps_each_one_s_ranges_and_memory_operations():
+def test_check_of_several_traces_keeps_each_one_s_ranges_and_memory_operations(tmp_path):
     """Three traces checked together: each GEMM keeps the NVTX ranges it had when its trace was
     checked alone, and each memcpy/memset its trace's name and its process's rank (the hook's
-    mark in the FSDP ranks; the third file, without one, ranked by its place)."""
-    paths = [CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz", CORPUS / "fsdp_fp8_2gpu_rank1.sqlite.xz",
-             Path(__file__).parent / "fixtures" / "gpu" / "te_linear_bf16.sqlite.xz"]
+    mark in the FSDP ranks; the third file, without one, ranked by its place: a real trace given
+    the ranks' session start, as a third process of their job)."""
+    third = altered_sqlite(Path(__file__).parent / "fixtures" / "gpu" / "te_linear_bf16.sqlite.xz",
+                           tmp_path / "te_linear_bf16.sqlite", same_session_as(CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz"))
+    paths = [CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz", CORPUS / "fsdp_fp8_2gpu_rank1.sqlite.xz", third]
     together = check([read_trace(p) for p in paths])
     for rank, path in enumerate(paths):
         alone = check([read_trace(path)])

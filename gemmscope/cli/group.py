@@ -132,6 +132,20 @@ def _fail(message: str) -> NoReturn:
     sys.exit(ExitCode.BAD_INPUT)
 
 
+class TracePath(click.Path):
+    """A trace, folder or glob named on the command line: an empty name (an unset shell variable)
+    is refused, never read as the current folder (which Path("") is)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value:
+            self.fail("an empty trace name was given (an unset shell variable?): name a trace, folder or glob",
+                      param, ctx)
+        return super().convert(value, param, ctx)
+
+
+TRACE_PATH = TracePath(path_type=Path)
+
+
 @click.group(cls=_Group, epilog=exit_codes_help())
 @click.version_option(package_name="gemmscope")
 def main() -> None:

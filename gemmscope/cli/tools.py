@@ -12,6 +12,7 @@ import pandas as pd
 from gemmscope import kernels, shapes
 from gemmscope.cli.group import (
     EXAMPLE_RUN,
+    TRACE_PATH,
     detail_level,
     emit,
     expect_map_option,
@@ -122,7 +123,7 @@ def _with_remarks(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 @main.command("scrub")
-@click.argument("trace", type=click.Path(path_type=Path))
+@click.argument("trace", type=TRACE_PATH)
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path))
 @keep_option
 def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
@@ -138,7 +139,7 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
 
 
 @main.command("bundle")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, required=True, type=TRACE_PATH)
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="The zip to write.")
 @click.option("--expect", type=click.Choice(RECIPES), help="For traces: as analyze's --expect.")
 @expect_map_option

@@ -20,6 +20,7 @@ from gemmscope.autocast_hook import gemmscope_protocol
 from gemmscope.cli.group import (
     EXAMPLE_RUN,
     EXAMPLE_TRACE,
+    TRACE_PATH,
     check_options,
     detail_level,
     detail_options,
@@ -49,7 +50,7 @@ PROFILERS = ("nsys", "torch")
 
 
 @main.command()
-@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, type=TRACE_PATH)
 @click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
 @check_options
 @format_option()
@@ -148,6 +149,9 @@ def _check(paths: list[Path], expect, allow, workers=None, scheduler=None, expec
     if steps is not None:
         loaded = _kept_steps(loaded, *steps)
     result = verify.check(loaded, expect, allow, expect_map, strict_unknown)
+    for repeat in result.repeated:
+        click.echo(f"gemmscope: note: {repeat['trace']} is the capture {repeat['same_as']} holds (the same "
+                   "capture given twice): read once", err=True)
     if result.without_kernels:
         names = [t["trace"] for t in result.without_kernels]
         which = names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]}, …)"
@@ -192,12 +196,11 @@ def _say_lacking(traces) -> None:
     """What traces made by another profiler than nsys do not hold, once per distinct list."""
     by_lacks: dict[tuple, list[str]] = {}
     for trace in traces:
-        if trace.meta["lacks"]:
-            by_lacks.setdefault(tuple(trace.meta["lacks"]), []).append(trace.path.name)
-    for lacks, names in by_lacks.items():
+        if trace.meta["lacks"]:  # keyed by the profiler too: the note names the one that made them
+            by_lacks.setdefault((trace.meta["profiler"], *trace.meta["lacks"]), []).append(trace.path.name)
+    for (profiler, *lacks), names in by_lacks.items():
         which = names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]}, …)"
-        click.echo(f"gemmscope: note: {which} ({traces[0].meta['profiler']}) has no {'; no '.join(lacks)}",
-                   err=True)
+        click.echo(f"gemmscope: note: {which} ({profiler}) has no {'; no '.join(lacks)}", err=True)
 
 
 class _VerifyCommand(click.Command):
@@ -216,7 +219,7 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
               context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--expect", type=click.Choice(RECIPES),
               help="Recipe every GEMM should run at; default: the recipe the run's te.autocast asked for.")
-@click.option("--trace", "trace_args", multiple=True, type=click.Path(path_type=Path),
+@click.option("--trace", "trace_args", multiple=True, type=TRACE_PATH,
               help="Check existing traces instead of running a command: files, folders or globs "
                    "(one per rank, or one holding every rank); repeatable.")
 @click.option("--out", type=click.Path(path_type=Path), help="Keep the capture here (default: a private temporary folder, removed on exit).")
@@ -248,7 +251,7 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
     not (`gemmscope --help`: every exit code). The profiler's own output is shown with --verbose or
     when nsys fails."""
     if trace_args and command and not click.get_current_context().meta.get(_DOUBLE_DASH):
-        trace_args, command = trace_args + tuple(Path(c) for c in command), ()
+        trace_args, command = trace_args + tuple(TRACE_PATH.convert(c, None, None) for c in command), ()
     if trace_args and command:
         raise InputError("give either --trace FILE or a command after --, not both")
     window = {"nvtx_range": capture_range, "delay_s": delay, "duration_s": duration}
@@ -442,7 +445,7 @@ def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_ki
 
 
 @main.command("diagnose")
-@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, required=True, type=TRACE_PATH)
 @click.option("--expect", type=click.Choice(RECIPES), help="Recipe the GEMMs should run at.")
 @expect_map_option
 @click.option("--allow", multiple=True, metavar="PATTERN", help="Mismatches allowed (see analyze); repeatable.")
@@ -470,8 +473,8 @@ def diagnose_cmd(traces: tuple[Path, ...], expect: str | None, expect_map: tuple
 
 
 @main.command("compare")
-@click.argument("base", type=click.Path(path_type=Path))
-@click.argument("new", type=click.Path(path_type=Path))
+@click.argument("base", type=TRACE_PATH)
+@click.argument("new", type=TRACE_PATH)
 @click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
 @format_option(("table", "json", "markdown"))
 @redaction_options
@@ -492,7 +495,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str, keep: t
 
 
 @main.command("report")
-@click.argument("targets", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("targets", nargs=-1, type=TRACE_PATH)
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="File to write ('-': standard output).")
 @click.option("--format", "fmt", type=click.Choice(("html", "markdown")),
@@ -560,7 +563,7 @@ def _scrubbed(paths: list[Path], keep: tuple[str, ...]):
     exports = [trace_source(path) for path in paths]
     redactor = recorded_redactor(exports, keep)
     staging = Path(tempfile.mkdtemp(dir=scratch.folder()))
-    traces = [dataclasses.replace(read_trace(scrub(export, staging / f"{i}.sqlite", redactor)),
+    traces = [dataclasses.replace(read_trace(scrub(export, staging / f"{i}.sqlite", redactor), name=path),
                                   path=Path(redactor(path.name)))
               for i, (path, export) in enumerate(zip(paths, exports))]
     return redactor, traces

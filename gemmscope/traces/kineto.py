@@ -26,6 +26,7 @@ read by the same grammar (te_ranges) whichever way it came. What a trace lacks i
 from __future__ import annotations
 
 import gzip
+import math
 import re
 import zlib
 from array import array
@@ -44,12 +45,18 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     format_record,
 )
 from gemmscope.errors import InputError
-from gemmscope.traces.model import ID_BITS, TID_MASK, Trace
+from gemmscope.traces.model import ID_BITS, TID_MASK, DamagedTrace, Trace, check_records
 
 # The trace format versions this reader knows (Kineto's `schemaVersion`, 1 since PyTorch 1.10).
 KNOWN_SCHEMA_VERSIONS = (1,)
 GZIP_MAGIC = b"\x1f\x8b"
 _HEAD_BYTES = 1 << 16  # how much of a file is looked at to tell a Kineto trace by its content
+# How deep a torch.profiler trace nests its JSON: the document, traceEvents, an event, its args, an
+# operator's input shapes (a list of lists) make six levels. Deeper is no trace, and the JSON
+# parser's memory grows with the square of the depth (it keeps the path to every value): a 200 KB
+# file of brackets would take tens of GB. It is refused as it is read, before it is parsed.
+MAX_DEPTH = 64
+_READ_SIZE = 1 << 20  # what the parser asks of the file at a time (the depth is checked per read)
 
 # Event categories (Kineto's ActivityType names; older PyTorch spelled some otherwise).
 _CATEGORY = {
@@ -112,6 +119,79 @@ class _Names:
         return np.array(list(self.codes), dtype=object)
 
 
+# Per byte: 1 a quote, 2 an opening bracket, 3 a closing one, 4 a backslash; 0 the rest.
+_BYTE_KIND = np.zeros(256, dtype=np.int8)
+_BYTE_KIND[[ord('"'), ord("["), ord("{"), ord("]"), ord("}"), ord("\\")]] = [1, 2, 2, 3, 3, 4]
+
+
+class _DepthBounded:
+    """A binary file whose JSON is refused (DamagedTrace) once it nests deeper than MAX_DEPTH, as it
+    is read: each chunk is scanned in numpy, brackets inside strings (told by their unescaped
+    quotes) left out, the depth, the string state and a trailing run of backslashes carried over."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.depth = 0
+        self.in_string = False
+        self.backslashes = 0  # the run of backslashes the last chunk ended with
+        self.offset = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.raw.close()
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        if data:
+            self._scan(data)
+            self.offset += len(data)
+        return data
+
+    def _scan(self, data: bytes) -> None:
+        kind = _BYTE_KIND[np.frombuffer(data, dtype=np.uint8)]
+        at = np.flatnonzero(kind)
+        if not len(at):
+            self.backslashes = 0
+            return
+        k = kind[at]
+        quote = k == 1
+        if self.backslashes or (k == 4).any():
+            quote &= ~self._escaped(at, k, len(data))
+        else:
+            self.backslashes = 0
+        quotes_before = np.cumsum(quote) - quote
+        inside = (quotes_before + self.in_string) % 2 == 1
+        depth = self.depth + np.cumsum(np.where(inside, 0, (k == 2).astype(np.int64) - (k == 3)))
+        if depth.max() > MAX_DEPTH:
+            where = self.offset + int(at[np.argmax(depth > MAX_DEPTH)])
+            raise DamagedTrace(f"its JSON nests deeper than {MAX_DEPTH} levels (at byte {where}), which no "
+                               "torch.profiler trace does")
+        self.depth = int(depth[-1])
+        self.in_string = bool((self.in_string + int(quote.sum())) % 2)
+
+    def _escaped(self, at: np.ndarray, k: np.ndarray, size: int) -> np.ndarray:
+        """Per special byte of the chunk, whether a quote is escaped: an odd run of backslashes
+        right before it (the run may begin in the chunk before)."""
+        backslash = k == 4
+        index = np.arange(len(k))
+        follows = np.r_[False, at[1:] == at[:-1] + 1]  # right after the special byte before it
+        starts = backslash & ~(np.r_[False, backslash[:-1]] & follows)
+        first = np.maximum.accumulate(np.where(starts, index, 0))
+        run = index - first + 1  # at a backslash: how long its run is so far
+        run = np.where(backslash & (at[first] == 0), run + self.backslashes, run)  # continued from the last chunk
+        before = np.zeros(len(k), dtype=np.int64)
+        before[1:] = np.where(backslash[:-1] & follows[1:], run[:-1], 0)
+        if at[0] == 0:
+            before[0] = self.backslashes
+        self.backslashes = int(run[-1]) if backslash[-1] and at[-1] == size - 1 else 0
+        return (k == 1) & (before % 2 == 1)
+
+
 def _ns(microseconds: float) -> int:
     """Kineto's microseconds (three decimals) as integer nanoseconds."""
     return round(microseconds * 1000)
@@ -131,17 +211,21 @@ def read(path: Path, given: Path | None = None) -> Trace:
         head, events = _head_and_events(path)
         read_events = _Events(head)
         read_events.consume(events)
+        return read_events.trace(given)
     except InputError:
         raise
+    except DamagedTrace as exc:
+        raise InputError(exc.message(given)) from None
     except _READ_ERRORS as exc:
         raise _damaged(given, exc) from None
-    return read_events.trace(given)
 
 
 def recorded_names(path: Path) -> list[str]:
     """The machine's names the trace's head records (Kineto's `host_name`), for redaction."""
     try:
         head, _ = _head_and_events(path)
+    except DamagedTrace as exc:
+        raise InputError(exc.message(path)) from None
     except _READ_ERRORS as exc:
         raise _damaged(path, exc) from None
     return [str(head["host_name"])] if head.get("host_name") else []
@@ -161,6 +245,8 @@ def write_redacted(path: Path, out: Path, redact) -> None:
             for at, event in enumerate(events):
                 f.write((",\n" if at else "") + json.dumps(redact(event)))
             f.write("\n]}\n")
+    except DamagedTrace as exc:
+        raise InputError(exc.message(path)) from None
     except _READ_ERRORS as exc:
         if isinstance(exc, OSError) and exc.filename == str(out):
             raise
@@ -171,10 +257,10 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
-def _open(path: Path):
+def _open(path: Path) -> _DepthBounded:
     with open(path, "rb") as f:
         magic = f.read(2)
-    return gzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb")
+    return _DepthBounded(gzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb"))
 
 
 def _head_and_events(path: Path) -> tuple[dict, Iterator[dict]]:
@@ -182,7 +268,7 @@ def _head_and_events(path: Path) -> tuple[dict, Iterator[dict]]:
     iterator over the events, streamed."""
     head: dict = {}
     with _open(path) as f:
-        parser = ijson.parse(f, use_float=True)
+        parser = ijson.parse(f, buf_size=_READ_SIZE, use_float=True)
         key = None
         for prefix, event, value in parser:
             if prefix == "" and event == "map_key":
@@ -214,7 +300,7 @@ def _built(parser, first_event: str):
 
 def _events(path: Path) -> Iterator[dict]:
     with _open(path) as f:
-        yield from ijson.items(f, "traceEvents.item", use_float=True)
+        yield from ijson.items(f, "traceEvents.item", buf_size=_READ_SIZE, use_float=True)
 
 
 class _Events:
@@ -225,6 +311,12 @@ class _Events:
         if version is not None and version not in KNOWN_SCHEMA_VERSIONS:
             raise InputError(f"torch.profiler trace format version {version} is not one gemmscope reads "
                              f"(known: {', '.join(map(str, KNOWN_SCHEMA_VERSIONS))})")
+        for key, kind in (("distributedInfo", dict), ("deviceProperties", list)):
+            if head.get(key) is not None and not isinstance(head[key], kind):
+                raise DamagedTrace(f"its {key} is {_shown(head[key])}, not a{'n object' if kind is dict else ' list'}")
+        rank = (head.get("distributedInfo") or {}).get("rank")
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
+            raise DamagedTrace(f"its distributedInfo.rank is {_shown(rank)}, not an integer")
         self.head = head
         self.names = _Names()
         gpu = {"start": "q", "end": "q", "device_id": "q", "stream_id": "q", "correlation_id": "q", "name": "q"}
@@ -238,52 +330,64 @@ class _Events:
         self.thread_names: dict[tuple[object, object], list[str]] = {}
 
     def consume(self, events: Iterator[dict]) -> None:
+        """Sort the events into columns; the first one a field of which is not what Kineto writes
+        (a time that is no number, an event that is no object) is refused by name (_bad_event),
+        looked for only then: the loop itself checks nothing it need not."""
         names = self.names
-        for e in events:
-            kind = _CATEGORY.get(str(e.get("cat", "")).lower())
-            if kind is None:
-                if e.get("ph") == "M" and e.get("name") == "thread_name":
-                    names_given = self.thread_names.setdefault((e.get("pid"), e.get("tid")), [])
-                    names_given.append((e.get("args") or {}).get("name", ""))
-                continue
-            start = _ns(e["ts"])
-            end = start + _ns(e.get("dur", 0))
-            args = e.get("args") or {}
-            if kind == "cpu_op":
-                self.cpu_ops += 1
-                name = e.get("name", "")
-                if name.startswith(_BACKWARD_NODE):
-                    self.backward_nodes.data["start"].append(start)
-                    self.backward_nodes.data["end"].append(end)
-                    self.backward_nodes.data["pid"].append(_int(e.get("pid")))
-                    self.backward_nodes.data["tid"].append(_int(e.get("tid")))
-                elif name == _SCALED_MM:
-                    self.scaled_mm.append((start, end, _int(e.get("pid")), _int(e.get("tid")), args))
-            elif kind == "annotation":
-                columns = self.annotations.data
-                columns["start"].append(start)
-                columns["end"].append(end)
-                columns["pid"].append(_int(e.get("pid")))
-                columns["tid"].append(_int(e.get("tid")))
-                columns["name"].append(names.code(e.get("name", "")))
-            elif kind in ("runtime", "driver"):
-                columns = self.api.data
-                columns["start"].append(start)
-                columns["end"].append(end)
-                columns["pid"].append(_int(e.get("pid")))
-                columns["tid"].append(_int(e.get("tid")))
-                columns["correlation_id"].append(_int(args.get("correlation", -1)))
-                columns["name"].append(names.code(e.get("name", "")))
-                columns["driver"].append(kind == "driver")
-            else:
-                columns = self.gpu[kind].data
-                columns["start"].append(start)
-                columns["end"].append(end)
-                columns["device_id"].append(_int(args.get("device", e.get("pid", -1))))
-                columns["stream_id"].append(_int(args.get("stream", e.get("tid", -1))))
-                columns["correlation_id"].append(_int(args.get("correlation", -1)))
-                columns["name"].append(names.code(e.get("name", "")))
-                columns["bytes"].append(_int(args.get("bytes", -1)))
+        at, e = -1, None
+        try:
+            for at, e in enumerate(events):  # noqa: B007 (`at` names the event the except clause refuses)
+                kind = _CATEGORY.get(str(e.get("cat", "")).lower())
+                if kind is None:
+                    if e.get("ph") == "M" and e.get("name") == "thread_name":
+                        names_given = self.thread_names.setdefault((e.get("pid"), e.get("tid")), [])
+                        names_given.append((e.get("args") or {}).get("name", ""))
+                    continue
+                start = _ns(e["ts"])
+                end = start + _ns(e.get("dur", 0))
+                args = e.get("args") or {}
+                if kind == "cpu_op":
+                    self.cpu_ops += 1
+                    name = e.get("name", "")
+                    if name.startswith(_BACKWARD_NODE):
+                        self.backward_nodes.data["start"].append(start)
+                        self.backward_nodes.data["end"].append(end)
+                        self.backward_nodes.data["pid"].append(_int(e.get("pid")))
+                        self.backward_nodes.data["tid"].append(_int(e.get("tid")))
+                    elif name == _SCALED_MM:
+                        self.scaled_mm.append((start, end, _int(e.get("pid")), _int(e.get("tid")), args))
+                elif kind == "annotation":
+                    columns = self.annotations.data
+                    columns["start"].append(start)
+                    columns["end"].append(end)
+                    columns["pid"].append(_int(e.get("pid")))
+                    columns["tid"].append(_int(e.get("tid")))
+                    columns["name"].append(names.code(e.get("name", "")))
+                elif kind in ("runtime", "driver"):
+                    columns = self.api.data
+                    columns["start"].append(start)
+                    columns["end"].append(end)
+                    columns["pid"].append(_int(e.get("pid")))
+                    columns["tid"].append(_int(e.get("tid")))
+                    columns["correlation_id"].append(_correlation(args))
+                    columns["name"].append(names.code(e.get("name", "")))
+                    columns["driver"].append(kind == "driver")
+                else:
+                    columns = self.gpu[kind].data
+                    columns["start"].append(start)
+                    columns["end"].append(end)
+                    columns["device_id"].append(_int(args.get("device", e.get("pid", -1))))
+                    columns["stream_id"].append(_int(args.get("stream", e.get("tid", -1))))
+                    columns["correlation_id"].append(_correlation(args))
+                    columns["name"].append(names.code(e.get("name", "")))
+                    columns["bytes"].append(_int(args.get("bytes", -1)))
+        except (TypeError, KeyError, AttributeError, OverflowError, ValueError) as exc:
+            # the event the loop could not take: what is wrong with it, in words where _bad_event knows
+            raise _bad_event(at, e) or DamagedTrace(f"event {at + 1} of traceEvents could not be read "
+                                                    f"({_one_line(exc)})") from None
+        not_text = [name for name in names.codes if not isinstance(name, str)]
+        if not_text:
+            raise DamagedTrace(f"an event's name is {not_text[0]!r:.40}, not text")
 
     def trace(self, given: Path) -> Trace:
         names = self.names.values()
@@ -306,15 +410,33 @@ class _Events:
         memops = pd.concat([self._gpu_frame(pd.DataFrame(self.gpu[kind].frame()), names, gpu_pid).assign(kind=kind)
                             for kind in ("memset", "memcpy")], ignore_index=True).drop(columns="name")
         memops = memops.sort_values("start", ignore_index=True)
+        check_records(kernels, memops, api, pd.DataFrame(self.annotations.frame()))
         nvtx = self._ranges(names, pids, tids)
         gpus = self._gpus()
         meta = {"nsys_version": None, "schema_version": _text(self.head.get("schemaVersion")),
                 "gpus": gpus.to_dict("records"), "profiler": "torch.profiler", "lacks": self._lacks(nvtx),
                 "no_kernels": None if len(kernels) else self._no_kernels(given, api),
                 # CUDA calls recorded and none of them a launch: the run launched no kernel
-                "cuda_api_traced": not api.empty and not api["name"].str.contains("Launch").any()}
+                "cuda_api_traced": not api.empty and not api["name"].str.contains("Launch").any(),
+                "capture": self._capture(kernels, api)}
         return Trace(path=given, sqlite=None, meta=meta, kernels=kernels, memops=memops, api_calls=api,
                           nvtx=nvtx, threads=self._threads(pids, tids), gpus=gpus, memory=_no_memory_events())
+
+    def _capture(self, kernels: pd.DataFrame, api: pd.DataFrame) -> dict:
+        """What the trace records about itself (as traces.nsys._capture): Kineto's trace_id (else its
+        first event's time and its processes), the span of its GPU activity and CUDA calls on the
+        wall clock (where baseTimeNanoseconds says where its times count from); no command."""
+        starts = [frame["start"].min() for frame in (kernels, api) if len(frame)]
+        ends = [frame["end"].max() for frame in (kernels, api) if len(frame)]
+        first = int(min(starts)) if starts else None
+        identity = self.head.get("trace_id")
+        if identity is None and first is not None:
+            identity = f"{first} {sorted(pd.unique(api['global_pid']).tolist())}"
+        base_ns = self.head.get("baseTimeNanoseconds")
+        if not isinstance(base_ns, int) or isinstance(base_ns, bool):  # what its times count from, unknown
+            base_ns = None
+        window = (base_ns + first, base_ns + int(max(ends))) if base_ns is not None and first is not None else None
+        return {"id": None if identity is None else f"torch.profiler {identity}", "window": window, "command": None}
 
     def _launching_pids(self, api: pd.DataFrame, pids: _Ids):
         """Per correlation id, the packed process id of the call that launched it (a kernel's own
@@ -417,6 +539,11 @@ class _Events:
                 for d in self.head.get("deviceProperties") or [] if isinstance(d, dict)]
         frame = pd.DataFrame(rows, columns=["id", "name", "cc_major", "cc_minor", "sm_count", "total_memory",
                                             "clock_rate_hz"])
+        for column, key in (("cc_major", "computeMajor"), ("cc_minor", "computeMinor")):
+            given = frame[column].dropna()
+            integer = given.map(lambda value: isinstance(value, int) and not isinstance(value, bool))
+            if not integer.all():
+                raise DamagedTrace(f"its deviceProperties' {key} is {_shown(given[~integer].iloc[0])}, not an integer")
         frame["sm"] = [f"sm{int(a)}{int(b)}" if pd.notna(a) and pd.notna(b) else None
                        for a, b in zip(frame["cc_major"], frame["cc_minor"])]
         return frame
@@ -525,6 +652,49 @@ def _int(value) -> int:
         return int(value)
     except (TypeError, ValueError):
         return -1
+
+
+def _correlation(args: dict) -> int:
+    """The correlation id of a GPU activity or CUDA call: an integer, as Kineto writes it (-1 where absent)."""
+    value = args.get("correlation", -1)
+    if type(value) is not int:
+        raise TypeError("correlation")
+    return value
+
+
+def _shown(value) -> str:
+    return repr(value)[:40]
+
+
+def _bad_event(at: int, event) -> DamagedTrace | None:
+    """What is wrong with the event at position `at` of traceEvents, which the reader could not
+    take: the first of its fields the reader uses that is not what Kineto writes; None if no rule
+    here names it."""
+    where = f"event {at + 1} of traceEvents"
+    if not isinstance(event, dict):
+        return DamagedTrace(f"{where} is {_shown(event)}, not an object")
+    where += f" ({_shown(event.get('name'))}, cat {_shown(event.get('cat'))})"
+    if "ts" not in event:
+        return DamagedTrace(f"{where} has no ts (its start time)")
+    for key, what in (("ts", "time"), ("dur", "duration")):
+        value = event.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return DamagedTrace(f"{where}: {key} is {_shown(value)}, not a {what} in µs")
+        if not math.isfinite(value) or abs(value) * 1000 >= 2**63:
+            return DamagedTrace(f"{where}: {key} is {_shown(value)} µs, beyond any {what}")
+    args = event.get("args")
+    if args and not isinstance(args, dict):
+        return DamagedTrace(f"{where}: args is {_shown(args)}, not an object")
+    args = args or {}
+    if not isinstance(event.get("name", ""), str):
+        return DamagedTrace(f"{where}: name is {_shown(event.get('name'))}, not text")
+    if "correlation" in args and type(args["correlation"]) is not int:
+        return DamagedTrace(f"{where}: args.correlation is {_shown(args['correlation'])}, not an integer id")
+    ids = {f"args.{key}": args.get(key) for key in ("correlation", "device", "stream", "bytes")}
+    for key, value in (ids | {"pid": event.get("pid"), "tid": event.get("tid")}).items():
+        if isinstance(value, int | float) and not -(2**63) <= value < 2**63:
+            return DamagedTrace(f"{where}: {key} is {_shown(value)}, beyond any id")
+    return None
 
 
 def _text(value) -> str | None:

@@ -40,6 +40,90 @@ def object_column(values: np.ndarray, index: pd.Index) -> pd.Series:
     return pd.Series(np.array(values, dtype=object), index=index, dtype=object, copy=False)
 
 
+# No GPU activity, CUDA call or NVTX range lasts longer, and no capture spans more: a month is
+# generous for a trace; a value beyond it (an end at INT64 max, a duration of 1e300) is damage.
+MAX_SPAN_NS = 31 * 24 * 3600 * 10**9
+
+
+class DamagedTrace(Exception):
+    """A record whose field a reader uses holds what no profiler writes (a time that is text, an
+    end before its start, an event that is not an object). `what` says which record and field;
+    the reader names the trace (`message`)."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+    def message(self, given: Path | str) -> str:
+        return f"{given} is a damaged trace: {self.what}"
+
+
+def check_records(kernels: pd.DataFrame, memops: pd.DataFrame, api_calls: pd.DataFrame, ranges: pd.DataFrame) -> None:
+    """Refuse a trace (its frames, times in ns) whose records lie outside physics (DamagedTrace): a GPU activity, CUDA call or
+    NVTX range without a start (or, but for a range left open, an end), one that ends before it
+    starts or lasts longer than any capture, records spread over more than a capture spans, or
+    GPU kernels or CUDA calls recorded twice. Vectorised: a long trace holds millions of records."""
+    frames = {"GPU kernel": kernels, "memory operation": memops, "CUDA API call": api_calls, "NVTX range": ranges}
+    starts, ends = [], []
+    for kind, frame in frames.items():
+        if frame.empty:
+            continue
+        start = frame["start"].to_numpy(dtype="float64")
+        end = frame["end"].to_numpy(dtype="float64")
+        open_ended = np.zeros(len(frame), dtype=bool) if kind != "NVTX range" else np.isnan(end)
+        refuse_where(frame, np.isnan(start), kind, "have no start time")
+        refuse_where(frame, np.isnan(end) & ~open_ended, kind, "have no end time")
+        duration = end - start
+        refuse_where(frame, duration < 0, kind, "end before they start")
+        refuse_where(frame, duration > MAX_SPAN_NS, kind, "last longer than any capture")
+        starts.append(np.nanmin(start))
+        ends.append(np.nanmax(np.where(open_ended, start, end)))
+    if starts and max(ends) - min(starts) > MAX_SPAN_NS:
+        raise DamagedTrace(f"its records spread over {(max(ends) - min(starts)) / 86400e9:.3g} days, more than "
+                           "any capture spans (a time far off the others)")
+    _refuse_repeated(kernels, "GPU kernel", ["device_id", "stream_id", "start", "end", "correlation_id"])
+    _refuse_repeated(api_calls, "CUDA API call", ["global_tid", "start", "end", "correlation_id"])
+
+
+def refuse_missing(frame: pd.DataFrame, kind: str, fields: dict[str, str]) -> None:
+    """DamagedTrace where a record of `frame` lacks one of `fields` (column -> what it is, in
+    words): what places a record (its process, thread, device, stream, name) is no option."""
+    for column, what in fields.items():
+        refuse_where(frame, frame[column].isna().to_numpy(), kind, f"have no {what}")
+
+
+def _described(frame: pd.DataFrame, row: int) -> str:
+    """One record of `frame` in words: its correlation id where it has one, and its times."""
+    record = frame.iloc[row]
+    said = [f"correlation id {record['correlation_id']}"] if "correlation_id" in frame and pd.notna(
+        record["correlation_id"]) else []
+    said += [f"{key} {record[key]}" for key in ("start", "end") if key in frame]
+    return ", ".join(said)
+
+
+def refuse_where(frame: pd.DataFrame, bad: np.ndarray, kind: str, why: str) -> None:
+    """DamagedTrace naming how many records of `frame` are `bad` and the first of them."""
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise DamagedTrace(f"{kind} records that {why}: {int(bad.sum())} (the first: {_described(frame, first)})")
+
+
+def _refuse_repeated(frame: pd.DataFrame, kind: str, keys: list[str]) -> None:
+    """Records equal in every key: no two kernels start on one stream at one instant, no two calls on
+    one thread. Only rows whose start repeats are compared (a cheap test first: most traces have none)."""
+    if len(frame) < 2 or not all(key in frame for key in keys):
+        return
+    start = frame["start"].to_numpy()
+    repeats = pd.Series(start).duplicated(keep=False).to_numpy()
+    if not repeats.any():
+        return
+    candidates = frame.loc[repeats, keys]
+    repeated = candidates.duplicated()
+    if repeated.any():
+        first = frame.index.get_loc(repeated.index[np.argmax(repeated.to_numpy())])
+        raise DamagedTrace(f"{int(repeated.sum())} of its {len(frame)} {kind} records repeat another exactly "
+                           f"(the first: {_described(frame, int(first))}): recorded twice")
+
 
 @dataclass
 class Trace:

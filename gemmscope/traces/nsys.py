@@ -23,7 +23,17 @@ import pandas as pd
 from gemmscope import interruptible, scratch
 from gemmscope.atomic import written_whole
 from gemmscope.errors import InputError
-from gemmscope.traces.model import Trace, launch_key, object_column, process_id, thread_id
+from gemmscope.traces.model import (
+    DamagedTrace,
+    Trace,
+    check_records,
+    launch_key,
+    object_column,
+    process_id,
+    refuse_missing,
+    refuse_where,
+    thread_id,
+)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -34,6 +44,38 @@ NVTX_DOMAIN_CREATE = 75
 
 # Stands for SQL NULL in an integer column fetched as text (no nsys id or time takes it).
 _NULL = -(1 << 63)
+
+
+def _integer_column(values: pd.Series, column: str, rows: pd.Series) -> np.ndarray:
+    """A column SQLite declares integer, read value by value (some value is not an integer):
+    int64, or float64 with NaN where NULL, as _Export._integers gives it; DamagedTrace naming the
+    first row (its rowid) whose value is text, a blob or a fraction, which no nsys time or id is."""
+    numbers = pd.to_numeric(values, errors="coerce")
+    as_float = numbers.astype("float64")
+    whole = np.isfinite(as_float) & (as_float % 1 == 0) & (as_float.abs() < 2.0**63)
+    bad = values.notna().to_numpy() & ~whole.to_numpy()
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        value = values.iloc[first]
+        value = value.item() if isinstance(value, np.generic) else value
+        shown = value if not isinstance(value, str | bytes) else value[:40]
+        raise DamagedTrace(f"{column} is {shown!r} in row {rows.iloc[first]}, not an integer"
+                           + (f" ({int(bad.sum())} such rows)" if bad.sum() > 1 else ""))
+    if numbers.isna().any():
+        return as_float.to_numpy()
+    return numbers.astype("int64").to_numpy()
+
+
+def _refuse_non_text(values: pd.Series, required: np.ndarray, column: str, rows: pd.Series | None = None) -> None:
+    """DamagedTrace where a value of `values` is not text (a blob, a number), or is missing where
+    `required`; `rows`: the rowids that name the first (else its place among the records read)."""
+    bad = ~values.notna().to_numpy() & required
+    if pd.api.types.infer_dtype(values, skipna=True) not in ("string", "empty"):  # vectorised: the common case
+        bad |= values.map(lambda value: value is not None and not isinstance(value, str)).to_numpy(dtype=bool)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        where = f"row {rows.iloc[first]}" if rows is not None else f"record {first + 1}"
+        raise DamagedTrace(f"{column} is {values.iloc[first]!r:.40} in {where}, not text")
 
 
 class _Export:
@@ -70,9 +112,12 @@ class _Export:
         others = {name: expr for name, expr in columns.items() if name not in integers and name not in missing}
         fetched = self._integers(table, integers, where)
         if others or fetched is None:
+            checked = integers if fetched is None else {}
             rest = others if fetched is not None else {n: e for n, e in columns.items() if n not in missing}
-            select = ", ".join(f"{expr} AS {name}" for name, expr in rest.items())
+            select = ", ".join([f"{expr} AS {name}" for name, expr in rest.items()] + ["rowid AS _row"] * bool(checked))
             read = pd.read_sql_query(f"SELECT {select} FROM {table} {where}", self.conn)
+            for name, column in checked.items():  # some value is not an integer: which, and where
+                read[name] = _integer_column(read[name], f"{table}.{column}", read["_row"])
             fetched = (fetched or {}) | {name: read[name] for name in rest}
         count = len(next(iter(fetched.values()))) if fetched else 0
         return pd.DataFrame({name: fetched[name] if name in fetched else np.full(count, None, dtype=object)
@@ -98,7 +143,10 @@ class _Export:
         out = {name: np.full(count, None, dtype=object) for name in unused}
         for at, name in enumerate(read):
             text, texts[at] = texts[at], None  # each text freed once parsed: a long trace's are large
-            values = np.fromstring(text, dtype="int64", sep=",") if count else np.empty(0, dtype="int64")
+            try:
+                values = np.fromstring(text, dtype="int64", sep=",") if count else np.empty(0, dtype="int64")
+            except ValueError:  # a value that is text or a fraction (numpy stops at it)
+                return None
             if len(values) != count:
                 return None
             null = values == _NULL
@@ -138,8 +186,11 @@ class _Export:
         """StringIds as a Series indexed by id (for vectorised lookups)."""
         if "StringIds" not in self.tables:
             return pd.Series(dtype="object")
-        frame = pd.read_sql_query("SELECT id, value FROM StringIds", self.conn)
-        return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
+        frame = pd.read_sql_query("SELECT id, value, rowid AS _row FROM StringIds", self.conn)
+        ids = frame["id"] if frame["id"].dtype.kind == "i" else _integer_column(frame["id"], "StringIds.id", frame["_row"])
+        # nsys writes every string it names
+        _refuse_non_text(frame["value"], frame["value"].notna().to_numpy(), "StringIds.value", frame["_row"])
+        return pd.Series(frame["value"].to_numpy(dtype=object), index=np.asarray(ids))
 
 
 # nsys export --type parquetdir / arrowdir: a folder of one file per table, the SQLite export's
@@ -278,6 +329,32 @@ class _ColumnarExport:
         return self._strings
 
 
+# What a file that is no SQLite export is, by its first bytes (said instead of "not SQLite").
+_MAGIC_KINDS = ((b"\x1f\x8b", "gzip-compressed"), (b"\xfd7zXZ\x00", "xz-compressed"), (b"PK\x03\x04", "a zip archive"),
+                (b"BZh", "bzip2-compressed"), (b"\x28\xb5\x2f\xfd", "zstd-compressed"))
+
+
+def _what_it_is(head: bytes) -> str:
+    """What a file is, as far as its first bytes tell: empty, JSON, compressed (by what), text or data."""
+    if not head:
+        return "an empty file"
+    kind = next((kind for magic, kind in _MAGIC_KINDS if head.startswith(magic)), None)
+    if kind is not None:
+        return f"{kind} but no trace gemmscope reads"
+    stripped = head.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        return "JSON but not a torch.profiler trace (no traceEvents near its start)"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "data: not an SQLite export of Nsight Systems, nor a torch.profiler trace"
+    return "text: not an SQLite export of Nsight Systems, nor a torch.profiler trace"
+
+
+_READ_AS = ("give an nsys export (.sqlite from `nsys export --type sqlite`, .sqlite.xz, or an .nsys-rep) "
+            "or a torch.profiler trace (.json or .json.gz)")
+
+
 def _check_file(path: Path, given: Path) -> None:
     """`path` (the export of `given`, which messages name) is an SQLite file."""
     if not path.exists():
@@ -285,24 +362,32 @@ def _check_file(path: Path, given: Path) -> None:
     if not path.is_file():
         raise InputError(f"not a file: {given}")
     with open(path, "rb") as f:
-        head = f.read(len(SQLITE_MAGIC))
-    if head != SQLITE_MAGIC:
-        raise InputError(
-            f"{given} is not an SQLite export of Nsight Systems "
-            "(give a .sqlite from `nsys export --type sqlite`, or an .nsys-rep)"
-        )
+        head = f.read(512)
+    if not head.startswith(SQLITE_MAGIC):
+        what = _what_it_is(head)
+        if path != given and what.startswith("JSON"):  # the .xz of a torch.profiler trace, or of other JSON
+            raise InputError(f"{given} is xz-compressed JSON: gemmscope reads a torch.profiler trace as .json or "
+                             ".json.gz (decompress it with xz -d, or recompress it with gzip)")
+        raise InputError(f"{given} is {what}; {_READ_AS}")
 
 
-def read(given: Path, threads: int = 2) -> Trace:
+def read(given: Path, threads: int = 2, name: Path | None = None) -> Trace:
     """The nsys trace `given` (.sqlite, .sqlite.xz or .nsys-rep: sqlite_export; or a folder nsys
-    exported as Parquet or Arrow) read; `threads` as traces.read.read_trace's."""
+    exported as Parquet or Arrow) read; `threads` as traces.read.read_trace's; `name`, what the
+    trace and messages call it (default: `given`; a scrubbed copy keeps its input's)."""
+    name = name or given
     if given.is_dir() and columnar_export(given):
-        return _read(_ColumnarExport(given), given, threads)
+        try:
+            return _read(_ColumnarExport(given), name, threads)
+        except DamagedTrace as exc:
+            raise InputError(exc.message(name)) from None
     path = sqlite_export(given)
     try:
-        return _read(_Export(path), given, threads)
+        return _read(_Export(path), name, threads)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:  # pandas wraps sqlite's errors
-        raise InputError(f"{given} is a damaged or truncated SQLite file ({exc})") from None
+        raise InputError(f"{name} is a damaged or truncated SQLite file ({exc})") from None
+    except DamagedTrace as exc:
+        raise InputError(exc.message(name)) from None
 
 
 def sqlite_export(path: str | Path) -> Path:
@@ -325,8 +410,10 @@ def sqlite_export(path: str | Path) -> Path:
             tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
         raise InputError(f"{given} is a damaged or truncated SQLite file ({exc})") from None
-    if "META_DATA_EXPORT" not in tables or "StringIds" not in tables:
-        raise InputError(f"{given} is an SQLite file but not an Nsight Systems export (no META_DATA_EXPORT table)")
+    lacking = [table for table in ("META_DATA_EXPORT", "StringIds") if table not in tables]
+    if lacking:
+        raise InputError(f"{given} is an SQLite file but not an Nsight Systems export (no {' and no '.join(lacking)} "
+                         f"table{'s' * (len(lacking) > 1)})")
     return path
 
 
@@ -348,6 +435,8 @@ def _decompressed(path: Path) -> Path:
                 interruptible.xz_decompress(path, partial)  # a chunk at a time: Ctrl-C stops it at once
         except lzma.LZMAError as exc:
             raise InputError(f"{path} is not a readable xz file ({exc})") from None
+        except OSError as exc:  # said of the input: the scratch copy's name means nothing to the user
+            raise InputError(f"cannot decompress {path}: {exc.strerror or exc}") from None
     return target
 
 
@@ -364,6 +453,7 @@ def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace
         # CUDA API calls were captured (an export may hold every table, empty): a trace without
         # kernels then ran none, it was not blind to them
         "cuda_api_traced": export.has_rows("CUPTI_ACTIVITY_KIND_RUNTIME"),
+        "capture": _capture(export),
     }
     # The three long reads first: kernels and NVTX ranges start at once, and the launch calls go
     # to whichever thread is free first (a replicated trace has more launch calls than ranges,
@@ -386,13 +476,61 @@ def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace
             frames = {name: future.result() for name, future in futures.items()}
     else:
         frames = {name: read(export) for name, read in readers.items()}
+    if not frames["kernels"].empty and "CUPTI_ACTIVITY_KIND_RUNTIME" not in export.tables:
+        # nsys exports the calls' table wherever it exports kernels: without it, a table dropped,
+        # and with the calls go the threads and NVTX ranges around every launch
+        raise InputError(f"{given} holds GPU kernels but no CUDA API call table (CUPTI_ACTIVITY_KIND_RUNTIME "
+                         "is missing): a damaged export; export it again from the .nsys-rep")
+    if frames["kernels"].empty and meta["cuda_api_traced"]:
+        # "the program launched no kernel" is an answer (exit 1): only if every call's name is one
+        _integer_ids(export, "CUPTI_ACTIVITY_KIND_RUNTIME", "nameId")
     unlaunched = ~launch_key(frames["kernels"]).isin(launch_key(frames["api_calls"]))
     if unlaunched.any():  # launched by a call whose name says nothing of launching: read the rest
         rest = _api_calls(export, strings, _OTHER_CALLS)
         named = frames["api_calls"]
         frames["api_calls"] = rest if named.empty else pd.concat([named, rest], ignore_index=True)
+    check_records(frames["kernels"], frames["memops"], frames["api_calls"], frames["nvtx"])
+    meta["capture"]["gpus"] = _gpus_used(export, frames["kernels"])
     _give_back_freed_memory()
     return Trace(path=given, sqlite=export.path, meta=meta, gpus=gpus, **frames)
+
+
+def _capture(export: _Export | _ColumnarExport) -> dict:
+    """What the capture records about itself (traces.model.capture_identity): when its session
+    started (TARGET_INFO_SESSION_START_TIME, wall clock) and the span it analysed (ANALYSIS_DETAILS,
+    on the trace's clock, which starts with the session), and the command it launched
+    (META_DATA_CAPTURE; None where redacted or absent). A hand-made export without a session start
+    has no identity."""
+    session = export.frame("TARGET_INFO_SESSION_START_TIME", {"utc": "utcEpochNs"})["utc"].dropna()
+    details = export.frame("ANALYSIS_DETAILS", {"start": "startTime", "stop": "stopTime"}).dropna()
+    if session.empty:
+        return {"id": None, "window": None, "command": None}
+    utc = int(session.iloc[0])
+    start, stop = (int(details.iloc[0]["start"]), int(details.iloc[0]["stop"])) if len(details) else (0, 0)
+    rows = export.frame("META_DATA_CAPTURE", {"name": "name", "value": "value"})
+    parts = rows[rows["name"].astype(str).str.match(r"PROCESS_0:(COMMAND|ARGUMENT_\d+)$")]
+    command = " ".join(parts["value"].astype(str)) or None
+    return {"id": f"nsys session {utc} {start} {stop}", "window": (utc + start, utc + stop),
+            # scrub's mark (scrub.REDACTED; scrub imports this module): a redacted command tells nothing
+            "command": None if command is None or "[redacted]" in command else command}
+
+
+def _integer_ids(export: _Export | _ColumnarExport, table: str, column: str) -> None:
+    """DamagedTrace where some row of `table` holds no integer in `column` (one scan: SQLite's
+    types are per value); a columnar export's are typed by Arrow."""
+    if isinstance(export, _Export) and column in export.columns(table):
+        bad = export.conn.execute(f'SELECT rowid, "{column}" FROM "{table}" WHERE typeof("{column}") '
+                                  "NOT IN ('integer', 'null') LIMIT 1").fetchone()
+        if bad is not None:
+            raise DamagedTrace(f"{table}.{column} is {bad[1]!r:.40} in row {bad[0]}, not an integer")
+
+
+def _gpus_used(export: _Export | _ColumnarExport, kernels: pd.DataFrame) -> list[str]:
+    """The UUIDs of the GPUs the trace's kernels ran on (TARGET_INFO_GPU lists every GPU of the
+    machine): two captures of one GPU are one job only if they ran at the same time."""
+    gpus = export.frame("TARGET_INFO_GPU", {"id": "id", "uuid": "uuid"})
+    used = gpus[gpus["id"].isin(kernels["device_id"].dropna().unique())]["uuid"].dropna().astype(str)
+    return sorted(uuid for uuid in used.unique() if uuid and "[redacted]" not in uuid)
 
 
 def _give_back_freed_memory() -> None:
@@ -430,9 +568,16 @@ def _kernels(export: _Export | _ColumnarExport, strings: pd.Series) -> pd.DataFr
         "CUPTI_ACTIVITY_KIND_KERNEL",
         _GPU_ACTIVITY | {"demangled_id": "demangledName", "short_id": "shortName", "graph_node_id": "graphNodeId"},
     ).sort_values("start", kind="stable", ignore_index=True)
+    refuse_missing(k, "GPU kernel", {"device_id": "device", "stream_id": "stream", "global_pid": "process id",
+                                     "correlation_id": "correlation id"})
     k["short_name"] = _name(k["short_id"], strings)
+    demangled = _name(k["demangled_id"], strings)
+    # no name, or an id StringIds does not hold: the kernel would lose what says what it is
+    unnamed = ((k["demangled_id"].notna() & demangled.isna()) | (k["short_id"].notna() & k["short_name"].isna())
+               | (k["demangled_id"].isna() & k["short_id"].isna()))
+    refuse_where(k, unnamed.to_numpy(), "GPU kernel", "have no name StringIds holds")
     # The demangled name keeps template arguments that tell e.g. cutlass' int8 GEMMs apart.
-    k["name"] = _name(k["demangled_id"], strings).fillna(k["short_name"])
+    k["name"] = demangled.fillna(k["short_name"])
     # `name` as its StringIds id (the short name's, negated, where it stands in): names are
     # decoded once per id, not once per kernel
     k["name_id"] = k["demangled_id"].where(k["demangled_id"].notna(), -1 - k["short_id"]).fillna(_NULL).astype("int64")
@@ -478,6 +623,7 @@ def _api_calls(export: _Export | _ColumnarExport, strings: pd.Series, names: str
         },
         names,
     )
+    refuse_missing(a, "CUDA API call", {"global_tid": "thread id", "correlation_id": "correlation id"})
     a["name"] = _name(a["name_id"], strings)
     a["api"] = a["event_class"].map({0: "runtime", 1: "driver"})
     a["global_pid"] = a["global_tid"] - thread_id(a["global_tid"])
@@ -499,6 +645,8 @@ def _nvtx(export: _Export | _ColumnarExport, strings: pd.Series, session_end: fl
             "category": "category",
         },
     )
+    refuse_missing(n, "NVTX event", {"global_tid": "thread id", "event_type": "event type"})
+    _refuse_non_text(n["text"], np.zeros(len(n), dtype=bool), "NVTX_EVENTS.text")
     # Registered strings (nvtxDomainRegisterString) arrive as textId; plain ones as text, one
     # Python string per row: kept once per distinct name (a long trace repeats a few thousand
     # names a million times, hundreds of MB as separate strings).
@@ -540,6 +688,7 @@ def _session_end(export: _Export | _ColumnarExport) -> float:
 
 def _threads(export: _Export | _ColumnarExport, strings: pd.Series) -> pd.DataFrame:
     t = export.frame("ThreadNames", {"global_tid": "globalTid", "name_id": "nameId", "priority": "priority"})
+    refuse_missing(t, "thread name", {"global_tid": "thread id"})
     t["name"] = _name(t["name_id"], strings)
     t["pid"] = process_id(t["global_tid"])
     t["tid"] = thread_id(t["global_tid"])

@@ -29,6 +29,8 @@ def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
     export of it is beside it; a folder nsys exported as Parquet or Arrow is one trace) and glob
     patterns, in name order, each once."""
     found: list[Path] = []
+    if any(str(argument) == "" for argument in arguments):  # Path("") is the current folder: never meant
+        raise InputError("an empty trace name was given (an unset shell variable?): name a trace, folder or glob")
     for argument in map(Path, arguments):
         if argument.is_dir() and nsys.columnar_export(argument):  # one trace: nsys's Parquet or Arrow export
             found.append(argument)
@@ -51,16 +53,17 @@ def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def read_trace(path: str | Path, threads: int = 2) -> Trace:
+def read_trace(path: str | Path, threads: int = 2, name: Path | None = None) -> Trace:
     """Read an nsys SQLite export: `.sqlite`, `.sqlite.xz` (as fixtures and examples ship), or
     an `.nsys-rep` (exported with nsys first; see traces.nsys.sqlite_export); or a torch.profiler trace,
     told by its content whatever its name (traces.kineto). `threads`: 2 reads the tables
     over two threads (for one long trace); 1 reads all in this thread (where processes already
-    read several traces side by side)."""
+    read several traces side by side). `name`: what the trace and messages call it (default: `path`;
+    a scrubbed copy in the scratch folder keeps its input's name)."""
     given = Path(path)
     if given.is_file() and kineto.is_kineto(given):
-        return kineto.read(given)
-    return nsys.read(given, threads)
+        return kineto.read(given, name)
+    return nsys.read(given, threads, name)
 
 
 def trace_source(path: str | Path) -> Path:
