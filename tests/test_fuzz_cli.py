@@ -5,6 +5,7 @@ line on stderr and exit 2 — never exit 1, the code that says a precision fallb
 bounded; no output left half-written (nor at all after a failure); no planted secret in what scrub
 writes. GEMMSCOPE_FUZZ_EXAMPLES sets how many cases each property tries (CI: a few dozen)."""
 
+import copy
 import functools
 import gzip
 import lzma
@@ -187,6 +188,7 @@ EVENT_FIELDS = ["ts", "dur", "name", "cat", "args", "pid", "tid", "ph", "args.co
 
 
 def _set(events: list, at: int, field: str, value) -> None:
+    value = copy.deepcopy(value)  # the strategy's lists and dicts are shared between changes
     event = events[at]
     if field == "event":
         events[at] = value
