@@ -18,7 +18,7 @@ import pandas as pd
 
 from gemmscope import te_ranges
 from gemmscope.attribution import LoadedTrace, name_matches
-from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX, parse_steps
+from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX, parse_record, parse_steps
 from gemmscope.errors import InputError
 from gemmscope.traces.model import Trace, process_id
 from gemmscope.verify import Verification
@@ -96,8 +96,9 @@ def described(step_range: str) -> str:
 def _mark_numbers(nvtx: pd.DataFrame) -> pd.Series:
     """The step number of each distinct step mark's name (gemmscope.step|n=N), indexed by name."""
     distinct = pd.Series(pd.unique(nvtx["name"].dropna()), dtype=object)
-    numbered = distinct[distinct.str.startswith(STEP_PREFIX + "n=")]
-    number = pd.Series(numbered.str.slice(len(STEP_PREFIX) + 2).to_numpy(), index=numbered.to_numpy(), dtype=object)
+    marks = distinct[distinct.str.startswith(STEP_PREFIX)].tolist()  # a few names: one per step
+    fields = [parse_record(STEP_PREFIX, name) or {} for name in marks]
+    number = pd.Series([f.get("n") for f in fields], index=marks, dtype=object)
     return pd.to_numeric(number, errors="coerce").dropna().astype("int64")
 
 
