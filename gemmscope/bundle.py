@@ -99,8 +99,8 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
     with tempfile.TemporaryDirectory(dir=scratch.folder()) as staging:
         # An nsys trace is scrubbed to SQLite, read from there and only then compressed for the
         # zip: read from its .xz it would be decompressed once more.
-        staged = {member: scrub(trace, _staging_path(Path(staging), member.removesuffix(".xz")), redactor)
-                  for member, trace in zip(members, originals)}
+        staged = {member: scrub(trace, _staging_path(Path(staging), i, member), redactor)
+                  for i, (member, trace) in enumerate(zip(members, originals))}
         recipes = verify.recorded_recipes(originals) if run_dir is None else []
         try:
             if run_dir is None:
@@ -159,8 +159,11 @@ def _member_names(traces: list[Trace], redactor: Redactor) -> list[str]:
     return names
 
 
-def _staging_path(staging: Path, member: str) -> Path:
-    path = staging / member
+def _staging_path(staging: Path, number: int, member: str) -> Path:
+    """Where the `number`-th trace is scrubbed before it is zipped as `member`: by its number, so
+    that a name as long as the system allows stays one when the scratch folder and a temporary
+    suffix are put around it."""
+    path = staging / "traces" / f"{number}{'.json.gz' if member.endswith('.json.gz') else '.sqlite'}"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 

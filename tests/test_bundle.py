@@ -390,3 +390,16 @@ def test_nothing_to_bundle(tmp_path):
         bundle([], tmp_path / "issue.zip")
     assert CliRunner().invoke(main, ["bundle", "-o", str(tmp_path / "issue.zip")]).exit_code == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trace_named_as_long_as_the_system_allows_is_bundled_under_its_name(tmp_path):
+    """A 250-character file name every other command reads: bundle scrubs it under a short name of
+    its own and zips it under the trace's name (the scratch folder's path and a temporary suffix
+    around the name made it too long, and the error named the internal path)."""
+    name = "a" * 240 + ".sqlite.xz"
+    shutil.copy(Path(__file__).parent / "fixtures" / "gpu" / "train_clean.sqlite.xz", tmp_path / name)
+    done = CliRunner().invoke(main, ["bundle", str(tmp_path / name), "-o", str(tmp_path / "issue.zip")])
+    assert done.exit_code == 0, done.output
+    with zipfile.ZipFile(tmp_path / "issue.zip") as zipped:
+        assert f"traces/{name}" in zipped.namelist()
+        assert json.loads(zipped.read("analysis.json"))["summary"]["gemm_launches"] > 0
