@@ -87,8 +87,11 @@ def _profile_steps(torch, folder: str, first: int, last: int) -> None:
         profiler = state["profiler"]
         if profiler is None or state["written"] or not profiler_recording():
             return
-        if torch.cuda.is_initialized():
-            torch.cuda.synchronize()
+        try:
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()  # kernels still running are in the trace too
+        except Exception:  # a CUDA error ended the program: what finished is still written
+            pass
         profiler.stop()  # with a schedule, this saves what the window recorded (on_trace_ready)
         if not state["written"]:
             save(profiler)
