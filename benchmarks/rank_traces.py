@@ -17,14 +17,19 @@ import argparse
 import json
 import lzma
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 
+from gemmscope.autocast_hook.gemmscope_protocol import PROCESS_PREFIX
+
 REPO = Path(__file__).resolve().parent.parent
+
 SEEDS = [REPO / "tests" / "fixtures" / "gpu" / "corpus" / f"fsdp_fp8_2gpu_rank{r}.sqlite.xz" for r in (0, 1)]
 
 
@@ -41,7 +46,16 @@ def build(folder: Path, ranks: int, grow: int = 1) -> None:
             plain.unlink()
             grown.unlink()
     for rank in range(ranks):
-        (folder / f"rank{rank}.sqlite").write_bytes(seeds[rank % len(seeds)])
+        trace = folder / f"rank{rank}.sqlite"
+        trace.write_bytes(seeds[rank % len(seeds)])
+        # each copy's session a nanosecond after the last, as a job's ranks start, and its hook's
+        # process mark naming its own rank: the same session twice is one capture given twice, the
+        # same rank twice no job, and gemmscope reads them so
+        seed_mark, own_mark = f"{PROCESS_PREFIX}rank={rank % len(seeds)}|", f"{PROCESS_PREFIX}rank={rank}|"
+        with closing(sqlite3.connect(trace)) as db, db:
+            db.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + ?", (rank,))
+            db.execute("UPDATE StringIds SET value = replace(value, ?, ?)", (seed_mark, own_mark))
+            db.execute("UPDATE NVTX_EVENTS SET text = replace(text, ?, ?) WHERE text IS NOT NULL", (seed_mark, own_mark))
 
 
 def run(folder: Path, workers: int) -> tuple[float, float, dict]:

@@ -160,10 +160,14 @@ def _member_names(traces: list[Trace], redactor: Redactor) -> list[str]:
 
 
 def _staging_path(staging: Path, number: int, member: str) -> Path:
-    """Where the `number`-th trace is scrubbed before it is zipped as `member`: by its number, so
-    that a name as long as the system allows stays one when the scratch folder and a temporary
-    suffix are put around it."""
-    path = staging / "traces" / f"{number}{'.json.gz' if member.endswith('.json.gz') else '.sqlite'}"
+    """Where the `number`-th trace is scrubbed before it is zipped as `member`: a traces/ member by
+    its number, so that a name as long as the system allows stays one when the scratch folder and a
+    temporary suffix are put around it; a run directory's trace.sqlite.xz as trace.sqlite, where the
+    run's own files look for it."""
+    if "/" not in member:
+        path = staging / member.removesuffix(".xz")
+    else:
+        path = staging / "traces" / f"{number}{'.json.gz' if member.endswith('.json.gz') else '.sqlite'}"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -7,9 +7,11 @@ the terminal's width or on COLUMNS; `profile` also runs in a fresh interpreter w
 wider, as a user's shell would."""
 
 import json
+import lzma
 import re
-import shutil
+import sqlite3
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -143,9 +145,15 @@ def test_two_rank_mismatches_say_the_rank_count_once():
 
 
 def test_ranks_beyond_the_width_continue_in_a_second_table(tmp_path):
-    # twelve per-rank copies of a real trace that records no rank: the file names number them
+    # twelve per-rank copies of a real trace that records no rank: the file names number them; each
+    # copy's session starts a nanosecond after the last, as the ranks of one job do (the same
+    # session twice would be one capture given twice, read once)
+    seed = lzma.decompress((CORPUS / "grouped_linear_fp8-block.sqlite.xz").read_bytes())
     for rank in range(12):
-        shutil.copyfile(CORPUS / "grouped_linear_fp8-block.sqlite.xz", tmp_path / f"trace_rank{rank}.sqlite.xz")
+        copy = tmp_path / f"trace_rank{rank}.sqlite"
+        copy.write_bytes(seed)
+        with closing(sqlite3.connect(copy)) as db, db:
+            db.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + ?", (rank,))
     text = invoke("analyze", tmp_path, "--workers", 1, code=0)
     assert_fits(text)
     first, continued = section(text, "Where the GPU time went"), section(text, "Where the GPU time went, continued")
