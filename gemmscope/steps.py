@@ -23,7 +23,8 @@ from gemmscope.errors import InputError
 from gemmscope.traces.model import Trace, process_id
 from gemmscope.verify import Verification
 
-STEP_COLUMNS = ["trace", "pid", "name", "start", "end", "index"]
+# The columns of the steps found (one row per step and process); diagnosis.STEP_COLUMNS are the figures per step.
+FOUND_COLUMNS = ["trace", "pid", "name", "start", "end", "index"]
 # How the output names marked steps, each step's name, and what it says of a run whose hook
 # watched for optimizer steps and saw none.
 MARKED_NAME = "gemmscope.step "
@@ -53,11 +54,11 @@ def step_interval(text: str) -> tuple[int, int]:
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame(columns=STEP_COLUMNS)
+    return pd.DataFrame(columns=FOUND_COLUMNS)
 
 
 def marked_steps(trace: Trace, launches: pd.DataFrame) -> pd.DataFrame:
-    """The steps the hook's marks say in one trace (STEP_COLUMNS): step n of a process ends at its
+    """The steps the hook's marks say in one trace (FOUND_COLUMNS): step n of a process ends at its
     last mark and begins at the last mark of n-1, step 0 at the process's first kernel launch
     (`launches`: kernels with `launch_start`, of this trace or, with a `trace` column, of several);
     a step whose beginning the trace does not hold (a capture opened inside it) is left out."""
@@ -144,7 +145,7 @@ def default_step_pattern(result: Verification) -> str | None:
 
 
 def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame:
-    """The run's steps (STEP_COLUMNS): instances of the push/pop range `pattern` (a shell
+    """The run's steps (FOUND_COLUMNS): instances of the push/pop range `pattern` (a shell
     pattern) names; without one, the hook's marks, else default_step_pattern's ranges."""
     return located_steps(result, pattern)[0]
 
@@ -173,7 +174,7 @@ def _ranges_named(result: Verification, pattern: str | None) -> pd.DataFrame:
         return _empty()
     steps = steps.sort_values(["trace", "pid", "start"], ignore_index=True)
     steps["index"] = steps.groupby(["trace", "pid"]).cumcount()
-    return steps[STEP_COLUMNS]
+    return steps[FOUND_COLUMNS]
 
 
 def launching_step(kernels: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
