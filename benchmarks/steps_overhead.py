@@ -7,7 +7,10 @@ the processes costs); the hook alone should cost <= 2 % of a step.
 Runs, alternating, ROUNDS times after WARMUP bare runs (window_overhead.compare): COMMAND bare;
 with gemmscope's hook alone (on PYTHONPATH, TE's ranges on, no profiler); `verify --profiler torch
 --steps A-B`; `verify --steps A-B` (nsys); and nsys armed (in the processes with verify's flags,
-never collecting). For each verify run, the seconds from the program's end ("[3/3]": the command
+never collecting); and nsys-range-armed: all that `verify --steps` sets up (its nsys flags with an NVTX
+capture range, nsys told to match unregistered range names, TE's ranges, the hook) with a range no one
+opens, so that what watching NVTX for the range costs is told apart from collecting the steps. For
+each verify run, the seconds from the program's end ("[3/3]": the command
 has exited) to verify's own exit, and the trace's size. With --step-time, also the program's own
 figure for its steps (what it prints, found by a regular expression), per kind against bare: the
 end-to-end wall time holds start-up, whose spread between runs is larger than the hook's cost.
@@ -35,6 +38,14 @@ from pathlib import Path
 from window_overhead import _NEVER_S, _NSYS_ALONE, compare
 
 import gemmscope
+from gemmscope.autocast_hook.gemmscope_protocol import STEPS
+
+# nsys waiting for an NVTX capture range that never opens, as `verify --steps` runs it otherwise
+_NSYS_RANGE_NEVER_OPENED = """import sys
+from gemmscope import nsys_runner
+report, *command = sys.argv[1:]
+sys.exit(nsys_runner.profile(command, report, nvtx_range="gemmscope.never-opened").returncode)
+"""
 
 
 def main() -> None:
@@ -46,7 +57,8 @@ def main() -> None:
     parser.add_argument("--out", help="keep the last capture of each verify run here (default: removed)")
     parser.add_argument("--kinds", type=lambda text: text.split(","),
                         default=["hook", "torch-steps", "nsys-steps", "nsys-armed"],
-                        help="comma-separated runs beside bare: hook, torch-steps, nsys-steps, nsys-armed")
+                        help="comma-separated runs beside bare: hook, torch-steps, nsys-steps, nsys-armed, "
+                             "nsys-range-armed")
     parser.add_argument("--step-time", type=re.compile,
                         help="regular expression whose first group is the program's own step time as it prints "
                              "it: a number, or a JSON list of step times (the steps after the first are taken)")
@@ -63,14 +75,17 @@ def main() -> None:
                     "--steps", args.steps, "--expect", args.expect, "--format", "json", "--out",
                     f"{out}/{profiler}", "--", *command]
 
+        hook_env = {**os.environ, "NVTE_NVTX_ENABLED": "1",
+                    "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p)}
         runs = {
             "bare": (command, None),
-            "hook": (command, {**os.environ, "NVTE_NVTX_ENABLED": "1",
-                               "PYTHONPATH": os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p)}),
+            "hook": (command, hook_env),
             "torch-steps": (verify("torch"), None),
             "nsys-steps": (verify("nsys"), None),
             "nsys-armed": ([sys.executable, "-c", _NSYS_ALONE, f"{out}/armed.nsys-rep", f"{_NEVER_S:g}", "1", "-",
                             *command], None),
+            "nsys-range-armed": ([sys.executable, "-c", _NSYS_RANGE_NEVER_OPENED, f"{out}/range-armed.nsys-rep",
+                                  *command], {**hook_env, STEPS: args.steps, "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}),
         }
         runs = {kind: run for kind, run in runs.items() if kind == "bare" or kind in args.kinds}
         after_end: dict[str, list[float]] = {kind: [] for kind in ("torch-steps", "nsys-steps") if kind in runs}
