@@ -173,16 +173,16 @@ def keep_option(func):
     return click.option(
         "--keep", multiple=True, metavar="PATTERN",
         help="Leave what matches this shell pattern although a redaction rule matches it (e.g. "
-             "'*.nvidia.com', '10.0.*'; README: Redaction); repeatable.")(func)
+             "'*.nvidia.com', '10.0.*'; docs/redaction.md); repeatable.")(func)
 
 
 def redaction_options(func):
     """--keep and --no-redact: what analyze, verify, diagnose and compare print is redacted as
-    report's is (README: Redaction)."""
+    report's is (docs/redaction.md)."""
     func = click.option("--no-redact", is_flag=True,
                         help="Print every name and text as the traces hold them, secrets included (for local "
-                             "debugging, not for pasting); by default redacted as report redacts (README: "
-                             "Redaction).")(func)
+                             "debugging, not for pasting); by default redacted as report redacts (docs/"
+                             "redaction.md).")(func)
     return keep_option(func)
 
 

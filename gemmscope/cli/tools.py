@@ -128,7 +128,7 @@ def _with_remarks(frame: pd.DataFrame) -> pd.DataFrame:
 @keep_option
 def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
     """Copy a trace without the environment, command line, user and host names nsys recorded,
-    and with every text in it redacted (README: Redaction; stderr says what was taken out). Exit 0
+    and with every text in it redacted (docs/redaction.md; stderr says what was taken out). Exit 0
     once written: scrub checks nothing."""
     from gemmscope.scrub import recorded_redactor, scrub
     from gemmscope.traces.read import trace_source
@@ -152,7 +152,7 @@ def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, expect_m
     """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the report's
     tables as CSV (tables/, as `report --tables`), the traces scrubbed, and environment.json (GPU,
     driver, CUDA, nsys, recipes, the command line redacted). INPUTS: traces (files, folders or
-    globs), or one `gemmscope profile` run directory. Every member redacted (README: Redaction;
+    globs), or one `gemmscope profile` run directory. Every member redacted (docs/redaction.md;
     stderr says what was taken out). Exit 0 once written, whatever the verdict (report.md says it),
     also for traces that cannot be analyzed (report.md says why)."""
     from gemmscope.bundle import bundle

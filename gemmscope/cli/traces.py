@@ -508,7 +508,7 @@ def compare_cmd(base: Path, new: Path, step_range: str | None, fmt: str, keep: t
 @click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Also write each table of the report as a CSV file into DIR (made if missing): "
                    "mismatches.csv, findings.csv, breakdown-per-rank.csv, …; for a run directory "
-                   "gemm-entries.csv, … (README: Machine interface). Names whole, times in the unit the "
+                   "gemm-entries.csv, … (docs/machine-interface.md). Names whole, times in the unit the "
                    "column names (_ns, _ms), blank where nothing ran; other gemmscope tables in DIR are removed.")
 @keep_option
 def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, expect: str | None,

@@ -1,9 +1,9 @@
 """The small mistakes issue 22 found the tests blind to, each made in a copy of the source tree:
-every one must fail a test. mutmut (benchmarks/mutation.sh) mutates inside functions only, and
+every one must fail a test. mutmut (tests/mutation/mutation.sh) mutates inside functions only, and
 not inside decorated ones, so the pattern tables (kernels.RULES, redaction.RULES, redaction.SECRET_NAME),
 the cached `kernels.decode` and `Verification`'s properties (what fails a check) are checked here.
 
-    python benchmarks/named_mutations.py        # one line per mutation: KILLED or SURVIVED; exit 1 on a survivor
+    python tests/mutation/named_mutations.py        # one line per mutation: KILLED or SURVIVED; exit 1 on a survivor
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # (what the mistake is, file, text, replacement, tests that must catch it)
 MUTATIONS = (
