@@ -37,7 +37,7 @@ from gemmscope.atomic import written_whole
 from gemmscope.attribution import EnclosingRanges, LoadedTrace
 from gemmscope.errors import InputError
 from gemmscope.redaction import PATH_CHAR, REDACTED, SECRET_NAME, Redactor
-from gemmscope.traces import kineto, nsys
+from gemmscope.traces import kineto, nsys, nsys_tables
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import trace_source
 
@@ -160,7 +160,7 @@ def _records(export: Path) -> sqlite3.Connection:
     `_recorded` reads of a columnar one (Parquet or Arrow)."""
     if export.is_dir():
         tables = {table: [key, value] for table, key, value, _ in (*_REDACT, *_DELETE)}
-        return nsys.columnar_as_sqlite(export, tables | {"StringIds": ["id", "value"]})
+        return nsys_tables.columnar_as_sqlite(export, tables | {"StringIds": ["id", "value"]})
     return sqlite3.connect(f"file:{export}?mode=ro", uri=True)
 
 
