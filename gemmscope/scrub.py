@@ -37,7 +37,7 @@ from gemmscope.atomic import written_whole
 from gemmscope.attribution import EnclosingRanges, LoadedTrace
 from gemmscope.errors import InputError
 from gemmscope.redaction import PATH_CHAR, REDACTED, SECRET_NAME, Redactor
-from gemmscope.traces import kineto, nsys, nsys_tables
+from gemmscope.traces import kineto_json, nsys, nsys_tables
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import trace_source
 
@@ -81,8 +81,8 @@ def recorded_redactor(exports: Iterable[str | Path], keep: Iterable[str] = ()) -
     paths: list[str] = []
     names = _local_names()
     for export in exports:
-        if kineto.is_kineto(Path(export)):
-            names += kineto.recorded_names(Path(export))
+        if kineto_json.is_kineto(Path(export)):
+            names += kineto_json.recorded_names(Path(export))
             continue
         with closing(_records(Path(export))) as conn:
             removed, recorded_names = _recorded(conn)
@@ -266,7 +266,7 @@ def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None 
     check_output(out, (source, given), "scrub")
     if redactor is None:
         redactor = recorded_redactor([source])
-    if kineto.is_kineto(source):
+    if kineto_json.is_kineto(source):
         return _scrub_kineto(source, out, redactor)
     work = Path(tempfile.mkdtemp(dir=scratch.folder())) / "scrubbing.sqlite"
     try:
@@ -287,7 +287,7 @@ def _scrub_kineto(source: Path, out: Path, redactor: Redactor) -> Path:
     """A torch.profiler trace with every string of it (keys too) redacted, through a temporary
     name: `out` appears whole, or not at all."""
     with written_whole(out, ".gz" if out.name.endswith(".gz") else "") as partial:
-        kineto.write_redacted(source, partial, redactor.document)
+        kineto_json.write_redacted(source, partial, redactor.document)
     return out
 
 
