@@ -65,7 +65,7 @@ from gemmscope.recipes import (
     RECIPES,
     RESCALED,
 )
-from gemmscope.traces.model import Trace
+from gemmscope.traces.model import Trace, gpu_sm
 
 # Verdicts of a mapped range (ranges_checked) that fail the check.
 RANGE_FAILURES = ("FALLBACK", "NO GEMM", "NOT FOUND")
@@ -168,11 +168,6 @@ def first_pattern(names: pd.Series, patterns: Sequence[str]) -> pd.Series:
     """Per name, the position of the first of `patterns` that matches it (NA where none)."""
     position = pd.Series(first_matching_pattern(names, patterns), index=names.index, dtype="Int64")
     return position.where(position >= 0)
-
-
-def _sm(traces: Sequence[Trace]) -> int | None:
-    majors = [(g["cc_major"], g["cc_minor"]) for t in traces for g in t.meta["gpus"] if pd.notna(g.get("cc_major"))]
-    return int(majors[0][0]) * 10 + int(majors[0][1]) if majors else None
 
 
 @dataclass
@@ -342,7 +337,7 @@ def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: s
         if expect_map:
             own &= gemms["expect_range"].isna().to_numpy()
         gemms["asked_high"] = own & gemms["expected"].isin(HIGH_PRECISIONS).to_numpy()
-        _judge(gemms, _sm(read_traces), allow, ranges, strict_unknown)
+        _judge(gemms, gpu_sm(read_traces), allow, ranges, strict_unknown)
     result = Verification(expected=expected, strict=expect is not None, strict_unknown=strict_unknown,
                           gemms=gemms, tails_ns=tails_ns,
                           traces=read_traces, kernels=all_kernels, ranges=ranges, memops=memops, unreadable=unreadable,

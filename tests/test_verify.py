@@ -536,19 +536,19 @@ def test_first_pattern_is_the_position_of_the_first_matching_pattern_per_name():
 def test_sm_is_the_compute_capability_of_the_first_gpu_that_has_one(gpu_trace):
     from dataclasses import replace
 
-    from gemmscope.verify import _sm
+    from gemmscope.traces.model import gpu_sm
 
     h200 = gpu_trace("te_linear_bf16")
-    assert _sm([h200]) == H200_SM
+    assert gpu_sm([h200]) == H200_SM
 
     def with_gpus(*capabilities):
         gpus = [{"id": i, "name": "GPU", "cc_major": major, "cc_minor": minor}
                 for i, (major, minor) in enumerate(capabilities)]
         return replace(h200, meta=h200.meta | {"gpus": gpus})
 
-    assert _sm([with_gpus()]) is None
-    assert _sm([with_gpus((None, None)), with_gpus((10, 3), (9, 0))]) == 103
-    assert _sm([with_gpus((12, 1)), h200]) == 121
+    assert gpu_sm([with_gpus()]) is None
+    assert gpu_sm([with_gpus((None, None)), with_gpus((10, 3), (9, 0))]) == 103
+    assert gpu_sm([with_gpus((12, 1)), h200]) == 121
 
 
 def test_autotuning_is_told_by_benchmark_loops_per_thread(gpu_sqlite, tmp_path):
