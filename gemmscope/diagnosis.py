@@ -29,10 +29,11 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from gemmscope.findings import findings, uneven_steps
+from gemmscope.job import launched_by_te, module_labels
 from gemmscope.jsonable import frame_records, plain
 from gemmscope.steps import NO_OPTIMIZER_STEP, NO_STEPS, launching_step, located_steps, watched_without_steps
 from gemmscope.traces.model import process_id
-from gemmscope.verify import Verification, launched_by_te, module_labels
+from gemmscope.verify import Verification
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",
               "memcpy", "memset", "other")
@@ -244,7 +245,7 @@ def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
 
 
 def categorize_modules(result: Verification) -> pd.DataFrame:
-    """Kernels with their module label (verify.module_labels, as the GEMM tables say it), pass and
+    """Kernels with their module label (job.module_labels, as the GEMM tables say it), pass and
     category."""
     activity = categorize(result)
     k = result.kernels

@@ -87,7 +87,7 @@ def is_autotune_candidate(names: np.ndarray) -> np.ndarray:
 def is_cache_flush(names: np.ndarray) -> np.ndarray:
     """Per kernel name, whether it is the kernel autotuners clear the L2 cache with before each
     launch they time; a program may launch it too, so only a loop of them tells a benchmark
-    (verify.autotuning_launches). Each distinct name decoded once."""
+    (job.autotuning_launches). Each distinct name decoded once."""
     return _matched_by(names, _CACHE_FLUSH_RULES)
 
 
