@@ -22,6 +22,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gemmscope.devices import lookup
+from gemmscope.figures import ASSUMED_SPEEDUP
 from gemmscope.recipes import RECIPE_MIN_SM
 from gemmscope.throughput import device_name, gemm_throughput
 from gemmscope.traces.model import gpu_sm
@@ -30,7 +31,6 @@ from gemmscope.verify import Verification
 # What "near the expected throughput" means for gemms-healthy, and "far below" for small-gemm.
 HEALTHY_SHARE_OF_PEAK = 0.5
 SMALL_SHARE_OF_PEAK = 0.25
-ASSUMED_SPEEDUP = 2.0  # the s of the Amdahl bound people ask about: FP8 over BF16 on paper
 
 
 def _amdahl(share: float, speedup: float) -> float:
@@ -53,7 +53,7 @@ def findings(result: Verification, times: pd.DataFrame) -> list[dict]:
     share = gemm_ns / window if window else 0.0
     throughput = gemm_throughput(result)
     measured_speedup = _measured_gemm_speedup(throughput)
-    bounds = {"s=2": _amdahl(share, ASSUMED_SPEEDUP)}
+    bounds = {f"s={ASSUMED_SPEEDUP:g}": _amdahl(share, ASSUMED_SPEEDUP)}
     if measured_speedup:
         bounds[f"s={measured_speedup:.2f} (measured)"] = _amdahl(share, measured_speedup)
     bound_text = ", ".join(f"{k}: at most {v:.3f}× end to end" for k, v in bounds.items())

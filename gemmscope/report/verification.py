@@ -14,9 +14,10 @@ import pandas as pd
 
 from gemmscope import kernels, plots
 from gemmscope.diagnosis import Diagnosis
+from gemmscope.figures import coverage_groups
 from gemmscope.jsonable import plain
 from gemmscope.report import verification_terminal as terminal
-from gemmscope.report.documents import coverage_groups, gemm_fields, gemm_records
+from gemmscope.report.documents import gemm_fields, gemm_records
 from gemmscope.report.frames import (
     ALLOWED_TITLE,
     COVERAGE_TITLE,

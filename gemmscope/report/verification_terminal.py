@@ -7,7 +7,7 @@ import pandas as pd
 from rich.cells import cell_len
 
 from gemmscope.diagnosis import Diagnosis
-from gemmscope.report.documents import coverage_groups
+from gemmscope.figures import coverage_groups
 from gemmscope.report.frames import (
     ALLOWED_TITLE,
     LAUNCHES_TITLE,
