@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from gemmscope.findings import findings, uneven_steps
+from gemmscope.findings import Finding, findings, uneven_steps
 from gemmscope.job import launched_by_te, module_labels
 from gemmscope.jsonable import frame_records, plain
 from gemmscope.steps import NO_OPTIMIZER_STEP, NO_STEPS, launching_step, located_steps, watched_without_steps
@@ -48,7 +48,7 @@ class Diagnosis:
     """Per-rank time breakdown and the findings drawn from it."""
 
     breakdown: pd.DataFrame = dataclasses.field(repr=False)  # one row per rank: window, busy, idle, launches, category times
-    findings: list[dict] = dataclasses.field(repr=False)
+    findings: list[Finding] = dataclasses.field(repr=False)
     steps: pd.DataFrame = dataclasses.field(repr=False)  # one row per step range instance (empty when no steps were found)
     step_range: str | None  # the pattern the window was cut by (steps.MARKED_PATTERN: the hook's marks), or None
     # per rank and step after the first: `step_breakdown` (empty when the window is the whole trace)

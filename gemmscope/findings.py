@@ -19,6 +19,8 @@ checked run and its time breakdown (diagnosis.breakdown), `uneven_steps` from it
 
 from __future__ import annotations
 
+from typing import Any, TypedDict
+
 import pandas as pd
 
 from gemmscope.devices import lookup
@@ -27,6 +29,20 @@ from gemmscope.recipes import RECIPE_MIN_SM
 from gemmscope.throughput import device_name, gemm_throughput
 from gemmscope.traces.model import gpu_sm
 from gemmscope.verify import Verification
+
+# Where a finding's time is: a layer, module and pass, and its time there.
+Concern = TypedDict("Concern", {"layer": str | None, "module": str, "pass": str | None, "time_ns": int})
+
+
+class Finding(TypedDict):
+    """One finding (module docstring), as the JSON documents hold it."""
+
+    code: str
+    explains_ns: int  # the time at stake: findings are ordered by it, most first
+    statement: str
+    figures: dict[str, Any]  # its figures, by name (times in ns, shares as fractions)
+    concerns: list[Concern]  # where its time is, most first (empty where no one place is)
+
 
 # What "near the expected throughput" means for gemms-healthy, and "far below" for small-gemm.
 HEALTHY_SHARE_OF_PEAK = 0.5
@@ -45,9 +61,9 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms" if ns < 1e9 else f"{ns / 1e9:.2f} s"
 
 
-def findings(result: Verification, times: pd.DataFrame) -> list[dict]:
+def findings(result: Verification, times: pd.DataFrame) -> list[Finding]:
     """The findings (module docstring) over all ranks, most time at stake first."""
-    out: list[dict] = []
+    out: list[Finding] = []
     window, busy, idle = (int(times[c].sum()) for c in ("window_ns", "busy_ns", "idle_ns"))
     gemm_ns = int(times["gemm_ns"].sum() + times["gemm-fallback_ns"].sum())
     share = gemm_ns / window if window else 0.0
@@ -108,15 +124,15 @@ def _measured_gemm_speedup(throughput: pd.DataFrame) -> float | None:
     return float((low[both] / high[both]).median()) if len(both) else None
 
 
-def _top(frame: pd.DataFrame, n: int = 3) -> list[dict]:
+def _top(frame: pd.DataFrame, n: int = 3) -> list[Concern]:
     keys = ["layer", "module", "pass"]
     g = frame.assign(**{"pass": frame["te_pass"]}).groupby(keys, dropna=False)["duration_ns"].sum()
     return [{"layer": k[0] if pd.notna(k[0]) else None, "module": k[1], "pass": k[2] if pd.notna(k[2]) else None,
              "time_ns": int(v)} for k, v in g.sort_values(ascending=False).head(n).items()]
 
 
-def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.DataFrame) -> list[dict]:
-    out = []
+def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.DataFrame) -> list[Finding]:
+    out: list[Finding] = []
     g = result.gemms
     gemm_ns = int(g["duration_ns"].sum())
     if "verdict" in g and gemm_ns:
@@ -188,11 +204,11 @@ SLOW_STEP = 1.25
 LAGGING_RANK = 1.10
 
 
-def uneven_steps(step_times: pd.DataFrame) -> list[dict]:
+def uneven_steps(step_times: pd.DataFrame) -> list[Finding]:
     """The steps that differ: ``slow-steps`` (steps over SLOW_STEP × their rank's median step on
     the GPU, the time over the median at stake) and ``rank-lag`` (the rank whose median step is over
     LAGGING_RANK × the other ranks' median: they wait for it at every collective)."""
-    out: list[dict] = []
+    out: list[Finding] = []
     if len(step_times) < 3:
         return out
     window = step_times["window_ns"].astype("int64")

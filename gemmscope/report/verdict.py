@@ -7,6 +7,7 @@ import pandas as pd
 from gemmscope import te_ranges
 from gemmscope.diagnosis import Diagnosis
 from gemmscope.figures import Coverage, verdict_figures
+from gemmscope.findings import Finding
 from gemmscope.report.model import count
 from gemmscope.verify import Verification, recorded_recipes
 
@@ -17,7 +18,7 @@ def shares_by_precision(time_by_precision: dict[str, int]) -> str:
     return ", ".join(f"{p} {100 * t / total:.1f} %" for p, t in time_by_precision.items())
 
 
-def top_findings(findings: list[dict]) -> str:
+def top_findings(findings: list[Finding]) -> str:
     if not findings:
         return "none"
     first, rest = findings[0], [f["code"] for f in findings[1:4]]
