@@ -37,7 +37,7 @@ def trace_environment(result: Verification) -> list[tuple[str, str]]:
     else:
         versions = ", ".join(f"{label} {software.get(key) or 'unknown'}" for key, label in
                              (("torch", "torch"), ("cuda", "CUDA"), ("transformer_engine", "TE"), ("cublaslt", "cuBLASLt")))
-    made_by = ("nsys", ", ".join(nsys)) if all(t.sqlite for t in result.traces) else ("profiler", ", ".join(profilers))
+    made_by = ("nsys", ", ".join(nsys)) if all(t.made_by_nsys for t in result.traces) else ("profiler", ", ".join(profilers))
     return [("GPU", ", ".join(gpus) or "unknown"), made_by, ("traces", traces),
             ("software", versions)]
 

@@ -141,6 +141,17 @@ class Trace:
     gpus: pd.DataFrame
     memory: pd.DataFrame
 
+    @property
+    def made_by_nsys(self) -> bool:
+        """nsys made the trace (its records come from an nsys export), not torch.profiler."""
+        return self.sqlite is not None
+
+    @property
+    def records(self) -> Path:
+        """The file or folder its records were read from: its nsys export, or the torch.profiler
+        trace itself."""
+        return self.sqlite if self.sqlite is not None else self.path
+
 
 def gpu_sm(traces: Sequence[Trace]) -> int | None:
     """The compute capability (90 for sm90) of the first GPU the traces name one for (each

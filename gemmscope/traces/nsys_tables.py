@@ -1,11 +1,15 @@
 """An Nsight Systems export's tables as DataFrames: an SQLite export through SQL, or a folder nsys
 exported as Parquet or Arrow through pyarrow, both answering the same questions (which tables and
 columns there are, a table's columns as a frame, the CUDA API calls that launch kernels), so that
-traces.nsys reads either without knowing which. Every table and column is looked up before use."""
+traces.nsys reads either without knowing which. Every table and column is looked up before use.
+What an SQLite export records of its machine and of the commands nsys launched (bundle and scrub
+read them) is read here too."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -311,3 +315,36 @@ def columnar_as_sqlite(path: Path, tables: dict[str, list[str]]) -> sqlite3.Conn
         if table in export.tables:
             export.frame(table, {c: c for c in columns}).to_sql(table, conn, index=False)
     return conn
+
+
+# The parts of a process's command line in META_DATA_CAPTURE: PROCESS_<n>:COMMAND, PROCESS_<n>:ARGUMENT_<i>.
+_COMMAND_PART = re.compile(r"PROCESS_(\d+):(?:COMMAND|ARGUMENT_(\d+))")
+
+
+def command_lines(conn: sqlite3.Connection) -> list[list[str]]:
+    """The command line of each process nsys launched, as recorded (argv: COMMAND, then
+    ARGUMENT_0, ARGUMENT_1, …), in process order."""
+    if "META_DATA_CAPTURE" not in _tables(conn):
+        return []
+    parts: dict[int, dict[int, str]] = {}
+    for name, value in conn.execute(
+            "SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:COMMAND' "
+            "OR name LIKE 'PROCESS_%:ARGUMENT_%'"):
+        if match := _COMMAND_PART.fullmatch(name):
+            process, argument = match.groups()
+            parts.setdefault(int(process), {})[-1 if argument is None else int(argument)] = value or ""
+    return [[argv[i] for i in sorted(argv)] for _, argv in sorted(parts.items())]
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def recorded_environment(export: Path) -> tuple[dict[str, str], list[list[str]]]:
+    """What an SQLite export records of the machine it ran on (TARGET_INFO_SYSTEM_ENV's name ->
+    value: driver, CUDA, OS; empty where it lacks the table) and the command line of each process
+    nsys launched (command_lines)."""
+    with closing(sqlite3.connect(f"file:{export}?mode=ro", uri=True)) as conn:
+        system = dict(conn.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV")) \
+            if "TARGET_INFO_SYSTEM_ENV" in _tables(conn) else {}
+        return system, command_lines(conn)

@@ -73,3 +73,9 @@ def trace_source(path: str | Path) -> Path:
     if path.is_file() and kineto_json.is_kineto(path):
         return path
     return nsys.sqlite_export(nsys.redactable(path))
+
+
+def redactable_source(trace: Trace) -> Path:
+    """What scrubbing `trace` reads and rewrites: its nsys export as SQLite (nsys.redactable: for
+    a Parquet/Arrow export, the .nsys-rep beside it), or the torch.profiler trace itself."""
+    return nsys.redactable(trace.records) if trace.made_by_nsys else trace.path
