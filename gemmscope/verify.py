@@ -38,9 +38,9 @@ keeps this GEMM in high precision), TE was handed the requested precision and th
 ran another (``kernel-differs``), the GEMM ran outside TE (``outside-te``), or nothing recorded it
 (``no-record``).
 
-Several traces (one per rank, or one holding every rank) are checked together: each GEMM keeps
-its trace and rank, and `rank_comparison` says whether all ranks ran the same kernels for the
-same GEMM.
+Several traces (one per rank, or one holding every rank) are checked together, assembled as one
+job first (gemmscope.job: each GEMM keeps its trace and rank), then judged (`judge`);
+`rank_comparison` says whether all ranks ran the same kernels for the same GEMM.
 """
 
 from __future__ import annotations

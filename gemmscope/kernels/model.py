@@ -100,7 +100,7 @@ def precision_of(a: str | None, b: str | None, scale_mode: str | None) -> str:
 
 def joined_precision(a: str, b: str) -> str:
     """The precision of a GEMM whose operands run at precisions `a` and `b`: theirs when they agree,
-    a mixed precision this module knows ("mxfp4×mxfp8"), else "unknown"."""
+    a mixed precision gemmscope knows ("mxfp4×mxfp8"), else "unknown"."""
     if a == b:
         return a
     mixed = f"{a}×{b}"

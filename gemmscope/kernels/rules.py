@@ -134,7 +134,7 @@ RULES: tuple[Rule, ...] = (
     Rule("triton", re.compile(r"\btriton_"), "triton", "other"),  # inductor's fused kernels (seen on H200)
     Rule("nccl", re.compile(r"nccl", re.IGNORECASE), "nccl", "other"),
     Rule("te-quantize", re.compile("|".join(_TE_QUANTIZE_STEMS)), "te", "quantize"),
-    # Quantization kernels of TRT-LLM / FlashInfer / vLLM / SGLang, decoded above.
+    # Quantization kernels of TRT-LLM / FlashInfer / vLLM / SGLang, decoded in serving.py.
     Rule("trtllm-quantize", re.compile(r"\bquantize_with_block_size<|\b\w*cvt_(?:fp16|fp8|bf16)_to_fp4\b"), "trtllm", "quantize",
          quantize_operands),
     Rule("serving-quantize", re.compile("|".join(_QUANTIZE_STEMS)), "unknown", "quantize", quantize_operands),
@@ -157,13 +157,13 @@ RULES: tuple[Rule, ...] = (
     # copy cutlass__5x_cudnn::Kernel<cutlass_tensorop_bf16_s16816fprop_optimized_*> (nsys in
     # CodeGandee/llm-perf-opt reports/20251107-dsocr/nsys/per-stage/sam/).
     Rule("cudnn-conv", re.compile(r"\bimplicit_convolve_sgemm\b|" + GENERATION + r"\w*?cudnn|\bcutlass__5x_cudnn::"), "cudnn", "other"),
-    # TensorRT-LLM-gen batched (MoE) and dense GEMMs, decoded above.
+    # TensorRT-LLM-gen batched (MoE) and dense GEMMs, decoded in serving.py.
     Rule("trtllm-gen", TRTLLM_GEN, "trtllm-gen", "gemm", trtllm_gen_operands),
     # Older trtllm-gen cubins (BatchedGemmKernel_BatchN_E2m1E2m1Fp32_Bfloat16_Tile..., GemmGatedActKernel_E4m3_E4m3_Fp32_tile...
     # in TRT-LLM's trtllmGenKernels/*/cubin folders): GEMMs, their type order not read.
     Rule("trtllm-gen-legacy", re.compile(r"\b(?:Batched)?Gemm(?:GatedAct)?Kernel_(?:Batch[MN]_)?[A-Z][a-z0-9]+"), "trtllm-gen", "gemm",
          note="an older trtllm-gen kernel name, whose type order this module does not read"),
-    # DeepGEMM, decoded above (its indexer logits are attention, above).
+    # DeepGEMM, decoded in cutlass.py (its indexer logits are attention, above).
     Rule("deepgemm", DEEPGEMM, "deepgemm", "gemm", deepgemm_operands),
     Rule("deepgemm-other-gemm", re.compile(r"\bdeep_gemm::\w*gemm"), "deepgemm", "gemm",
          note="a DeepGEMM kernel whose template this module does not read"),
@@ -177,16 +177,16 @@ RULES: tuple[Rule, ...] = (
     # models on B200; types read as in the demangled form.
     Rule("cutlass-mangled", re.compile(r"\b_ZN7cutlass(?:13device_kernel|6Kernel|7Kernel2)I\w*gemm"), "cutlass", "gemm",
          element_operands),
-    # Triton GEMMs by function name, decoded above.
+    # Triton GEMMs by function name, decoded in serving.py.
     Rule("triton-jit-gemm", re.compile(r"\b_?(?:mxfp8_block_scaled_matmul|w8a8_block_fp8_matmul|block_scaled_matmul)\w*"
                                        r"|\b(?:_p)?_matmul_ogs_[A-Z]{2,3}_"), "triton", "gemm", triton_gemm_operands),
-    # cuBLAS nvjet GEMMs; the type code and scale tokens are decoded above (seen on H200; Blackwell
+    # cuBLAS nvjet GEMMs; the type code and scale tokens are decoded in cublas.py (seen on H200; Blackwell
     # names in docs/kernel-names.md).
     Rule("nvjet", re.compile(r"\bnvjet_"), "nvjet", "gemm", nvjet_operands),
     # cuBLAS xmma GEMMs: sm90_xmma_gemm_f32f32_tf32f32_f32_* (TF32) and
     # sm80_xmma_gemm_f32f32_f32f32_f32_*_ffma_* (FP32 on FFMA units), seen on H200.
     Rule("xmma", re.compile(r"\bsm\d+_xmma_gemm_"), "xmma", "gemm", xmma_operands),
-    # CUTLASS GEMMs named by template, decoded above. Grouped: CUTLASS 3's GroupProblemShape (an
+    # CUTLASS GEMMs named by template, decoded in cutlass.py. Grouped: CUTLASS 3's GroupProblemShape (an
     # nsys cuda_gpu_kern_sum of vLLM's MoE on H100 in gujialiang123/MOEresearch
     # results/4way_bench/2x2_nsys/nsys_evidence/AT_OFF_CG_OFF_top10_kernels.txt; TE's
     # NVTE_USE_CUTLASS_GROUPED_GEMM path, transformer_engine/common/gemm/cutlass_grouped_gemm.cuh) and
@@ -201,7 +201,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cutlass3x", re.compile(r"\bcutlass3x_"), "cutlass", "gemm", cutlass3_operands),
     # CUTLASS 2.x naming, including cuBLAS's cutlass_80_tensorop_i16832gemm_s8_* (int8, seen on H200).
     Rule("cutlass2x", re.compile(r"\bcutlass(?:_\d\d)?_(?:tensorop|simt|wmma_tensorop|sptensorop)_\w*gemm"), "cutlass", "gemm", cutlass2_operands),
-    # cuBLAS's GEMMs before xmma and nvjet, decoded above: ampere_bf16_s16816gemm_bf16_* and
+    # cuBLAS's GEMMs before xmma and nvjet, decoded in cublas.py: ampere_bf16_s16816gemm_bf16_* and
     # ampere_bf16_s1688gemm_bf16_* (RTX 3060 in karpathy/nanochat#105, RTX 4090 in pytorch/pytorch#181718),
     # ampere_fp16_s16816gemm_fp16_* (NVIDIA/cutlass#1025), ampere_sgemm_* (Nsight Systems in
     # forums.developer.nvidia.com/t/232209, discuss.pytorch.org/t/194741), volta_sgemm_*

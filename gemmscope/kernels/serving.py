@@ -68,7 +68,7 @@ def trtllm_gen_operands(name: str) -> Operands:
 # - block_scaled_matmul_kernel (the tutorial): MXFP8, MXFP4 or NVFP4 by its arguments: unknown;
 # - triton_kernels' MoE matmul _matmul_ogs_<layout>_<types>_<tile>... / _p_matmul_ogs_ (triton-lang/triton
 #   python/triton_kernels/triton_kernels/matmul_ogs.py), e.g. _matmul_ogs_NNT_bf16xbf16xmxfp4_128x256x128x1_swiglu
-#   for gpt-oss: BF16 activations against MXFP4 weights, which no precision of this module names.
+#   for gpt-oss: BF16 activations against MXFP4 weights, which no precision gemmscope reports names.
 
 _TRITON_GEMMS = (
     (re.compile(r"\b_?mxfp8_block_scaled_matmul"), Operands("mxfp8", "e4m3", "e4m3", None, "mx-ue8m0-32")),
