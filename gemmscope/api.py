@@ -127,13 +127,13 @@ def load(paths: str | Path | Sequence[str | Path], workers: int | None = None,
     a name that matches nothing, no trace that could be read (a missing file, not a trace), a
     capture blind to GPU kernels. A trace that could not be read beside others that could is kept
     with its reason (`errors`), and a run that launched no GPU kernel is a result (`check`)."""
-    from gemmscope import loading, verify
+    from gemmscope import job, loading
     from gemmscope.traces.read import trace_paths
 
     found = trace_paths([paths] if isinstance(paths, (str, Path)) else list(paths))
     loaded = loading.load(found, workers, scheduler)
     try:
-        verify.raise_if_none_usable(loaded)
+        job.raise_if_none_usable(loaded)
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise

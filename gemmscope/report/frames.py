@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gemmscope.diagnosis import CATEGORIES, Diagnosis
+from gemmscope.findings import Finding
 from gemmscope.report.model import count
 from gemmscope.steps import described
 from gemmscope.verify import Verification
@@ -33,7 +34,7 @@ def breakdown_frame(breakdown: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def findings_frame(findings: list[dict]) -> pd.DataFrame:
+def findings_frame(findings: list[Finding]) -> pd.DataFrame:
     return pd.DataFrame({"finding": [f["code"] for f in findings], "what it says": [f["statement"] for f in findings]})
 
 

@@ -14,9 +14,11 @@ import pandas as pd
 
 from gemmscope import kernels, plots
 from gemmscope.diagnosis import Diagnosis
+from gemmscope.figures import coverage_groups
+from gemmscope.findings import Finding
 from gemmscope.jsonable import plain
 from gemmscope.report import verification_terminal as terminal
-from gemmscope.report.documents import coverage_groups, gemm_fields, gemm_records
+from gemmscope.report.documents import gemm_fields, gemm_records
 from gemmscope.report.frames import (
     ALLOWED_TITLE,
     COVERAGE_TITLE,
@@ -192,7 +194,7 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def _findings_section(findings: list[dict]) -> Section:
+def _findings_section(findings: list[Finding]) -> Section:
     table = pd.DataFrame({"finding": [f["code"] for f in findings],
                           "time at stake ms": [_ms(f["explains_ns"]) for f in findings],
                           "what it says": [f["statement"] for f in findings]})

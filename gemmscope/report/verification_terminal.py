@@ -7,7 +7,8 @@ import pandas as pd
 from rich.cells import cell_len
 
 from gemmscope.diagnosis import Diagnosis
-from gemmscope.report.documents import coverage_groups
+from gemmscope.figures import coverage_groups
+from gemmscope.findings import Finding
 from gemmscope.report.frames import (
     ALLOWED_TITLE,
     LAUNCHES_TITLE,
@@ -169,7 +170,7 @@ def breakdown_sections(diagnosis: Diagnosis) -> list[TextSection]:
             for i, chunk in enumerate(chunks)]
 
 
-def findings_section(title: str, findings: list[dict]) -> TextSection:
+def findings_section(title: str, findings: list[Finding]) -> TextSection:
     return table_section(title, findings_frame(findings), wrap={"what it says"})
 
 
