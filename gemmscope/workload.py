@@ -69,7 +69,9 @@ def te_recipe(precision: str):
 
 
 def unsupported_reason(precision: str) -> str | None:
-    """TE's own reason why this GPU cannot run the recipe, or None."""
+    """TE's own reason why this GPU cannot run the recipe, or None (BF16: none, TE not needed)."""
+    if precision == "bf16":
+        return None
     te, _, _ = _te()
     check = {
         "bf16": None,
@@ -153,15 +155,17 @@ def _classify(exc: BaseException) -> str:
     return "unsupported" if "supported" in text or "compute capability" in text else "failed"
 
 
-def run_entry(entry: Entry, warmup: int) -> str:
-    """Time one entry; returns its result mark, which it also leaves in the trace."""
+def run_entry(entry: Entry, warmup: int, make_step=None) -> str:
+    """Time one entry; returns its result mark, which it also leaves in the trace. `make_step`
+    builds the timed step from the entry (default: by its mode, autocast or prequant); a
+    precision that is no TE recipe (torchao's) is left to the step to refuse."""
     result: dict[str, str | float] = {"status": "ok"}
-    reason = unsupported_reason(entry.precision)
+    reason = unsupported_reason(entry.precision) if entry.precision in RECIPES else None
     if reason is not None:
         result = {"status": "unsupported", "reason": reason}
     else:
         try:
-            step = (_autocast_step if entry.mode == "autocast" else _prequant_step)(entry)
+            step = (make_step or (_autocast_step if entry.mode == "autocast" else _prequant_step))(entry)
             torch.cuda.nvtx.range_push(entry.label(WARMUP_PREFIX))
             for _ in range(warmup):
                 step()
