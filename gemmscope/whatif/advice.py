@@ -101,9 +101,9 @@ def _recommend(run: RunGroups, per_recipe: pd.DataFrame) -> pd.DataFrame:
     name = groups["name"]
     speed = groups["speedup"].map(lambda s: f"{s:.2f}".rstrip("0").rstrip(".") + "×" if pd.notna(s) else "")
     per_step = groups["stake_ms"].map(lambda ms: f"{ms:.2f} ms per step" if pd.notna(ms) else "")
-    groups["action"] = np.select(
-        [unmeasured.to_numpy(), gains.to_numpy(), losses.to_numpy()],
-        ["unmeasured", "move", "keep"], default=None)
+    action = np.select([unmeasured.to_numpy(), gains.to_numpy(), losses.to_numpy()], ["unmeasured", "move", "keep"],
+                       default="")
+    groups["action"] = pd.Series(action, index=groups.index).replace("", None)  # None: within noise, no change
     groups["text"] = np.select(
         [unmeasured.to_numpy(), gains.to_numpy(), losses.to_numpy()],
         [name + ": not measured at " + target_label + groups["target_reason"].fillna("").map(
