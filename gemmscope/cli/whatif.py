@@ -4,6 +4,7 @@ precision, and the change that does it (gemmscope.whatif)."""
 from __future__ import annotations
 
 import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import click
 
 from gemmscope.atomic import written_whole
 from gemmscope.cli.group import TRACE_PATH, emit, main
-from gemmscope.errors import InputError
+from gemmscope.errors import ExitCode, InputError
 from gemmscope.report import render
 
 # What `whatif` writes into its --out folder beside the change files.
@@ -39,15 +40,16 @@ def whatif_cmd(traces: tuple[Path, ...], out: Path | None, measured: Path | None
     forward and backward, quantization included, under nsys), what to keep and what to move, and
     the change written out for the run's framework (Megatron-Core arguments, a torchao module
     filter, a TE debug-API file, a te.autocast region). Without a GPU: the groups that would be
-    measured and the command that measures them (exit 0)."""
+    measured and the command that measures them (exit 0, as profile without a GPU). A run that
+    launched no GPU kernel: one line, exit 1."""
     import gemmscope as gs
-    from gemmscope.errors import NoGpuKernels
     from gemmscope.whatif import advice, changes, measure, report
     from gemmscope.whatif.groups import group_gemms
 
     result = gs.check(list(traces))
-    if result.verification is None:
-        raise NoGpuKernels(result.note or "no GPU kernel ran", cuda_traced=True)
+    if result.verification is None:  # the run launched no GPU kernel: nothing to group, as a check fails it
+        click.echo(f"gemmscope: {result.note}", err=True)
+        sys.exit(ExitCode.MISMATCH)
     run = group_gemms(result.verification, step_range)
     if run.groups.empty:
         raise InputError("the traces hold no GEMM: nothing to group or measure")
