@@ -175,12 +175,19 @@ def test_megatron_change_parses_with_megatron_gpt_and_keeps_whole_layers(first_l
     args = written.files[changes.MEGATRON_ARGS].split()
     parsed = _program("megatron_gpt").parse_args(args)
     assert parsed.first_last_bf16 and parsed.num_layers_at_start_in_bf16 + parsed.num_layers_at_end_in_bf16 == 4
+    groups = first_last.groups
+    low = groups["low_precision"]
+    assert written.predicted_ms == pytest.approx(groups.loc[~low, "now_ms"].sum() + groups.loc[low, "now_ms"].sum() / 1.5)
     # every FP8 GEMM faster: no layer BF16, and the output layer has no switch
     fast = lambda p, recipe: {"bf16": 1.0, "fp8-current": 0.5}.get(recipe)  # noqa: E731
     written = changes.write_changes(first_last, advice.advise(first_last, _results(first_last, fast), {}))
     parsed = _program("megatron_gpt").parse_args(written.files[changes.MEGATRON_ARGS].split("#")[0].split())
     assert not parsed.first_last_bf16
     assert any("output layer is not a TE module" in note for note in written.notes)
+    # the layers go FP8 as written; the output layer, which no switch moves, stays BF16
+    layers = groups["name"] != "output_layer"
+    assert written.predicted_ms == pytest.approx(groups.loc[low, "now_ms"].sum() + groups.loc[
+        ~low & layers, "now_ms"].sum() * 0.5 + groups.loc[~layers, "now_ms"].sum())
 
 
 def test_megatron_change_finer_than_layers_is_said(first_last):
@@ -258,3 +265,76 @@ def test_measured_report_json_validates(first_last):
     page = render(whole, "html")
     assert all(line.replace("&", "&amp;") in page for line in advised.recommendations["text"])
     assert [r["text"] for r in document["recommendations"]] == advised.recommendations["text"].tolist()
+
+
+def test_shapes_shared_by_groups_are_timed_once(first_last):
+    planned = measure.plan(first_last)
+    entries = measure.spec(planned, first_last, iters=30, warmup=5)["entries"]
+    # qkv, proj, fc1, fc2 each in a BF16 and an FP8 group, and the output layer: five modules to time
+    assert len(entries) == 5
+    assert sorted(g for entry in entries for g in entry["group"].split("+")) == sorted(first_last.groups["group"])
+    assert {(e["kind"], e["m"], e["k"], e["n"]) for e in entries} == {
+        ("te-layernorm-linear", 1024, 1024, 3072), ("te-linear", 1024, 1024, 1024),
+        ("te-layernorm-linear", 1024, 1024, 4096), ("te-linear", 1024, 4096, 1024), ("te-linear", 1024, 1024, 32768)}
+
+
+FP8_GEMM = "nvjet_sm90_qqtst_128x64_128x8_1x2_h_bz_TNT"
+QUANTIZE = "transformer_engine::<unnamed>::compute_scale_from_amax_kernel(const float *, float *, float, bool, float, const float *)"
+
+
+def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_path):
+    """The runner's protocol in an export with nsys's schema (tests/nsys_export.py): per shared
+    shape, a BF16 range of 3 GEMM kernels per iteration, an FP8 range of 3 GEMM and 2 quantize
+    kernels, MXFP8 unsupported. The reader splits the shared ranges per group and counts kernel
+    time per iteration; the advice scales each group's time now by FP8 / BF16."""
+    from nsys_export import BF16_GEMM, MARK, PUSH_POP, HandBuiltExport
+
+    from gemmscope.run_marks import PLAN_PREFIX, RESULT_PREFIX
+    from gemmscope.workload import Entry
+
+    spec = measure.spec(measure.plan(first_last), first_last, iters=2, warmup=0)
+    folder = tmp_path / "measurement"
+    folder.mkdir()
+    export = HandBuiltExport(folder / "trace.sqlite", gpu_sqlite("te_linear_bf16"))
+    pid = 4242
+    export.thread(pid, pid, "python")
+    export.nvtx(MARK, pid, pid, 1_000, None, PLAN_PREFIX + json.dumps({"whatif": spec["plan"]}))
+    clock = 10_000
+    # per recipe: (kernels per iteration, ns each): FP8's GEMMs half BF16's time, plus quantization
+    kernels = {"bf16": [(BF16_GEMM, 4_000)] * 3, "fp8-current": [(FP8_GEMM, 2_000)] * 3 + [(QUANTIZE, 1_000)] * 2}
+    for item in spec["entries"]:
+        for recipe in ("bf16", "fp8-current", "mxfp8"):
+            entry = Entry(item["group"], "fwd+bwd", item["m"], item["k"], item["n"], recipe, item["kind"], 2)
+            if recipe == "mxfp8":
+                export.nvtx(MARK, pid, pid, clock, None, entry.label(RESULT_PREFIX)
+                            + "|status=unsupported|reason=MXFP8 needs compute capability 10.0 (sm100)")
+                clock += 1_000
+                continue
+            start = clock
+            for _ in range(entry.iters):
+                for name, ns in kernels[recipe]:
+                    export.launch(pid, pid, clock, clock + 100, kernel=name, kernel_ns=ns)
+                    clock += ns + 500
+            export.nvtx(PUSH_POP, pid, pid, start - 10, clock, entry.label("gemmscope.gemm|"))
+            export.nvtx(MARK, pid, pid, clock + 10, None, entry.label(RESULT_PREFIX)
+                        + "|status=ok|e2e_ms=0.02|e2e_iqr_ms=0.001|e2e_mean_ms=0.02")
+            clock += 10_000
+    export.close()
+    results, device = measure.read_measurement(folder)
+    assert device["name"] == "NVIDIA H200"  # the export's GPU
+    ok = results[results["status"] == "ok"]
+    assert len(results) == 9 * 3 and len(ok) == 9 * 2  # every group its own rows
+    assert set(ok.loc[ok["recipe"] == "bf16", "gemm_ms"]) == {0.012}  # 3 x 4 us per iteration
+    fp8 = ok[ok["recipe"] == "fp8-current"]
+    assert set(fp8["gemm_ms"]) == {0.006} and set(fp8["quant_ms"]) == {0.002}
+    assert set(fp8["kernel_precision"]) == {"fp8"}
+    advised = advice.advise(first_last, results, device)
+    assert advised.other_gpu is not None  # the trace ran on an H100
+    groups = advised.groups.set_index("group")
+    bf16_group = first_last.groups.loc[~first_last.groups["low_precision"]].iloc[0]
+    assert groups.loc[bf16_group["group"], "target_ms"] == pytest.approx(bf16_group["now_ms"] * 8 / 12)
+    fp8_group = first_last.groups.loc[first_last.groups["low_precision"]].iloc[0]
+    assert groups.loc[fp8_group["group"], "target_ms"] == pytest.approx(fp8_group["now_ms"] * 12 / 8)
+    unsupported = advised.per_recipe[advised.per_recipe["recipe"] == "mxfp8"]
+    assert unsupported["predicted_ms"].isna().all()
+    assert set(unsupported["reason"]) == {"MXFP8 needs compute capability 10.0 (sm100)"}

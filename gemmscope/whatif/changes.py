@@ -39,6 +39,16 @@ class Changes:
     files: dict[str, str] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)  # the change, said in the report
     notes: list[str] = field(default_factory=list)  # where the framework cannot do what is recommended
+    # GEMM + quantization ms per step with the files applied as written (they may act on more or
+    # less than the recommendations: Megatron's whole layers); NaN where a module was not measured
+    predicted_ms: float = float("nan")
+
+
+def _applied_ms(modules: pd.DataFrame, low: pd.Series) -> float:
+    """Σ per module of its time at the precision the written change leaves it at (`low`: low
+    precision), NaN where that time was not measured."""
+    times = modules["low_ms"].where(low, modules["bf16_ms"])
+    return float(times.sum()) if times.notna().all() else float("nan")
 
 
 def module_states(run: RunGroups, advice: Advice) -> pd.DataFrame:
@@ -98,6 +108,9 @@ def _megatron(run: RunGroups, modules: pd.DataFrame) -> Changes:
     for path in stuck["path"]:
         changes.notes.append(f"{path}: Megatron's output layer is not a TE module; no switch moves it to low "
                              "precision: it stays BF16")
+    applied_bf16 = (number < start) | (number >= layers - end)
+    changes.predicted_ms = _applied_ms(modules, (modules["low_now"] & number.isna()) | (
+        number.notna() & ~applied_bf16).fillna(False))
     bf16_te = in_layers[~in_layers["low_after"]]
     if len(finer) or middle:
         changes.files[TE_DEBUG_YAML] = te_debug_yaml(bf16_te["path"].tolist())
@@ -108,6 +121,7 @@ def _torchao(run: RunGroups, modules: pd.DataFrame) -> Changes:
     changes = Changes(run.framework)
     fqns = sorted(modules.loc[modules["low_after"], "path"].unique())
     changes.files[MODULE_FILTER] = module_filter_file(fqns)
+    changes.predicted_ms = _applied_ms(modules, modules["low_after"])
     kept = sorted(modules.loc[~modules["low_after"], "path"].unique())
     changes.lines.append(f"torchao module filter: float8 for {len(fqns)} modules, BF16 for {', '.join(kept) or 'none'} "
                          f"({MODULE_FILTER}: convert_to_float8_training(model, module_filter_fn=module_filter_fn), or "
@@ -119,6 +133,7 @@ def _te(run: RunGroups, modules: pd.DataFrame) -> Changes:
     changes = Changes(run.framework)
     to_bf16 = sorted(modules.loc[modules["low_now"] & ~modules["low_after"], "path"].unique())
     to_low = sorted(modules.loc[~modules["low_now"] & modules["low_after"], "path"].unique())
+    changes.predicted_ms = _applied_ms(modules, modules["low_after"])
     if to_bf16:
         changes.files[TE_DEBUG_YAML] = te_debug_yaml(to_bf16)
         changes.lines.append(f"TE debug API: {len(to_bf16)} modules kept in high precision ({TE_DEBUG_YAML}; needs "

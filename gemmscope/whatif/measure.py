@@ -69,12 +69,15 @@ def plan(run: RunGroups) -> pd.DataFrame:
 
 
 def spec(planned: pd.DataFrame, run: RunGroups, iters: int, warmup: int) -> dict:
-    """The runner's spec: one entry per measurable (group, shape), each distinct module shape and
-    kind timed once however many groups share it."""
-    ok = planned[planned["unmeasurable"].isna()]
-    entries = [{"group": group, "kind": kind, "m": int(m), "k": int(k), "n": int(n), "recipes": list(recipes)}
-               for group, kind, m, k, n, recipes in zip(ok["group"], ok["kind"], ok["tokens"], ok["in_features"],
-                                                        ok["out_features"], ok["recipes"])]
+    """The runner's spec: each distinct (module kind, shape) timed once, under an `op` naming every
+    group that shares it (g2+g5: the reader gives each its own rows)."""
+    ok = planned[planned["unmeasurable"].isna()].astype({"tokens": "int64", "in_features": "int64",
+                                                         "out_features": "int64"})
+    shared = ok.groupby(["kind", "tokens", "in_features", "out_features"], sort=False).agg(
+        op=("group", "+".join), recipes=("recipes", "first")).reset_index()
+    entries = [{"group": op, "kind": kind, "m": int(m), "k": int(k), "n": int(n), "recipes": list(recipes)}
+               for op, kind, m, k, n, recipes in zip(shared["op"], shared["kind"], shared["tokens"],
+                                                     shared["in_features"], shared["out_features"], shared["recipes"])]
     return {"plan": {"framework": run.framework, "trace_gpu": run.gpu, "groups": run.groups["name"].tolist()},
             "entries": entries, "iters": iters, "warmup": warmup, "gpu_warmup_s": 3.0}
 
@@ -135,6 +138,7 @@ def read_measurement(folder: Path) -> tuple[pd.DataFrame, dict]:
     rows["label"] = [RANGE_PREFIX + "|".join(f"{k}={r[k]}" for k in ("op", "pass", "precision", "mode", "m", "k", "n",
                                                                      "iters")) for r in results]
     rows = rows.join(kernels, on="label")
+    rows = rows.assign(group=rows["group"].str.split("+")).explode("group", ignore_index=True)  # shared shapes
     for column in RESULT_COLUMNS:
         if column not in rows:
             rows[column] = np.nan

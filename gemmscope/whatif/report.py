@@ -73,7 +73,12 @@ def advice_report(run: RunGroups, advice: Advice, changes: Changes, written_to: 
                   .reindex(advice.groups["group"]))
     per_recipe.insert(0, "modules", advice.groups.set_index("group")["name"])
     per_recipe = per_recipe.reset_index(drop=True)
-    change_lines = changes.lines + [f"note: {n}" for n in changes.notes] + [f"file: {f}" for f in changes.files]
+    total = run.groups["now_ms"].sum()
+    predicted = (f"with the change as written: {changes.predicted_ms:.3f} ms per step of GEMMs and their quantization "
+                 f"(now {total:.3f} ms)" if pd.notna(changes.predicted_ms) else
+                 "with the change as written: not predicted (a module it changes was not measured)")
+    change_lines = [*changes.lines, predicted, *[f"note: {n}" for n in changes.notes],
+                    *[f"file: {f}" for f in changes.files]]
     sections = [
         Section("Recommendations", blocks=[Table("Recommendations", recommendations)], terminal=lambda: [
             TextSection("Recommendations", table=terminal_table(recommendations, wrap=("recommendation",)))]),
@@ -89,7 +94,8 @@ def advice_report(run: RunGroups, advice: Advice, changes: Changes, written_to: 
         "per_recipe": frame_records(advice.per_recipe[["group", "recipe", "status", "reason", "predicted_ms",
                                                        "ratio"]]),
         "changes": {"framework": changes.framework, "lines": changes.lines, "notes": changes.notes,
-                    "files": sorted(changes.files)}}
+                    "files": sorted(changes.files), "now_ms": plain(run.groups["now_ms"].sum()),
+                    "predicted_ms": plain(changes.predicted_ms)}}
     return Report(title=TITLE, status=None, verdict=[], sections=sections, intro=intro, document=document)
 
 

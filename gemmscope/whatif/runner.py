@@ -5,11 +5,11 @@ a GPU, and Transformer Engine or torchao for their groups.
     python -m gemmscope.whatif.runner SPEC.json
 
 The protocol is `gemmscope profile`'s (gemmscope.workload, run_marks): each timed loop inside an
-NVTX range ``gemmscope.gemm|op=<group>|pass=fwd+bwd|precision=<recipe>|mode=<kind>|m=…|k=…|n=…|iters=…``
+NVTX range ``gemmscope.gemm|op=<groups>|pass=fwd+bwd|precision=<recipe>|mode=<kind>|m=…|k=…|n=…|iters=…``
 followed by a result mark with its CUDA-event median and IQR, or ``status=unsupported`` /
 ``status=failed`` with the library's own message; the reader (measure.read_measurement) takes the
 kernels inside each range from the nsys trace. `m, k, n` are the module's tokens, in- and
-out-features.
+out-features; `op` the groups that share the shape, joined by `+`.
 
 Kinds (`mode`): ``te-linear`` (te.Linear), ``te-layernorm-linear`` (te.LayerNormLinear, the
 LayerNorm fused in as TE runs it), each under ``te.autocast(recipe)`` (BF16: no autocast);
