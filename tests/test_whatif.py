@@ -338,3 +338,25 @@ def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_pa
     unsupported = advised.per_recipe[advised.per_recipe["recipe"] == "mxfp8"]
     assert unsupported["predicted_ms"].isna().all()
     assert set(unsupported["reason"]) == {"MXFP8 needs compute capability 10.0 (sm100)"}
+
+
+def test_the_claim_benchmark_applies_the_written_change_as_the_program_takes_it(first_last, tmp_path):
+    """benchmarks/whatif_claim.py passes whatif's files to the corpus programs unmodified: here
+    Megatron's arguments, parsed by megatron_gpt.py's own parser, and no change at all."""
+    spec = importlib.util.spec_from_file_location("whatif_claim", TESTS.parent / "benchmarks" / "whatif_claim.py")
+    claim = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = claim  # dataclasses look their module up there
+    spec.loader.exec_module(claim)
+    megatron = claim.PROGRAMS["megatron_gpt"]
+    for factor, bf16_layers in ((1.5, 4), (0.5, 0)):
+        slow_or_fast = lambda p, recipe, f=factor: {"bf16": 1.0, "fp8-current": f}.get(recipe)  # noqa: E731
+        written = changes.write_changes(first_last, advice.advise(first_last, _results(first_last, slow_or_fast), {}))
+        folder = tmp_path / str(factor)
+        folder.mkdir()
+        for name, text in written.files.items():
+            (folder / name).write_text(text)
+        parsed = _program("megatron_gpt").parse_args(claim.applied(folder, megatron))
+        assert parsed.first_last_bf16 is (bf16_layers > 0)
+        if bf16_layers:
+            assert parsed.num_layers_at_start_in_bf16 + parsed.num_layers_at_end_in_bf16 == bf16_layers
+    assert claim.applied(tmp_path, megatron) == ["--first-last-layers-bf16"]  # nothing written: the run as it was
