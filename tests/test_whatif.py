@@ -290,7 +290,7 @@ def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_pa
     from gemmscope.run_marks import PLAN_PREFIX, RESULT_PREFIX
     from gemmscope.workload import Entry
 
-    from nsys_export import BF16_GEMM, MARK, PUSH_POP, HandBuiltExport
+    from nsys_export import BF16_GEMM, MARK, START_END, HandBuiltExport
 
     spec = measure.spec(measure.plan(first_last), first_last, iters=2, warmup=0)
     folder = tmp_path / "measurement"
@@ -298,6 +298,7 @@ def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_pa
     export = HandBuiltExport(folder / "trace.sqlite", gpu_sqlite("te_linear_bf16"))
     pid = 4242
     export.thread(pid, pid, "python")
+    export.thread(pid, pid + 1, "pt_autograd_0")
     export.nvtx(MARK, pid, pid, 1_000, None, PLAN_PREFIX + json.dumps({"whatif": spec["plan"]}))
     clock = 10_000
     # per recipe: (kernels per iteration, ns each): FP8's GEMMs half BF16's time, plus quantization
@@ -311,11 +312,11 @@ def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_pa
                 clock += 1_000
                 continue
             start = clock
-            for _ in range(entry.iters):
-                for name, ns in kernels[recipe]:
-                    export.launch(pid, pid, clock, clock + 100, kernel=name, kernel_ns=ns)
+            for _ in range(entry.iters):  # the backward's kernels from the autograd thread, as torch launches them
+                for i, (name, ns) in enumerate(kernels[recipe]):
+                    export.launch(pid, pid + (i % 2), clock, clock + 100, kernel=name, kernel_ns=ns)
                     clock += ns + 500
-            export.nvtx(PUSH_POP, pid, pid, start - 10, clock, entry.label("gemmscope.gemm|"))
+            export.nvtx(START_END, pid, pid, start - 10, clock, entry.label("gemmscope.gemm|"))
             export.nvtx(MARK, pid, pid, clock + 10, None, entry.label(RESULT_PREFIX)
                         + "|status=ok|e2e_ms=0.02|e2e_iqr_ms=0.001|e2e_mean_ms=0.02")
             clock += 10_000

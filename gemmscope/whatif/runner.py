@@ -4,8 +4,9 @@ a GPU, and Transformer Engine or torchao for their groups.
 
     python -m gemmscope.whatif.runner SPEC.json
 
-The protocol is `gemmscope profile`'s (gemmscope.workload, run_marks): each timed loop inside an
-NVTX range ``gemmscope.gemm|op=<groups>|pass=fwd+bwd|precision=<recipe>|mode=<kind>|m=…|k=…|n=…|iters=…``
+The protocol is `gemmscope profile`'s (gemmscope.workload, run_marks): each timed loop inside a
+process-wide NVTX start/end range (the backward's kernels are launched from torch's autograd
+thread) ``gemmscope.gemm|op=<groups>|pass=fwd+bwd|precision=<recipe>|mode=<kind>|m=…|k=…|n=…|iters=…``
 followed by a result mark with its CUDA-event median and IQR, or ``status=unsupported`` /
 ``status=failed`` with the library's own message; the reader (measure.read_measurement) takes the
 kernels inside each range from the nsys trace. `m, k, n` are the module's tokens, in- and
@@ -88,7 +89,8 @@ def main(spec_path: str) -> None:
     results = []
     for entry in entries(spec):
         print(f"whatif: {entry.op} {entry.mode} {entry.precision} {entry.m}x{entry.k}x{entry.n}", file=sys.stderr)
-        results.append(run_entry(entry, spec["warmup"], make_step=_step))
+        # the backward runs on torch's autograd thread: process-wide ranges hold its kernels too
+        results.append(run_entry(entry, spec["warmup"], make_step=_step, process_wide=True))
     major, minor = torch.cuda.get_device_capability()
     with open(spec["events_out"], "w") as f:
         json.dump({"results": results, "device": {"name": torch.cuda.get_device_name(), "sm": f"sm{major}{minor}"}},
