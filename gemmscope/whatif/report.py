@@ -41,10 +41,11 @@ def _section(title: str, frame: pd.DataFrame, wrap: tuple[str, ...] = ()) -> Sec
 
 def listing_report(run: RunGroups, planned: pd.DataFrame, why: str, command: str) -> Report:
     """Without a GPU: the groups that would be measured, and the command that measures them."""
-    measurable = planned["unmeasurable"].isna()
-    intro = [f"NOT MEASURED: {why}: nothing timed here.",
+    measurable = planned[planned["unmeasurable"].isna()]
+    to_time = len(measurable.drop_duplicates(["kind", "tokens", "in_features", "out_features"]))
+    intro = [f"NOT MEASURED ({why}): the groups below would be timed on a GPU.",
              f"On a GPU machine, run: {command}",
-             f"{len(run.groups)} groups of GEMMs, {int(measurable.sum())} module shapes to measure at "
+             f"{len(run.groups)} groups of GEMMs, {to_time} distinct module shapes to time at "
              f"{', '.join(planned['recipes'].iat[0]) if len(planned) else 'no recipe'}; framework: {run.framework}; "
              f"{run.steps_note}.", *run.notes]
     sections = [_section("Groups: time per step now, from the trace", _groups_table(run)),
