@@ -183,7 +183,7 @@ def test_megatron_change_parses_with_megatron_gpt_and_keeps_whole_layers(first_l
     written = changes.write_changes(first_last, advice.advise(first_last, _results(first_last, fast), {}))
     parsed = _program("megatron_gpt").parse_args(written.files[changes.MEGATRON_ARGS].split("#")[0].split())
     assert not parsed.first_last_bf16
-    assert any("output layer is not a TE module" in note for note in written.notes)
+    assert "Megatron's output layer: no switch moves it to low precision: it stays BF16" in written.notes
     # the layers go FP8 as written; the output layer, which no switch moves, stays BF16
     layers = groups["name"] != "output_layer"
     assert written.predicted_ms == pytest.approx(groups.loc[low, "now_ms"].sum() + groups.loc[
@@ -361,3 +361,30 @@ def test_the_claim_benchmark_applies_the_written_change_as_the_program_takes_it(
         if bf16_layers:
             assert parsed.num_layers_at_start_in_bf16 + parsed.num_layers_at_end_in_bf16 == bf16_layers
     assert claim.applied(tmp_path, megatron) == ["--first-last-layers-bf16"]  # nothing written: the run as it was
+
+
+def test_moe_grouped_gemms_are_said_unmeasurable_and_the_router_has_no_switch():
+    """Megatron MoE (TE GroupedLinear experts, 4 GEMMs a pass): the trace holds each grouped
+    call's summed FLOPs, not its members' shapes, so the experts cannot be built and are said so,
+    never timed as zero; the routers (Megatron's own GEMM) have no precision switch."""
+    trace = CORPUS / "megatron_moe_fp8-block.sqlite.xz"
+    tree = _expected(trace)
+    run = _groups(trace)
+    planned = measure.plan(run)
+    grouped = {m["path"] for m in tree["te_modules"] if m["te_class"] == "GroupedLinear"}
+    experts = run.groups[run.groups["layers"].map(lambda paths: bool(set(paths) & grouped))]
+    assert set().union(*experts["layers"]) == grouped
+    reasons = planned.set_index("group").loc[experts["group"], "unmeasurable"]
+    assert reasons.str.startswith("a grouped GEMM").all()
+    routers = {r["path"] for r in tree["routers"]}
+    router_group = run.groups[run.groups["layers"].map(lambda paths: set(paths) == routers)]
+    assert len(router_group) == 1 and not router_group["low_precision"].iat[0]
+    fast = lambda p, recipe: {"bf16": 1.0, "fp8-block": 0.7}.get(recipe)  # noqa: E731
+    advised = advice.advise(run, _results(run, fast), {})
+    unmeasured = advised.groups.set_index("group").loc[experts["group"]]
+    assert (unmeasured["action"] == "unmeasured").all() and unmeasured["target_ms"].isna().all()
+    assert unmeasured["text"].str.contains("a grouped GEMM").all()
+    written = changes.write_changes(run, advised)
+    router_name = router_group["name"].iat[0]
+    assert any(note.startswith(f"{router_name} (Megatron's, not a TE module): no switch") for note in written.notes)
+    assert pd.isna(written.predicted_ms)  # the experts were not measured: no prediction, never a partial sum

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from gemmscope.whatif.groups import RunGroups
+from gemmscope.whatif.measure import plan
 
 # Below this share of the time now, a predicted change is within run-to-run noise (the runner's
 # CUDA-event IQRs are 1-3 % of a module's time).
@@ -90,7 +91,10 @@ def _recommend(run: RunGroups, per_recipe: pd.DataFrame) -> pd.DataFrame:
                                                how="left")
     groups["target_ms"] = target["predicted_ms"].to_numpy()
     groups["target_status"] = target["status"].to_numpy()
-    groups["target_reason"] = target["reason"].to_numpy()
+    # a group the runner could not build has no result at all: the plan says why
+    unbuildable = plan(run).dropna(subset=["unmeasurable"]).drop_duplicates("group").set_index("group")["unmeasurable"]
+    groups["target_reason"] = target["reason"].where(target["reason"].notna(),
+                                                     groups["group"].map(unbuildable)).to_numpy()
     groups["speedup"] = groups["now_ms"] / groups["target_ms"]  # > 1: the target is faster
     groups["stake_ms"] = (groups["now_ms"] - groups["target_ms"]).abs()
     gains = groups["target_ms"] < groups["now_ms"] * (1 - NOISE)

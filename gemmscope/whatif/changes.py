@@ -29,6 +29,8 @@ MEGATRON_ARGS = "megatron_args.txt"
 MODULE_FILTER = "module_filter.py"
 TE_DEBUG_YAML = "te_debug_bf16.yaml"
 TE_AUTOCAST = "te_autocast_region.py"
+# TE's module classes (as groups name them): what Megatron's precision switches act on.
+TE_CLASSES = {"Linear", "LayerNormLinear", "LayerNormMLP", "GroupedLinear"}
 
 
 @dataclass
@@ -58,6 +60,7 @@ def module_states(run: RunGroups, advice: Advice) -> pd.DataFrame:
     moved = groups["action"] == "move"
     per_module = pd.DataFrame({
         "group": groups["group"], "name": groups["name"], "layers": groups["layers"],
+        "module_class": groups["module_class"],
         "low_now": groups["low_precision"], "low_after": groups["low_precision"] ^ moved,
         "bf16_ms": groups["now_ms"].where(~groups["low_precision"], groups["target_ms"]) / groups["modules"],
         "low_ms": groups["target_ms"].where(~groups["low_precision"], groups["now_ms"]) / groups["modules"],
@@ -77,7 +80,12 @@ def write_changes(run: RunGroups, advice: Advice) -> Changes:
 def _megatron(run: RunGroups, modules: pd.DataFrame) -> Changes:
     changes = Changes(run.framework)
     number = modules["path"].str.extract(_MEGATRON_LAYER, expand=False).astype("Int64")
-    in_layers = modules[number.notna()].assign(layer=number[number.notna()])
+    # what Megatron's switches reach: the TE modules of its transformer layers (not the output
+    # layer, nor a router, which run BF16 whatever the layer's precision)
+    switchable = (modules["module_class"].str.split("/").map(lambda c: set(c) <= TE_CLASSES).to_numpy()
+                  & number.notna().to_numpy())
+    number = number.where(switchable)
+    in_layers = modules[switchable].assign(layer=number[switchable])
     per_layer = in_layers.groupby("layer").agg(bf16_ms=("bf16_ms", "sum"), low_ms=("low_ms", "sum"),
                                                low_now=("low_now", "all"), mixed_after=("low_after", "nunique"))
     measured = per_layer[["bf16_ms", "low_ms"]].notna().all(axis=1)
@@ -103,11 +111,11 @@ def _megatron(run: RunGroups, modules: pd.DataFrame) -> Changes:
     if len(finer):
         changes.notes.append("a recommendation is finer than whole layers (some modules of a layer BF16, others "
                              f"not): Megatron's arguments cannot say it; {TE_DEBUG_YAML} does it per module")
-    outside = modules[number.isna()]
+    outside = modules[~switchable]
     stuck = outside[~outside["low_now"] & outside["low_after"]]
-    for path in stuck["path"]:
-        changes.notes.append(f"{path}: Megatron's output layer is not a TE module; no switch moves it to low "
-                             "precision: it stays BF16")
+    for name in stuck["name"].unique():
+        what = "Megatron's output layer" if name == "output_layer" else f"{name} (Megatron's, not a TE module)"
+        changes.notes.append(f"{what}: no switch moves it to low precision: it stays BF16")
     applied_bf16 = (number < start) | (number >= layers - end)
     changes.predicted_ms = _applied_ms(modules, (modules["low_now"] & number.isna()) | (
         number.notna() & ~applied_bf16).fillna(False))

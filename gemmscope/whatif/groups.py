@@ -68,6 +68,10 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
     gemms = result.gemms
     steps, pattern = located_steps(result, step_range)
     kernel_step = launching_step(kernels, steps) if len(steps) else np.zeros(len(kernels), dtype=int)
+    gemm_rows = gemms["kernel_row"].to_numpy()
+    unstepped = len(steps) > 0 and not (kernel_step[gemm_rows] >= 0).any()
+    if unstepped:  # ranges that repeat, but launch none of the GEMMs: not the training steps
+        steps = steps.iloc[0:0]
     if len(steps):
         first = steps.groupby(["trace", "pid"])["index"].transform("min")
         # the first step of each process holds the warm-up; a run of one step keeps it
@@ -82,10 +86,11 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
     else:
         keep_step = np.ones(len(kernels), dtype=bool)
         step_count, processes = 0, max(1, kernels["global_pid"].nunique())
-        steps_note = f"per whole capture: {NO_STEPS}"
+        steps_note = (f"per whole capture: the ranges found as steps ({pattern}) hold none of its GEMMs; "
+                      f"{NO_STEPS.split(', ', 1)[1]}" if unstepped else f"per whole capture: {NO_STEPS}")
     divisor = max(step_count, 1) * processes
 
-    rows = gemms[keep_step[gemms["kernel_row"].to_numpy()]].copy()
+    rows = gemms[keep_step[gemm_rows]].copy()
     rows["layer"] = rows["layer"].astype("object").where(rows["layer"].notna(), rows["module"].astype("object"))
     rows["quant_ns"] = _quantize_ns(kernels, rows, keep_step)
     rows["pattern"] = _folded_patterns(rows["layer"].astype(str))
