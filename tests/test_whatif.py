@@ -261,6 +261,7 @@ def test_measured_report_json_validates(first_last):
     top = advised.recommendations["text"].head(3).tolist()
     text = render(whole, "table")
     first_screen = "\n".join(text.splitlines()[:10])
+    assert max(map(len, text.splitlines())) <= 100 and not [line for line in text.splitlines() if line != line.rstrip()]
     assert all(line in first_screen for line in top)
     page = render(whole, "html")
     assert all(line.replace("&", "&amp;") in page for line in advised.recommendations["text"])
