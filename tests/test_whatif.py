@@ -337,6 +337,9 @@ def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_pa
     assert groups.loc[bf16_group["group"], "target_ms"] == pytest.approx(bf16_group["now_ms"] * 8 / 12)
     fp8_group = first_last.groups.loc[first_last.groups["low_precision"]].iloc[0]
     assert groups.loc[fp8_group["group"], "target_ms"] == pytest.approx(fp8_group["now_ms"] * 12 / 8)
+    verdicts = advised.per_recipe.set_index("recipe")[["kernel_precision", "kernel_verdict"]].dropna()
+    assert set(map(tuple, verdicts.loc["fp8-current"].to_numpy())) == {("fp8", "OK")}
+    assert set(map(tuple, verdicts.loc["bf16"].to_numpy())) == {("bf16", "OK")}
     unsupported = advised.per_recipe[advised.per_recipe["recipe"] == "mxfp8"]
     assert unsupported["predicted_ms"].isna().all()
     assert set(unsupported["reason"]) == {"MXFP8 needs compute capability 10.0 (sm100)"}

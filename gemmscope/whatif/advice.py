@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gemmscope.recipes import RECIPES
+from gemmscope.verify import verdict
 from gemmscope.whatif.groups import RunGroups
 from gemmscope.whatif.measure import plan
 
@@ -68,6 +70,7 @@ def advise(run: RunGroups, results: pd.DataFrame, device: dict) -> Advice:
         status=("status", lambda s: "ok" if (s == "ok").all() else s[s != "ok"].iat[0]),
         reason=("reason", lambda r: r.dropna().iat[0] if r.notna().any() else None)).reset_index()
     per_recipe = per_recipe.merge(status, on=["group", "recipe"], how="left")
+    per_recipe = per_recipe.merge(_kernel_verdicts(ok, device), on=["group", "recipe"], how="left")
     per_recipe = per_recipe.merge(run.groups[["group", "now_ms"]], on="group")
     per_recipe["ratio"] = per_recipe["now_ms"] / per_recipe["predicted_ms"]  # > 1: faster than now
     groups = _recommend(run, per_recipe)
@@ -76,6 +79,18 @@ def advise(run: RunGroups, results: pd.DataFrame, device: dict) -> Advice:
     other = (f"measured on {device.get('name')}, the trace ran on {trace_gpu}: the figures are this GPU's"
              if trace_gpu and device.get("name") and device.get("name") != trace_gpu else None)
     return Advice(per_recipe=per_recipe, groups=groups, recommendations=changes, device=device, other_gpu=other)
+
+
+def _kernel_verdicts(ok: pd.DataFrame, device: dict) -> pd.DataFrame:
+    """Per (group, recipe): the precision of the GEMM kernel that ran in the timed range (nsys's
+    evidence) and, for a TE recipe, verify's verdict on it (a FALLBACK: the figure is not the
+    recipe's)."""
+    ran = ok.dropna(subset=["kernel_precision"]).drop_duplicates(["group", "recipe"])[
+        ["group", "recipe", "kernel_precision"]]
+    sm = int(device["sm"][2:]) if device.get("sm") else None
+    ran["kernel_verdict"] = [verdict(p, r, sm) if r in RECIPES else None  # a few rows: one per group and recipe
+                             for p, r in zip(ran["kernel_precision"], ran["recipe"])]
+    return ran
 
 
 def _recommend(run: RunGroups, per_recipe: pd.DataFrame) -> pd.DataFrame:

@@ -68,8 +68,10 @@ def advice_report(run: RunGroups, advice: Advice, changes: Changes, written_to: 
     recommendations = recs[["text", "now_ms", "target_ms", "stake_ms"]].rename(
         columns={"text": "recommendation", "now_ms": "now ms", "target_ms": "then ms", "stake_ms": "at stake ms"}
     ).round(3)
-    said = advice.per_recipe["predicted_ms"].round(3).astype(object).where(
-        advice.per_recipe["predicted_ms"].notna(), advice.per_recipe["status"].fillna("not measured"))
+    figures = advice.per_recipe["predicted_ms"].round(3).astype(str) + advice.per_recipe["kernel_verdict"].map(
+        lambda v: f" (kernel {v})" if v == "FALLBACK" else "")
+    said = figures.where(advice.per_recipe["predicted_ms"].notna(),
+                         advice.per_recipe["status"].fillna("not measured"))
     per_recipe = (advice.per_recipe.assign(said=said).pivot(index="group", columns="recipe", values="said")
                   .reindex(advice.groups["group"]))
     per_recipe.insert(0, "modules", advice.groups.set_index("group")["name"])
@@ -93,7 +95,7 @@ def advice_report(run: RunGroups, advice: Advice, changes: Changes, written_to: 
         "recommendations": frame_records(recs[["group", "name", "action", "text", "now_recipe", "target", "now_ms",
                                                "target_ms", "speedup", "stake_ms"]]),
         "per_recipe": frame_records(advice.per_recipe[["group", "recipe", "status", "reason", "predicted_ms",
-                                                       "ratio"]]),
+                                                       "ratio", "kernel_precision", "kernel_verdict"]]),
         "changes": {"framework": changes.framework, "lines": changes.lines, "notes": changes.notes,
                     "files": sorted(changes.files), "now_ms": plain(run.groups["now_ms"].sum()),
                     "predicted_ms": plain(changes.predicted_ms)}}
