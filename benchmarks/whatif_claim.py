@@ -91,7 +91,8 @@ def step_times(command: list[str]) -> tuple[float, float, float]:
 def claim(name: str, program: Program, work: Path) -> dict:
     before_cmd = [*program.command, *program.precision]
     gemmscope("verify", "--quiet", "--out", str(work / "before"), "--", *before_cmd, "--steps", str(CAPTURE_STEPS))
-    whatif = gemmscope("whatif", str(work / "before"), "--out", str(work / "whatif"), "--format", "json", ok=(0,))
+    whatif = gemmscope("whatif", str(work / "before"), "--out", str(work / "whatif"), "--iters", "20", "--warmup", "3",
+                       "--format", "json", ok=(0,))
     document = json.loads(whatif.stdout)
     if document["state"] != "measured":
         raise RuntimeError(f"{name}: whatif measured nothing: {document.get('not_measured')}")
