@@ -9,8 +9,7 @@ import pandas as pd
 
 from gemmscope.jsonable import frame_records, plain
 from gemmscope.report.documents import SCHEMA_VERSION
-from gemmscope.report.model import Report, Section, Table, TextSection
-from gemmscope.report.terminal import shorten_layer, terminal_table
+from gemmscope.report.model import Fit, Report, Section, Table
 from gemmscope.whatif.advice import NUMERICS, Advice
 from gemmscope.whatif.changes import Changes
 from gemmscope.whatif.groups import RunGroups
@@ -33,10 +32,9 @@ def _shapes_table(run: RunGroups, planned: pd.DataFrame) -> pd.DataFrame:
                                  "unmeasurable": "not measurable"})
 
 
-def _section(title: str, frame: pd.DataFrame, wrap: tuple[str, ...] = ()) -> Section:
+def _section(title: str, frame: pd.DataFrame) -> Section:
     """A table section whose module names the terminal shortens in the middle to fit."""
-    return Section(title, blocks=[Table(title, frame)], terminal=lambda: [TextSection(
-        title, table=terminal_table(frame, shorten={"modules": shorten_layer}, wrap=wrap))])
+    return Section(title, blocks=[Table(title, frame, fit=Fit(shorten={"modules": "layer"}))])
 
 
 def listing_report(run: RunGroups, planned: pd.DataFrame, why: str, command: str) -> Report:
@@ -83,12 +81,11 @@ def advice_report(run: RunGroups, advice: Advice, changes: Changes, written_to: 
     change_lines = [*changes.lines, predicted, *[f"note: {n}" for n in changes.notes],
                     *[f"file: {f}" for f in changes.files]]
     sections = [
-        Section("Recommendations", blocks=[Table("Recommendations", recommendations)], terminal=lambda: [
-            TextSection("Recommendations", table=terminal_table(recommendations, wrap=("recommendation",)))]),
+        Section("Recommendations", blocks=[Table("Recommendations", recommendations,
+                                                 fit=Fit(wrap=("recommendation",)))]),
         _section("Groups: time per step now, from the trace", _groups_table(run)),
         _section("Predicted ms per step at each recipe", per_recipe),
-        Section("The change", intro=change_lines,
-                terminal=lambda: [TextSection("The change", before=change_lines)]),
+        Section("The change", notes=change_lines),
     ]
     document = _document(run, MEASURED) | {
         "device": plain(advice.device), "other_gpu": advice.other_gpu,
