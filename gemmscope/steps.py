@@ -120,11 +120,14 @@ def default_step_pattern(result: Verification) -> str | None:
     parts = []
     for trace in result.traces:
         n = trace.nvtx[trace.nvtx["kind"] == "push-pop"]
-        distinct = pd.Series(pd.unique(n["name"].dropna()), dtype="object")
-        grammar = te_ranges.classify(distinct)
-        stems = distinct.str.extract(_NUMBERED)["stem"]
-        own = stems.notna() & grammar["kind"].isna().to_numpy() & ~distinct.str.contains(_OPERATOR_RANGE, regex=False)
-        stem_of = pd.Series(stems[own].to_numpy(), index=distinct[own].to_numpy())
+        names = pd.unique(n["name"].dropna())
+        # Only a name that ends in a number can be one; of those, TE's grammar (its prefix filter
+        # first) is asked only about the few that are not an operator's.
+        numbered = pd.Series([name for name in names if isinstance(name, str) and name[-1:].isdigit()
+                              and _OPERATOR_RANGE not in name], dtype=object)
+        stems = numbered.str.extract(_NUMBERED)["stem"]
+        own = stems.notna() & te_ranges.parse_distinct(numbered.to_numpy())["kind"].isna()
+        stem_of = pd.Series(stems[own].to_numpy(), index=numbered[own].to_numpy())
         numbered = n[n["name"].isin(stem_of.index)]
         parts.append(pd.DataFrame({
             "stem": stem_of.reindex(numbered["name"]).to_numpy(), "name": numbered["name"].to_numpy(),
