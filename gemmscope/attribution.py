@@ -327,7 +327,7 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     """ATTRIBUTION_COLUMNS per launch. `name_codes`: each NVTX row's code into `names`, its
     distinct names: TE's range grammar is read once per distinct name, not once per range."""
     n = len(launch)
-    grammar = te_ranges.classify(pd.Series(names, dtype=object))
+    grammar = te_ranges.parse_distinct(names)
 
     def of_kind(*kinds: str) -> np.ndarray:
         return np.isin(grammar["kind"].to_numpy(dtype=object), kinds)[name_codes]

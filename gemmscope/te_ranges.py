@@ -206,10 +206,9 @@ def recorded_software(names: pd.Series) -> dict[str, str | None] | None:
     """The software versions gemmscope's hook recorded among these NVTX names (torch, cuda,
     transformer_engine, cublaslt; None for one it could not read), or None without its record. A
     trace of several processes records them once per process; the first is said."""
-    distinct = pd.Series(pd.unique(names.dropna()), dtype="object")
-    marks = distinct[distinct.str.startswith(SOFTWARE_PREFIX)]
-    if marks.empty:
+    mark = next((name for name in pd.unique(names.dropna()) if name.startswith(SOFTWARE_PREFIX)), None)
+    if mark is None:
         return None
-    record = parse_record(SOFTWARE_PREFIX, marks.iloc[0])
+    record = parse_record(SOFTWARE_PREFIX, mark)
     assert record is not None  # the mark starts with its prefix
     return {key: None if value == UNKNOWN else value for key, value in record.items()}
