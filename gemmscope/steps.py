@@ -96,8 +96,7 @@ def described(step_range: str) -> str:
 
 def _mark_numbers(nvtx: pd.DataFrame) -> pd.Series:
     """The step number of each distinct step mark's name (gemmscope.step|n=N), indexed by name."""
-    distinct = pd.Series(pd.unique(nvtx["name"].dropna()), dtype=object)
-    marks = distinct[distinct.str.startswith(STEP_PREFIX)].tolist()  # a few names: one per step
+    marks = [name for name in pd.unique(nvtx["name"].dropna()) if name.startswith(STEP_PREFIX)]  # one per step
     fields = [parse_record(STEP_PREFIX, name) or {} for name in marks]
     number = pd.Series([f.get("n") for f in fields], index=marks, dtype=object)
     return pd.to_numeric(number, errors="coerce").dropna().astype("int64")
@@ -105,10 +104,9 @@ def _mark_numbers(nvtx: pd.DataFrame) -> pd.Series:
 
 def watched_without_steps(result: Verification) -> bool:
     """The hook watched for optimizer steps (its mark at torch's import) and marked none."""
-    marks = [pd.unique(t.nvtx["name"].dropna()) for t in result.traces]
-    names = pd.Series(np.concatenate(marks) if marks else [], dtype=object)
-    return bool(names.str.startswith(STEP_PREFIX + "watching").any()) and not names.str.startswith(
-        STEP_PREFIX + "n=").any()
+    said = [name[len(STEP_PREFIX):] for t in result.traces for name in pd.unique(t.nvtx["name"].dropna())
+            if name.startswith(STEP_PREFIX)]
+    return any(s.startswith("watching") for s in said) and not any(s.startswith("n=") for s in said)
 
 
 def default_step_pattern(result: Verification) -> str | None:
