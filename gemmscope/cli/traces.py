@@ -227,7 +227,8 @@ _DOUBLE_DASH = "gemmscope.verify.double_dash"
               help="What captures COMMAND: nsys (the default), or torch: torch.profiler, started by "
                    "gemmscope's hook in every process of COMMAND that imports torch, for machines without "
                    "nsys; each process that used CUDA writes a trace (one per rank), read as --trace reads "
-                   "one. With --steps, only those training steps; not with --capture-range, --delay, --duration.")
+                   "one. With --steps, only those training steps; with --delay/--duration, that time; not with "
+                   "--capture-range.")
 @click.option("--capture-range", metavar="NVTX_RANGE",
               help="Collect only the first instance of this NVTX range of COMMAND (e.g. a range your "
                    "training loop pushes around steps 10-12): a long job costs a small trace. "
@@ -265,9 +266,9 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
     if steps is not None and command and any(v is not None for v in window.values()):
         raise InputError("--steps is a capture window of its own: give it, or --capture-range / --delay / "
                          "--duration, not both")
-    if profiler == "torch" and any(v is not None for v in window.values()):
-        raise InputError("--capture-range, --delay and --duration are nsys's capture window: --profiler torch "
-                         "records each process from its import of torch to its exit (give no window, or use nsys)")
+    if profiler == "torch" and capture_range is not None:
+        raise InputError("--capture-range is nsys's capture window: --profiler torch records each process from "
+                         "its import of torch to its exit, or --steps, or --delay/--duration (or use nsys)")
     detail = detail_level(quiet, verbose)
     _make_dir(plots_dir)
     outcome = None
@@ -316,6 +317,9 @@ def verify_cmd(expect, trace_args, out, profiler, capture_range, delay, duration
 
 # A job that ended before the steps --steps asks: the same words, and exit code, for both profilers.
 _NOT_REACHED = "the command ended before training step {first} (steps are its optimizer steps, from 0)"
+# A job that ended before --delay's window opened: likewise.
+_NOT_OPENED = ("the command ended before the capture window opened ({delay:g} s after the start): nothing was "
+               "collected; give a shorter --delay")
 
 
 def _steps_window(steps: tuple[int, int]) -> str:
@@ -348,7 +352,7 @@ def _capture(command: list[str], out: Path | None, window: dict, profiler: str, 
     if steps is not None:
         env[gemmscope_protocol.STEPS] = f"{steps[0]}-{steps[1]}"
     if profiler == "torch":
-        return _capture_torch(command, out, kept, env, echo_profiler, steps)
+        return _capture_torch(command, out, kept, env, echo_profiler, steps, window)
     if steps is not None:
         window = {**window, "nvtx_range": gemmscope_protocol.CAPTURE_RANGE}
     return _capture_nsys(command, out, kept, env, window, echo_profiler, steps)
@@ -407,8 +411,7 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
         if done.returncode == 0 and steps is not None:
             raise InputError(f"{_NOT_REACHED.format(first=steps[0])}: nothing was collected")
         if done.returncode == 0 and window["delay_s"]:
-            raise InputError(f"the command ended before the capture window opened ({window['delay_s']:g} s after the "
-                             "start): nothing was collected; give a shorter --delay")
+            raise InputError(_NOT_OPENED.format(delay=window["delay_s"]))
         if done.returncode == 0:
             raise InputError(f"nsys wrote no report for {' '.join(command)}")
         # a command that failed is reported as such even when it left nothing to read
@@ -423,20 +426,27 @@ def _capture_nsys(command: list[str], out: Path, kept: bool, env: dict, window: 
 
 
 def _capture_torch(command: list[str], out: Path, kept: bool, env: dict, echo_kineto: bool,
-                   steps: tuple[int, int] | None = None) -> tuple[list[Path], dict]:
+                   steps: tuple[int, int] | None = None, window: dict | None = None) -> tuple[list[Path], dict]:
     """The command with torch.profiler in each of its processes: the traces of those that used CUDA
-    (with `steps`, of those that ran them)."""
-    from gemmscope import torch_runner
+    (with `steps`, of those that ran them; with a `window` of --delay/--duration, that time of each)."""
+    from gemmscope import nsys_runner, torch_runner
 
+    timed = {k: v for k, v in (window or {}).items() if v is not None}
+    seen = _steps_window(steps) if steps is not None else nsys_runner.describe_window(**timed) if timed else None
+    if timed:
+        env[gemmscope_protocol.TIME_WINDOW] = gemmscope_protocol.format_time_window(timed.get("delay_s"),
+                                                                                    timed.get("duration_s"))
     _progress(1, "running the command under torch.profiler, in each of its processes that imports torch"
-                 f"{f', collecting {_steps_window(steps)}' if steps is not None else ''}"
+                 f"{f', collecting {seen}' if seen else ''}"
                  f"{'' if echo_kineto else ' (Kineto output: --verbose)'}")
     done = torch_runner.profile(command, out, env, echo_kineto)
-    outcome = {**_say_if_failed(done, env), "capture_window": {"steps": list(steps)} if steps is not None else None,
-               "profiler": "torch"}
+    captured = {"steps": list(steps)} if steps is not None else timed or None
+    outcome = {**_say_if_failed(done, env), "capture_window": captured, "profiler": "torch"}
     traces = torch_runner.traces(out)
     if not traces and done.returncode == 0 and steps is not None:
         raise InputError(f"{_NOT_REACHED.format(first=steps[0])}: no process wrote a torch.profiler trace")
+    if not traces and done.returncode == 0 and timed.get("delay_s"):
+        raise InputError(_NOT_OPENED.format(delay=timed["delay_s"]))
     if not traces and done.returncode != 0:
         click.echo("gemmscope: it wrote no torch.profiler trace: no process of it used CUDA before it ended", err=True)
     _progress(2, f"{len(traces)} torch.profiler trace{'s' * (len(traces) != 1)} written, one per process that "
