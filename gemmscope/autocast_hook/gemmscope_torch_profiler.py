@@ -25,13 +25,15 @@ _IMPORTED = time.monotonic()
 def start_profiler(torch) -> None:
     """Where gemmscope captures with torch.profiler (TORCH_TRACE_FOLDER names the folder): record
     CPU and CUDA activity with operator shapes, as a user's own torch.profiler run does, from now
-    on to the exit (_write_trace), or over the steps STEPS asks (_profile_steps). A failure costs
+    on to the exit (_write_trace), or over the steps STEPS asks (_profile_steps) or the time
+    TIME_WINDOW asks (_profile_time_window). A failure costs
     the trace, never the program."""
     folder = os.environ.get(TORCH_TRACE_FOLDER)
     if not folder:
         return
-    if os.environ.get(STEPS):
+    if os.environ.get(STEPS) or os.environ.get(TIME_WINDOW):
         tear_down_cupti_after_window(torch)
+    if os.environ.get(STEPS):
         _profile_steps(torch, folder, *parse_steps(os.environ[STEPS]))
         return
     if os.environ.get(TIME_WINDOW):
