@@ -20,8 +20,8 @@ from typing import NoReturn
 import click
 
 from gemmscope import scratch, verify
-from gemmscope.analysis import Options
 from gemmscope.errors import ExitCode, InputError, exit_codes_help
+from gemmscope.options import Options
 from gemmscope.recipes import RECIPES
 
 EXAMPLE_TRACE = Path(__file__).parent.parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
