@@ -166,12 +166,13 @@ SHAPES_FORMATS = ("table", "json", "csv", "markdown")
 KERNEL_FORMATS = ("table", "json")
 
 
-def format_option(formats: tuple[str, ...], default: str | None = "table", help: str | None = None):
+def format_option(formats: tuple[str, ...], default: str | None = "table", help_text: str | None = None):
     return click.option("--format", "fmt", type=click.Choice(formats), default=default,
-                        show_default=default is not None, help=help)
+                        show_default=default is not None, help=help_text)
 
 
-def _options(func, options: list) -> Callable:
+def with_options(func, options: list) -> Callable:
+    """`func` with `options` (click.option decorators), in the order listed."""
     for option in reversed(options):
         func = option(func)
     return func
@@ -241,7 +242,7 @@ def trace_options(printed: bool = True):
                 redact=not params.pop("no_redact", False))
             return func(*args, options=options, **params)
 
-        return _options(command, _TRACE_OPTIONS + [_NO_REDACT] * printed)
+        return with_options(command, _TRACE_OPTIONS + [_NO_REDACT] * printed)
     return decorate
 
 
@@ -272,7 +273,7 @@ def output_options(func):
                         params.pop("per_launch"), params.pop("plots_dir"))
         return func(*args, output=output, **params)
 
-    return _options(command, [
+    return with_options(command, [
         format_option(TRACE_FORMATS),
         click.option("--quiet", is_flag=True, help="Print only the verdict block."),
         click.option("--verbose", is_flag=True, help="Also list every GEMM launch."),

@@ -10,7 +10,16 @@ import click
 import pandas as pd
 
 from gemmscope import kernels, shapes
-from gemmscope.cli.group import EXAMPLE_RUN, KERNEL_FORMATS, SHAPES_FORMATS, detail_level, emit, format_option, main
+from gemmscope.cli.group import (
+    EXAMPLE_RUN,
+    KERNEL_FORMATS,
+    SHAPES_FORMATS,
+    detail_level,
+    emit,
+    format_option,
+    main,
+    with_options,
+)
 from gemmscope.errors import ExitCode, InputError
 from gemmscope.hf_config import resolve_config
 from gemmscope.model_config import ACTIVATIONS, PRESETS, ModelConfig
@@ -22,7 +31,7 @@ from gemmscope.report.profile_run import profile_report, write_profile_reports
 
 def config_options(func):
     """Model config sources shared by `shapes` and `profile`: a preset, an HF config.json, flags."""
-    options = [
+    return with_options(func, [
         click.option("--model", help=f"Preset: {', '.join(PRESETS)}."),
         click.option("--config", "config_path", type=click.Path(), help="Hugging Face config.json."),
         click.option("--hidden-size", type=int),
@@ -41,10 +50,7 @@ def config_options(func):
         click.option("--mtp-layers", type=int,
                      help="Multi-token prediction modules trained with the model (DeepSeek-V3's config: 1)."),
         click.option("--lm-head", is_flag=True, help="Include the LM head GEMMs."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    ])
 
 
 def plan_from_options(options: dict) -> tuple[ModelConfig, list[shapes.Gemm]]:

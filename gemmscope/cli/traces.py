@@ -35,6 +35,7 @@ from gemmscope.cli.group import (
     output_options,
     say_redacted,
     trace_options,
+    with_options,
 )
 from gemmscope.errors import ExitCode, InputError, NoGpuKernels, State
 from gemmscope.report.tables import write_tables
@@ -140,7 +141,7 @@ def _capture_options(func):
         window = CaptureWindow(params.pop("capture_range"), params.pop("delay"), params.pop("duration"))
         return func(*args, capturing=_CaptureArgs(params.pop("out"), params.pop("profiler"), window), **params)
 
-    for option in reversed([
+    return with_options(command, [
         click.option("--out", type=click.Path(path_type=Path),
                      help="Keep the capture here (default: a private temporary folder, removed on exit)."),
         click.option("--profiler", type=click.Choice(PROFILERS),
@@ -156,9 +157,7 @@ def _capture_options(func):
         click.option("--delay", type=click.FloatRange(min=0), metavar="SECONDS", help="Start collecting after this long."),
         click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
                      help="Collect for this long; COMMAND runs on to its own end. Not with --capture-range."),
-    ]):
-        command = option(command)
-    return command
+    ])
 
 
 @main.command("verify", cls=_VerifyCommand,
@@ -278,7 +277,7 @@ def compare_cmd(base: Path, new: Path, options: Options, fmt: str) -> None:
 @click.argument("targets", nargs=-1, type=TRACE_PATH)
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="File to write ('-': standard output).")
-@format_option(PAGE_FORMATS, default=None, help="Default: markdown for an output ending in .md, else html.")
+@format_option(PAGE_FORMATS, default=None, help_text="Default: markdown for an output ending in .md, else html.")
 @trace_options(printed=False)
 @click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Also write each table of the report as a CSV file into DIR (made if missing): "
