@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from gemmscope.bundle import Bundle
     from gemmscope.capturing import Captured
     from gemmscope.diagnosis import Diagnosis
+    from gemmscope.job import Job
     from gemmscope.plots import Plot
     from gemmscope.redaction import Redactor
     from gemmscope.report.model import Report
@@ -242,9 +243,13 @@ class Analysis:
         for (profiler, *lacks), names in by_lacks.items():
             self._note(f"gemmscope: note: {_which(names)} ({profiler}) has no {'; no '.join(lacks)}")
 
-    def _checked_items(self) -> list[LoadedTrace]:
-        """The loaded traces the check reads: cut to Options.steps (the steps no trace holds
-        noted), each launches frame a copy of its own (the check adds columns to it)."""
+    @functools.cached_property
+    def job(self) -> Job:
+        """The traces as one job (job.assemble: ranks, autotuning apart, module labels), cut to
+        Options.steps (the steps no trace holds noted). NoGpuKernels where the run launched no GPU
+        kernel (`cuda_traced`: its CUDA calls were captured; else a capture blind to kernels)."""
+        from gemmscope.job import assemble
+
         loaded = self.traces.loaded
         if self.options.steps is not None:
             from gemmscope.steps import cut_to_steps
@@ -254,26 +259,24 @@ class Analysis:
             if missing:
                 self._note(f"gemmscope: note: steps {_spans(missing)} are not in the traces (the job ended before "
                            f"them?): checking steps {_spans(held)}")
-        # A shallow copy: the check's new columns go to the copy; the launches' own columns are shared, not doubled.
-        return [item if item.launches is None else dataclasses.replace(item, launches=item.launches.copy(deep=False))
-                for item in loaded]
+        job = assemble(loaded)  # through copies of the loaded launches: they stay as they were
+        for repeat in job.repeated:
+            self._note(f"gemmscope: note: {repeat['trace']} is the capture {repeat['same_as']} holds (the same "
+                       "capture given twice): read once")
+        if job.without_kernels:
+            names = [t["trace"] for t in job.without_kernels]
+            self._note(f"gemmscope: note: {_which(names)}: the process ran and launched no GPU kernel (its CUDA "
+                       "calls were captured); nothing in it to check")
+        return job
 
     @functools.cached_property
     def verification(self) -> Verification:
-        """Every GEMM launch judged (verify.check). NoGpuKernels where the run launched no GPU
-        kernel (`cuda_traced`: its CUDA calls were captured; else a capture blind to kernels)."""
+        """Every GEMM launch of the job judged against Options.expect, expect_map, allow and strict
+        (verify.judge; NoGpuKernels as `job`)."""
         from gemmscope import verify
 
         options = self.options
-        result = verify.check(self._checked_items(), options.expect, options.allow, options.expect_map, options.strict)
-        for repeat in result.repeated:
-            self._note(f"gemmscope: note: {repeat['trace']} is the capture {repeat['same_as']} holds (the same "
-                       "capture given twice): read once")
-        if result.without_kernels:
-            names = [t["trace"] for t in result.without_kernels]
-            self._note(f"gemmscope: note: {_which(names)}: the process ran and launched no GPU kernel (its CUDA "
-                       "calls were captured); nothing in it to check")
-        return result
+        return verify.judge(self.job, options.expect, options.allow, options.expect_map, options.strict)
 
     @functools.cached_property
     def check(self) -> CheckResult:

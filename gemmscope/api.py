@@ -64,11 +64,11 @@ def load(paths: str | Path | Sequence[str | Path], workers: int | None = None,
     matches nothing, no trace that could be read (a missing file, not a trace), a capture blind to
     GPU kernels. A trace that could not be read beside others that could is kept with its reason
     (`errors`), and a run that launched no GPU kernel is a result (`check`)."""
-    from gemmscope import verify
+    from gemmscope import job
 
     traces = Analysis(paths, workers=workers, scheduler=scheduler, **settings).traces
     try:
-        verify.raise_if_none_usable(traces.loaded)
+        job.raise_if_none_usable(traces.loaded)
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise

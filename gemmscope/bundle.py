@@ -38,11 +38,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-import sqlite3
 import tempfile
 import zipfile
 from collections.abc import Callable, Sequence
-from contextlib import closing
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -58,10 +56,10 @@ from gemmscope.report.documents import SCHEMA_VERSION
 from gemmscope.report.model import Report, redacted
 from gemmscope.report.profile_run import is_run_dir, profile_report
 from gemmscope.report.tables import csv_text
-from gemmscope.scrub import check_output, command_lines, recorded_redactor, scrub
-from gemmscope.traces import nsys
+from gemmscope.scrub import check_output, recorded_redactor, scrub
 from gemmscope.traces.model import Trace
-from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace
+from gemmscope.traces.nsys_tables import recorded_environment
+from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace, redactable_source
 
 
 class Bundle(NamedTuple):
@@ -102,7 +100,7 @@ def bundle_run(run_dir: str | Path, out: str | Path, keep: Sequence[str] = ()) -
 def _bundle(paths: list[Path], out: Path, inputs: list[Path], keep: Sequence[str], report_of: TraceReport | None,
             run_dir: Path | None = None) -> Bundle:
     originals = [read_trace(path) for path in paths]
-    sources = [nsys.redactable(t.sqlite) if t.sqlite else t.path for t in originals]  # a torch.profiler trace as it is
+    sources = [redactable_source(t) for t in originals]  # a torch.profiler trace as it is
     check_output(out, [*inputs, *paths, *sources], "bundle")
     redactor = recorded_redactor(sources, keep)
     # The unzipped bundle of a run directory is a run directory.
@@ -155,7 +153,7 @@ def _member_names(traces: list[Trace], redactor: Redactor) -> list[str]:
         name = trace.path.name
         stem = next((name.removesuffix(s) for s in (*TRACE_SUFFIXES, *KINETO_SUFFIXES[::-1]) if name.endswith(s)), name)
         stem = redactor(stem)
-        suffix = ".sqlite.xz" if trace.sqlite else ".json.gz"
+        suffix = ".sqlite.xz" if trace.made_by_nsys else ".json.gz"
         member, copies = f"traces/{stem}{suffix}", 1
         while member in names:
             copies += 1
@@ -201,13 +199,7 @@ def _wall_s(run_dir: Path) -> float | None:
 def _environment(trace: Trace, member: str) -> dict[str, Any]:
     """What `trace` records about the machine and the software it ran (null where nothing does;
     a torch.profiler trace records none of the system's settings nor the command line)."""
-    system, commands = {}, []
-    if trace.sqlite is not None:
-        with closing(sqlite3.connect(f"file:{trace.sqlite}?mode=ro", uri=True)) as conn:
-            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            system = dict(conn.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV")) \
-                if "TARGET_INFO_SYSTEM_ENV" in tables else {}
-            commands = command_lines(conn)
+    system, commands = recorded_environment(trace.records) if trace.made_by_nsys else ({}, [])
     software = te_ranges.recorded_software(trace.nvtx["name"]) or {}
     return {
         "trace": member,

@@ -62,7 +62,8 @@ EXIT_CODES = (
     ExitRow(ExitCode.OK, "PASS / done",
             "analyze, verify, diagnose: every GEMM was judged against what was asked (or --allow names it) and "
             "none failed. report, bundle, scrub, profile: the file is written, whatever its verdict says (the "
-            "verdict is in it). compare, shapes, kernel, doctor, --help: printed."),
+            "verdict is in it). compare, shapes, kernel, doctor, whatif (measured, or NOT MEASURED without a GPU: the "
+            "command that measures), --help: printed."),
     ExitRow(ExitCode.MISMATCH, "MISMATCHES",
             "a GEMM ran another precision than asked (not named by --allow); a recipe was asked for and no GEMM "
             "ran; a run launched no GPU kernel at all (a command that exited 0 having skipped its work, a trace "

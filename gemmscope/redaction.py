@@ -1,5 +1,5 @@
 """The redaction policy: what is taken out of every text gemmscope writes for a person to paste or
-share (README: Redaction), and the `Redactor` that applies it.
+share (docs/redaction.md), and the `Redactor` that applies it.
 
 The rules are text rules only (`RULES`: tokens and keys recognisable by their shape, e-mail
 addresses, host names, IP addresses, home directories, user names in URLs), plus what a trace
@@ -44,7 +44,7 @@ _TLDS = ("com|net|org|edu|gov|mil|io|ai|dev|app|cloud|local|localdomain|internal
 _WINDOWS_SEPARATOR = r"(?:\\{1,2}|/)"
 
 # The redaction policy: every rule, by kind, applied to every text gemmscope writes for sharing
-# (README: Redaction). Where two rules match at one place the first listed wins (an e-mail
+# (docs/redaction.md). Where two rules match at one place the first listed wins (an e-mail
 # address before the user name it starts with). `(?P<lead>…)`: a part that stays (the name of
 # a secret option, so that a reader still sees that one was given).
 RULES: tuple[tuple[str, str], ...] = (

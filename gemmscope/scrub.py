@@ -37,9 +37,10 @@ from gemmscope.atomic import written_whole
 from gemmscope.attribution import EnclosingRanges, LoadedTrace
 from gemmscope.errors import InputError
 from gemmscope.redaction import PATH_CHAR, REDACTED, SECRET_NAME, Redactor
-from gemmscope.traces import kineto, nsys
+from gemmscope.traces import kineto_json, nsys_tables
 from gemmscope.traces.model import Trace
-from gemmscope.traces.read import trace_source
+from gemmscope.traces.nsys_tables import command_lines
+from gemmscope.traces.read import redactable_source, trace_source
 
 # (table, key column, value column, SQL LIKE patterns of keys whose values are redacted)
 _REDACT = (
@@ -81,8 +82,8 @@ def recorded_redactor(exports: Iterable[str | Path], keep: Iterable[str] = ()) -
     paths: list[str] = []
     names = _local_names()
     for export in exports:
-        if kineto.is_kineto(Path(export)):
-            names += kineto.recorded_names(Path(export))
+        if kineto_json.is_kineto(Path(export)):
+            names += kineto_json.recorded_names(Path(export))
             continue
         with closing(_records(Path(export))) as conn:
             removed, recorded_names = _recorded(conn)
@@ -130,13 +131,9 @@ def redacted_traces(items: Sequence[LoadedTrace], keep: Iterable[str] = ()) -> t
     from redacted ones. Each distinct text is redacted once: a trace's million launches hold a
     few thousand. Attribution ran on the traces as read; --allow and --expect-map patterns match
     the names as printed."""
-    redactor = recorded_redactor([_export_of(item.trace) for item in items if item.trace is not None], keep)
+    redactor = recorded_redactor([item.trace.records for item in items if item.trace is not None], keep)
     return [_redacted_loaded(item, redactor) for item in items], redactor
 
-
-def _export_of(trace: Trace) -> Path:
-    """The file or folder a trace's records are read from: its nsys export, or the torch.profiler trace itself."""
-    return trace.sqlite if trace.sqlite is not None else trace.path
 
 
 def _redacted_loaded(item: LoadedTrace, redactor: Redactor) -> LoadedTrace:
@@ -160,7 +157,7 @@ def _records(export: Path) -> sqlite3.Connection:
     `_recorded` reads of a columnar one (Parquet or Arrow)."""
     if export.is_dir():
         tables = {table: [key, value] for table, key, value, _ in (*_REDACT, *_DELETE)}
-        return nsys.columnar_as_sqlite(export, tables | {"StringIds": ["id", "value"]})
+        return nsys_tables.columnar_as_sqlite(export, tables | {"StringIds": ["id", "value"]})
     return sqlite3.connect(f"file:{export}?mode=ro", uri=True)
 
 
@@ -173,24 +170,6 @@ def _local_names() -> list[str]:
     host = socket.gethostname()
     # Shorter names ("vm") are common words and parts of names, not the user's or the machine's own.
     return [name for name in (user, host, host.split(".")[0]) if len(name) >= 3]
-
-
-_COMMAND_PART = re.compile(r"PROCESS_(\d+):(?:COMMAND|ARGUMENT_(\d+))")
-
-
-def command_lines(conn: sqlite3.Connection) -> list[list[str]]:
-    """The command line of each process nsys launched, as recorded (argv: COMMAND, then
-    ARGUMENT_0, ARGUMENT_1, …), in process order."""
-    if "META_DATA_CAPTURE" not in _tables(conn):
-        return []
-    parts: dict[int, dict[int, str]] = {}
-    for name, value in conn.execute(
-            "SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:COMMAND' "
-            "OR name LIKE 'PROCESS_%:ARGUMENT_%'"):
-        if match := _COMMAND_PART.fullmatch(name):
-            process, argument = match.groups()
-            parts.setdefault(int(process), {})[-1 if argument is None else int(argument)] = value or ""
-    return [[argv[i] for i in sorted(argv)] for _, argv in sorted(parts.items())]
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
@@ -261,12 +240,11 @@ def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None 
     the private scratch folder; `out` appears whole, or not at all."""
     out = Path(out)
     given = trace.path if isinstance(trace, Trace) else Path(trace)
-    source = (nsys.redactable(trace.sqlite) if trace.sqlite else trace.path) if isinstance(trace, Trace) \
-        else trace_source(trace)  # validates; decompresses or exports
+    source = redactable_source(trace) if isinstance(trace, Trace) else trace_source(trace)  # validates; decompresses or exports
     check_output(out, (source, given), "scrub")
     if redactor is None:
         redactor = recorded_redactor([source])
-    if kineto.is_kineto(source):
+    if kineto_json.is_kineto(source):
         return _scrub_kineto(source, out, redactor)
     work = Path(tempfile.mkdtemp(dir=scratch.folder())) / "scrubbing.sqlite"
     try:
@@ -287,7 +265,7 @@ def _scrub_kineto(source: Path, out: Path, redactor: Redactor) -> Path:
     """A torch.profiler trace with every string of it (keys too) redacted, through a temporary
     name: `out` appears whole, or not at all."""
     with written_whole(out, ".gz" if out.name.endswith(".gz") else "") as partial:
-        kineto.write_redacted(source, partial, redactor.document)
+        kineto_json.write_redacted(source, partial, redactor.document)
     return out
 
 

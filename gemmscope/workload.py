@@ -69,7 +69,9 @@ def te_recipe(precision: str):
 
 
 def unsupported_reason(precision: str) -> str | None:
-    """TE's own reason why this GPU cannot run the recipe, or None."""
+    """TE's own reason why this GPU cannot run the recipe, or None (BF16: none, TE not needed)."""
+    if precision == "bf16":
+        return None
     te, _, _ = _te()
     check = {
         "bf16": None,
@@ -153,27 +155,41 @@ def _classify(exc: BaseException) -> str:
     return "unsupported" if "supported" in text or "compute capability" in text else "failed"
 
 
-def run_entry(entry: Entry, warmup: int) -> str:
-    """Time one entry; returns its result mark, which it also leaves in the trace."""
+def _open_range(label: str, process_wide: bool):
+    """Push an NVTX range; returns what closes it. `process_wide`: a start/end range, which holds
+    the kernels every thread of the process launches while it is open (a backward pass runs on
+    torch's autograd thread), not a push/pop range of this thread alone."""
+    if process_wide:
+        handle = torch.cuda.nvtx.range_start(label)
+        return lambda: torch.cuda.nvtx.range_end(handle)
+    torch.cuda.nvtx.range_push(label)
+    return torch.cuda.nvtx.range_pop
+
+
+def run_entry(entry: Entry, warmup: int, make_step=None, process_wide: bool = False) -> str:
+    """Time one entry; returns its result mark, which it also leaves in the trace. `make_step`
+    builds the timed step from the entry (default: by its mode, autocast or prequant); a
+    precision that is no TE recipe (torchao's) is left to the step to refuse. `process_wide`:
+    the ranges are start/end ranges (_open_range), for a step that runs a backward pass."""
     result: dict[str, str | float] = {"status": "ok"}
-    reason = unsupported_reason(entry.precision)
+    reason = unsupported_reason(entry.precision) if entry.precision in RECIPES else None
     if reason is not None:
         result = {"status": "unsupported", "reason": reason}
     else:
         try:
-            step = (_autocast_step if entry.mode == "autocast" else _prequant_step)(entry)
-            torch.cuda.nvtx.range_push(entry.label(WARMUP_PREFIX))
+            step = (make_step or (_autocast_step if entry.mode == "autocast" else _prequant_step))(entry)
+            close = _open_range(entry.label(WARMUP_PREFIX), process_wide)
             for _ in range(warmup):
                 step()
-            torch.cuda.nvtx.range_pop()
+            close()
             torch.cuda.synchronize()
             events = [torch.cuda.Event(enable_timing=True) for _ in range(entry.iters + 1)]
-            torch.cuda.nvtx.range_push(entry.label(RANGE_PREFIX))
+            close = _open_range(entry.label(RANGE_PREFIX), process_wide)
             events[0].record()
             for i in range(entry.iters):
                 step()
                 events[i + 1].record()
-            torch.cuda.nvtx.range_pop()
+            close()
             torch.cuda.synchronize()
             times = [a.elapsed_time(b) for a, b in zip(events, events[1:])]
             q1, _, q3 = statistics.quantiles(times, n=4)

@@ -16,10 +16,10 @@ Each block below is self-contained; add new fixtures as blocks of their own furt
 #   cpu_traces_expected  -> dict loaded from tests/fixtures/cpu/expected.json, the hand-written
 #                           description of what nvtx_edge_cases.c does.
 #
-# nsys is looked up as $NSYS, then PATH, then /opt/nsys-cpu/target-linux-x64/nsys. If none is
-# found the tests using cpu_traces are skipped, except when the CI environment variable is set
-# (to anything but "", 0, false, no): then they fail, since CI must really run them. A failure
-# of make_traces.sh itself always fails the tests.
+# nsys is looked up as $NSYS, then PATH, then /opt/nsys-cpu/target-linux-x64/nsys, where
+# scripts/setup-tests.sh installs it. If none is found the tests using cpu_traces are skipped,
+# except when the CI environment variable is set (to anything but "", 0, false, no): then they
+# fail, since CI must really run them. A failure of make_traces.sh itself always fails the tests.
 # ------------------------------------------------------------------------------------------------
 import hashlib
 import json
@@ -66,8 +66,8 @@ def cpu_traces() -> Path:
     nsys = _find_nsys()
     if nsys is None:
         msg = (
-            "nsys not found: set NSYS, put nsys on PATH, or install it to "
-            f"{_NSYS_DEFAULT} (tests/fixtures/cpu/make_traces.sh needs it)"
+            "nsys not found: run scripts/setup-tests.sh (it installs one to "
+            f"{_NSYS_DEFAULT}), set NSYS or put nsys on PATH (tests/fixtures/cpu/make_traces.sh needs it)"
         )
         if _ci_is_set():
             pytest.fail(msg + " -- CI is set, so the CPU trace tests must run", pytrace=False)
@@ -209,14 +209,15 @@ def nsys_bin(cpu_traces) -> str:
 # chromium_bin -> path of a Chromium (Debian's `chromium`, or $CHROMIUM) for the tests that open
 #                 gemmscope's HTML report in a real headless browser. If none is found they are
 #                 skipped, except when the CI environment variable is set (to anything but "", 0,
-#                 false, no): then they fail, since CI must really run them (.ci/run installs it).
+#                 false, no): then they fail, since CI must really run them (scripts/setup-tests.sh
+#                 installs it).
 # ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def chromium_bin() -> str:
     candidates = [os.environ.get("CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser")]
     found = next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
     if found is None:
-        msg = "chromium not found: set CHROMIUM or install it (apt-get install chromium)"
+        msg = "chromium not found: run scripts/setup-tests.sh, set CHROMIUM or install it (apt-get install chromium)"
         if _ci_is_set():
             pytest.fail(msg + " -- CI is set, so the browser tests must run", pytrace=False)
         pytest.skip(msg)
@@ -227,7 +228,7 @@ def chromium_bin() -> str:
 # torch_cpu -> the torch module, for the tests that run gemmscope's autocast hook on CPU tensors
 #              (tests/test_autocast_hook.py). Without torch they are skipped, except when the CI
 #              environment variable is set (to anything but "", 0, false, no): then they fail,
-#              since CI must really run them (.ci/run installs torch's CPU build).
+#              since CI must really run them (scripts/setup-tests.sh installs torch's CPU build).
 # ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def torch_cpu():
@@ -242,9 +243,9 @@ def torch_cpu():
 
 # ------------------------------------------------------------------------------------------------
 # Every pytest session decodes kernel names afresh. kernels.decode keeps what it decoded for the
-# life of the process, and mutmut (benchmarks/mutation.sh) runs each mutant's tests in a process
-# forked from one that already ran them all: without this, a mutant of a name decoder would
-# never be called for the names decoded before the fork, and would survive every test.
+# life of the process, and mutmut (tests/mutation/mutation.sh) runs each mutant's tests in a
+# process forked from one that already ran them all: without this, a mutant of a name decoder
+# would never be called for the names decoded before the fork, and would survive every test.
 # ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session", autouse=True)
 def _kernel_names_decoded_afresh():
@@ -254,7 +255,7 @@ def _kernel_names_decoded_afresh():
 
 
 # ------------------------------------------------------------------------------------------------
-# Under mutmut (benchmarks/mutation.sh), a mutant's tests run test file by test file, the files
+# Under mutmut (tests/mutation/mutation.sh), a mutant's tests run test file by test file, the files
 # quickest in mutmut's own timings first: it stops at the first failure, and most mutants fail a
 # quick test. Each file's tests keep their order, so module fixtures are set up once.
 # ------------------------------------------------------------------------------------------------

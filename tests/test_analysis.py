@@ -123,8 +123,8 @@ def test_scrub_from_python_writes_what_the_cli_writes(tmp_path):
 
 def test_each_result_is_computed_once(monkeypatch):
     calls = []
-    check = verify.check
-    monkeypatch.setattr(verify, "check", lambda *a, **k: calls.append(1) or check(*a, **k))
+    judge = verify.judge
+    monkeypatch.setattr(verify, "judge", lambda *a, **k: calls.append(1) or judge(*a, **k))
     analysis = gs.Analysis(FIRST_LAST_BF16, expect="fp8-current")
     assert analysis.check is analysis.check and analysis.diagnosis is analysis.diagnosis
     assert analysis.report("analysis") is analysis.report("analysis")

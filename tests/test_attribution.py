@@ -3,8 +3,8 @@
 The traces here are hand-built (tests/nsys_export.py: nsys 2025.3's own schema, rows written by
 the test), since a real capture cannot place a range exactly at a launch's start or end, and a
 CPU capture holds no kernel. A launch is its CUDA launch call's interval [t0, t1]: a range
-encloses it when it starts at or before t0 and ends at or after t1 (README, How GEMMs are
-attributed). Push/pop ranges count on the launching thread only, each NVTX domain's stack on its
+encloses it when it starts at or before t0 and ends at or after t1 (docs/how-it-works.md: How
+GEMMs are attributed). Push/pop ranges count on the launching thread only, each NVTX domain's stack on its
 own; start/end ranges count on every thread of their process and never in another process.
 """
 

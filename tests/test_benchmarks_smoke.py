@@ -93,13 +93,18 @@ def test_window_overhead_runs_each_part_to_the_program_s_own_end(nsys_bin):
 
 
 _CPU_TRAINING = """
+import json, time
 import torch
 model = torch.nn.Linear(64, 64)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 torch.cuda.nvtx.mark = lambda label: None  # a CPU build of torch has no NVTX to mark into
+step_ms = []
 for _ in range(6):
+    started = time.perf_counter()
     model(torch.randn(16, 64)).sum().backward()
     optimizer.step()
+    step_ms.append((time.perf_counter() - started) * 1e3)
+print("step_ms " + json.dumps(step_ms))
 """
 
 
@@ -113,11 +118,15 @@ def test_steps_overhead_runs_bare_the_hook_and_a_torch_profiler_window(tmp_path)
     program.write_text(_CPU_TRAINING)
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "steps_overhead.py"), "--steps", "2-3", "--kinds", "hook,torch-steps",
-         "--rounds", "1", "--warmup", "0", "--out", str(tmp_path / "out"), "--", sys.executable, str(program)],
+         "--rounds", "1", "--warmup", "0", "--out", str(tmp_path / "out"), "--step-time", r"step_ms (\[.*\])",
+         "--", sys.executable, str(program)],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     medians = {line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("median ")}
-    assert set(medians) == {"bare", "hook", "torch-steps", "torch-steps:"}
+    assert set(medians) == {"bare", "hook", "torch-steps", "bare:", "hook:", "torch-steps:"}
+    # the program's own step time, found in what it printed bare (stdout) and under verify (relayed to stderr)
+    assert "the program's own step time" in medians["hook:"] and "x bare (target <= 1.02x for the hook)" in medians["hook:"]
+    assert any(line.startswith("median torch-steps: the program's own step time") for line in done.stdout.splitlines())
     assert medians["bare"].endswith("exit statuses [0]") and medians["hook"].endswith("exit statuses [0]")
     assert medians["torch-steps"].endswith("exit statuses [1]")
     assert list((tmp_path / "out" / "torch").glob("trace.*.json.gz"))  # the window's trace, written

@@ -145,12 +145,13 @@ def test_analyze_markdown(gpu_xz):
     assert "## GEMMs per module and pass" in text
     assert "## Mismatches (requested precision did not run)" in text
     assert "| _Linear | fprop |" in text
-    # grouped: one row per layer × module × pass × kernel, with its launch count
+    # grouped by cause under what it means, then one row per layer × module × pass × kernel, with its launch count
     mismatches = text.split("## Mismatches")[1].split("\n## ")[0]
+    assert "### outside-te, 9 launches" in mismatches and "these GEMMs ran outside TE" in mismatches
     mismatch_rows = [line.split(" | ") for line in mismatches.splitlines() if "(outside TE)" in line]
     assert len(mismatch_rows) == 3
     assert {row[2] for row in mismatch_rows} == {"fprop", "dgrad", "wgrad"}
-    assert sum(int(row[7]) for row in mismatch_rows) == 9
+    assert sum(int(row[6]) for row in mismatch_rows) == 9
 
 
 def test_analyze_table(gpu_xz):

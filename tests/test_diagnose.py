@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gemmscope import diagnosis, steps
+from gemmscope import diagnosis, findings, steps
 from gemmscope.comparison import compare
 from gemmscope.kernels import decode
 from gemmscope.traces.read import read_trace
@@ -127,7 +127,7 @@ def test_large_fp8_training_top_finding_is_healthy_gemms(checked):
     assert found.breakdown["idle_share"].iloc[0] < 0.2
     top = found.findings[0]
     assert top["code"] == "gemms-healthy"
-    assert top["figures"]["share_of_peak"] > diagnosis.HEALTHY_SHARE_OF_PEAK
+    assert top["figures"]["share_of_peak"] > findings.HEALTHY_SHARE_OF_PEAK
     assert not {"gpu-idle", "fallback"} & {f["code"] for f in found.findings}
 
 

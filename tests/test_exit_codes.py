@@ -36,9 +36,9 @@ WRITING = ("report", "bundle", "scrub")
 # writing ones 0 once written (the verdict is in the file), compare 0 once printed.
 EXPECTED: dict[str, dict[object, ExitCode]] = {
     **{command: {state: state.exit_code for state in State} for command in CHECKING},
-    **{command: dict.fromkeys(State, ExitCode.OK) for command in (*WRITING, "compare")},
+    **{command: dict.fromkeys(State, ExitCode.OK) for command in (*WRITING, "compare", "whatif")},
 }
-for command in (*CHECKING, "report", "compare"):
+for command in (*CHECKING, "report", "compare", "whatif"):
     EXPECTED[command][NO_KERNEL_STATE] = ExitCode.MISMATCH  # nothing ran: said in one line, nothing written
 for command in ("bundle", "scrub"):
     EXPECTED[command][NO_KERNEL_STATE] = ExitCode.OK  # bundled, scrubbed: report.md says why
@@ -55,6 +55,7 @@ def _args(command: str, trace: Path | str, out: Path) -> list[str]:
         "bundle": ["bundle", str(trace), "-o", str(out / "issue.zip")],
         "scrub": ["scrub", str(trace), "-o", str(out / "scrubbed.sqlite")],
         "compare": ["compare", str(TRACES[State.PASS]), str(trace)],
+        "whatif": ["whatif", str(trace), "--no-measure"],
     }[command]
 
 
@@ -64,7 +65,7 @@ def _run(args: list[str]):
 
 CASES = [(command, state) for command, states in EXPECTED.items() for state in states
          # scrub and compare judge nothing: one GEMM-bearing state each is enough, beside the others
-         if command not in ("scrub", "compare") or state in (State.FAIL, NO_KERNEL_STATE, MISSING)]
+         if command not in ("scrub", "compare", "whatif") or state in (State.FAIL, NO_KERNEL_STATE, MISSING)]
 
 
 @pytest.mark.parametrize(("command", "state"), CASES, ids=[f"{c}-{getattr(s, 'value', s)}" for c, s in CASES])

@@ -107,6 +107,10 @@ def _cases() -> dict[str, list[str]]:
     cases["shapes.llama-3-8b"] = ["shapes", "--model", "llama-3-8b"]
     cases["shapes.deepseek-v3.json"] = ["shapes", "--config", "tests/fixtures/hf_configs/deepseek-v3/config.json",
                                         "--format", "json"]
+    # whatif without a GPU: the groups that would be measured and the command that measures them
+    cases["whatif.megatron_gpt_first-last-bf16.table"] = ["whatif", TRACES["megatron_gpt_first-last-bf16"]]
+    cases["whatif.torchao_rowwise.json"] = ["whatif", TRACES["torchao_rowwise"], "--format", "json"]
+    cases["whatif.hf_llama_accelerate-fp8.table"] = ["whatif", f"{GPU}/steps/hf_llama_accelerate-fp8_10steps.sqlite.xz"]
     cases["kernel.names"] = ["kernel", "nvjet_sm90_qqtst_96x128_128x7_2x1_v_bz_bias_TNN",
                              "nvjet_sm100_oohsh_128x256_128x4_2x1_2cta_v_bz_Avec16UE4M3_Bvec16UE4M3_TNN",
                              "cublasLt::splitKreduce_kernel", "triton_tem_fused_mm_0", "cast_transpose_kernel"]

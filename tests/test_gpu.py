@@ -268,3 +268,29 @@ def test_a_process_the_program_starts_after_the_window_runs(window):
     done = gemmscope("verify", "--expect", "bf16", *window, "--", sys.executable, "-c", _STARTS_A_PROCESS_LATE)
     assert "started after the window" in done.stderr and "ran to its own end" in done.stderr, done.stderr[-2000:]
     assert done.returncode in (0, 1) and "the command failed" not in done.stderr
+
+
+def test_whatif_measures_the_megatron_first_last_run(tmp_path):
+    """whatif on the committed Megatron first/last-BF16 trace: every module shape timed forward
+    and backward at each recipe under nsys; BF16 and FP8 current scaling run (with the kernel of
+    their precision in the timed range), a recipe this GPU cannot run is recorded with TE's reason,
+    never a figure; the change is written as Megatron's arguments."""
+    import torch
+
+    out = tmp_path / "whatif"
+    trace = FIXTURES / "corpus" / "megatron_gpt_first-last-bf16.sqlite.xz"
+    done = gemmscope("whatif", str(trace), "--out", str(out), "--iters", "10", "--warmup", "2", "--format", "json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(done.stdout)
+    assert document["state"] == "measured" and (out / "measurement" / "trace.sqlite").exists()
+    per_recipe = {(r["group"], r["recipe"]): r for r in document["per_recipe"]}
+    for group in document["groups"]:
+        if group["module_class"] == "ColumnParallelLinear":
+            continue
+        for recipe in ("bf16", "fp8-current"):
+            row = per_recipe[(group["group"], recipe)]
+            assert row["status"] == "ok" and row["predicted_ms"] > 0 and row["kernel_verdict"] == "OK", row
+        mxfp8 = per_recipe[(group["group"], "mxfp8")]
+        if torch.cuda.get_device_capability()[0] < 10:
+            assert mxfp8["status"] == "unsupported" and mxfp8["reason"] and mxfp8["predicted_ms"] is None
+    assert (out / "megatron_args.txt").exists() and (out / "whatif.html").exists()

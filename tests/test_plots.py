@@ -237,7 +237,7 @@ def test_html_report_embeds_the_trace_plots(tmp_path, checked):
     assert [alt for alt, _ in images] == ["GEMM TFLOP/s against the GPU&#x27;s dense peak",
                                           "Where the GPU time went, per rank", "GPU time per training step"]
     assert all(base64.b64decode(data).startswith(PNG) for _, data in images)
-    assert "Steps: NVTX ranges matching step [0-9]*, after the first." in text
+    assert "(steps: NVTX ranges matching step [0-9]*, after the first)" in text  # the window the times are of
 
 
 def test_html_caption_says_what_was_not_drawn(tmp_path):

@@ -113,7 +113,8 @@ def test_reports_render(run, tmp_path):
     write_profile_reports(run, tmp_path, 40.0)
     markdown = (tmp_path / "report.md").read_text()
     assert "| autocast | fp8-delayed |" in markdown and "unsupported: Device compute capability" in markdown
-    assert "| kernel % peak | quant % | FLOP/B | speedup reason | verdict |" in markdown
+    assert "| overhead ms | quant % | speedup | TFLOP/s | % peak | kernel TFLOP/s | kernel % peak | FLOP/B | speedup reason " \
+           "| verdict |" in markdown
     assert "| mlp_down | 15872x16384x4096 | fp8-current |" in markdown and "| quantization " in markdown
     for recipe in ("MXFP8", "NVFP4"):  # TE's reason once per recipe, not once per GEMM
         assert markdown.count(f"required for {recipe} execution") == 1

@@ -20,11 +20,13 @@ from gemmscope.errors import InputError
 from gemmscope.profile_run import load_run
 from gemmscope.report import render
 from gemmscope.report.documents import analysis_document
+from gemmscope.report.model import Table, table_parts
 from gemmscope.report.profile_run import profile_report
 from gemmscope.report.verification import verification_report
 from gemmscope.traces.read import read_trace
 
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+GPU = Path(__file__).parent / "fixtures" / "gpu"
+CORPUS = GPU / "corpus"
 # A trace checked against a recipe its first and last layers do not run: mismatches, allowed ones, findings.
 MIXED = CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz"
 OPTIONS = ("--expect", "fp8-current", "--allow", "output_layer")
@@ -84,6 +86,48 @@ def test_the_terminal_shows_the_sections_in_the_markdowns_order(checked):
     assert "Per GEMM (layer · module · pass · kernel)" not in text and "Environment\n" not in text
 
 
+# A trace and the options it is checked with -> what each FALLBACK cause in it means.
+CAUSES = {
+    (GPU / "train_mixed.sqlite.xz", ()): {
+        "no-record": "gemmscope's hook recorded this run but not these GEMM calls (a TE entry point it does not "
+                     "wrap, or an older hook that recorded only the autocast regions)",
+        "outside-te": "these GEMMs ran outside TE (a plain torch.nn.Linear, say)"},
+    (MIXED, OPTIONS): {
+        "requested-bf16": "these GEMMs asked for bf16 (TE was handed bf16 operands, or a GEMM outside TE had them), "
+                          "not fp8-current: a layer outside autocast, or a recipe that keeps these GEMMs in high "
+                          "precision"},
+}
+
+
+@pytest.mark.parametrize("trace, options", list(CAUSES), ids=["train_mixed", "megatron_first-last-bf16"])
+def test_a_fallbacks_cause_reads_the_same_in_every_format(trace, options):
+    """Each FALLBACK cause heads its mismatches with what it means, in the same words, in the
+    terminal's output, the Markdown and the HTML page (words the terminal wraps at its width)."""
+    text = " ".join(cli("analyze", trace, *options).split())
+    markdown = cli("analyze", trace, *options, "--format", "markdown")
+    page = html.unescape(cli("report", trace, *options, "-o", "-", "--format", "html"))
+    for cause, meaning in CAUSES[trace, options].items():
+        assert f": {cause}, " in text and meaning in text
+        assert re.search(rf"^### {cause}, .*\n\n{re.escape(meaning)}", markdown, flags=re.MULTILINE)
+        assert re.search(rf"<h3>{cause}, [^<]*</h3><p>{re.escape(meaning)}", page)
+        assert f"cause: {cause}: {meaning}" in markdown and f"cause: {cause}: {meaning}" in page  # each GEMM's details
+
+
+def test_the_terminal_shows_every_table_the_pages_show(checked):
+    """No section is laid out again for the terminal: each table (or each group of its rows) the
+    Markdown shows, the terminal shows under the same title, fitted; only paragraphs, plots and
+    details on demand are for pages alone."""
+    result, diagnosis = checked
+    for report in (verification_report(result, diagnosis, detail="verbose"), profile_report(load_run(EXAMPLE_RUN))):
+        text, markdown = render(report, "table"), render(report, "markdown")
+        for section in report.sections:
+            for table in (block for block in section.blocks if isinstance(block, Table)):
+                for part in table_parts(table):
+                    title = table.title if part.heading is None else f"{table.title}: {part.heading}"
+                    heading = part.heading or table.title
+                    assert f"\n{title}" in text and (heading == section.title or f"### {heading}\n" in markdown)
+
+
 def test_quiet_is_the_verdict_alone_in_every_text_format(checked):
     result, diagnosis = checked
     report = verification_report(result, diagnosis, detail="quiet")
@@ -110,6 +154,6 @@ def test_a_profile_runs_report_md_is_reports_markdown(tmp_path):
     markdown, text = render(report, "markdown"), render(report, "table")
     assert markdown == (EXAMPLE_RUN / "report.md").read_text()
     assert headings(markdown) == [*(s.title for s in report.sections), "Environment"]
-    shown = ["autocast: fprop", "prequant: wgrad", "GEMM kernels that ran, autocast", "Per layer (codonfm-5b)",
-             "Did not run (TE's reason, once per recipe)"]
+    shown = ["autocast: fprop", "prequant: wgrad", "GEMM kernels that ran (per mode, precision and pass): autocast",
+             "Per layer (codonfm-5b)", "Did not run (TE's reason, once per recipe)"]
     assert [text.index(title) for title in shown] == sorted(text.index(title) for title in shown)

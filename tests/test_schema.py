@@ -18,7 +18,7 @@ from gemmscope.traces.read import read_trace
 
 from schema_check import REGISTRY, SCHEMAS, assert_valid
 
-DOCUMENT_KINDS = {"analyze", "verify", "compare", "shapes", "kernel", "profile-results", "environment"}
+DOCUMENT_KINDS = {"analyze", "verify", "compare", "shapes", "kernel", "profile-results", "environment", "whatif"}
 
 TESTS = Path(__file__).parent
 GPU = TESTS / "fixtures" / "gpu"

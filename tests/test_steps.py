@@ -98,6 +98,22 @@ def test_torch_profiler_window_leaves_out_kernels_launched_before_it():
     assert loaded.launches is not None and loaded.launches["launch_start"].isna().any()  # the case is in the trace
 
 
+def test_a_long_runs_steps_read_the_same_from_torch_profiler_and_nsys():
+    """TE's FSDP example, 8 TransformerLayers of 4 GEMMs (QKV, projection, FC1, FC2) in 3 passes, 400
+    iterations, steps 200-202 captured alone by each profiler (`verify --steps 200-202`): the same
+    GEMMs, kernels and verdicts from both, 3 steps' worth."""
+    groups = {}
+    for capture in ("fsdp_400iters_steps200-202.sqlite.xz", "fsdp_400iters_steps200-202_torch.rank0.json.gz"):
+        code, report, _ = run("analyze", STEPS / capture, "--steps", "200-202", "--expect", "fp8-delayed",
+                              "--format", "json")
+        assert code == 0 and report["summary"]["state"] == "pass", capture
+        assert report["summary"]["gemm_launches"] == 3 * 8 * 4 * 3, capture
+        assert {s["index"] for s in report["breakdown"]["steps"]} == {200, 201, 202}, capture
+        groups[capture] = sorted((g["layer"], g["module"], g["pass"], g["kernel"], g["verdict"], g["launches"])
+                                 for g in report["summary"]["groups"])
+    assert len(set(map(tuple, groups.values()))) == 1
+
+
 def test_hugging_face_plain_loop_steps():
     """A Llama from transformers trained in a plain loop (no NVTX anywhere), BF16 and through
     accelerate's FP8 path: 10 steps of the GEMMs its nn.Linears run; --steps 5-7 alone."""

@@ -58,6 +58,9 @@ COMMANDS = {
     "shapes-deepseek-v3": (["shapes", "--config", TESTS / "fixtures" / "hf_configs" / "deepseek-v3" / "config.json"],
                            0),
     "doctor": (["doctor"], 0),
+    "whatif-megatron-first-last": (["whatif", CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz", "--no-measure"], 0),
+    "whatif-accelerate-te": (["whatif", GPU / "steps" / "hf_llama_accelerate-fp8_10steps.sqlite.xz", "--no-measure"],
+                             0),
 }
 NO_GPU = pytest.mark.skipif(gpu_profile.gpu_available(), reason="a GPU is here: profile would run for real")
 

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,20 @@ def test_a_program_that_runs_torch_profiler_itself_keeps_it(program, tmp_path):
     assert note == ("gemmscope hook: torch.profiler was stopped by the program (does it run torch.profiler itself? "
                     "Then check its traces with gemmscope verify --trace): no trace written")
     assert not list((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize(("cuda", "user_setting", "teardown"), [
+    ("13.0", None, "1"), ("12.6", None, "1"), ("12.4", None, None), (None, None, None), ("13.0", "0", "0")])
+def test_a_window_asks_kineto_to_let_cupti_go_where_that_is_safe(cuda, user_setting, teardown, monkeypatch):
+    """After a window the job goes on: Kineto detaches CUPTI only with TEARDOWN_CUPTI=1, which is unsafe
+    with CUDA graphs before CUDA 12.6; a user's own setting stands."""
+    from types import SimpleNamespace
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "gemmscope" / "autocast_hook"))
+    from gemmscope_torch_profiler import tear_down_cupti_after_window
+
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    if user_setting is not None:
+        monkeypatch.setenv("TEARDOWN_CUPTI", user_setting)
+    tear_down_cupti_after_window(SimpleNamespace(version=SimpleNamespace(cuda=cuda)))
+    assert os.environ.get("TEARDOWN_CUPTI") == teardown

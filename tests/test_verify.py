@@ -501,7 +501,7 @@ def test_parse_expect_map_refuses_an_item_without_pattern_or_known_recipe(item, 
 def test_layer_numbers_are_the_first_numbered_member_of_a_module_path():
     import pandas as pd
 
-    from gemmscope.verify import layer_numbers
+    from gemmscope.job import layer_numbers
 
     paths = pd.Series(["decoder.layers.3.mlp.linear_fc1", "model.layers.12.self_attn.q_proj", "3.self_attention.proj",
                        "layers.7", "fc2.10.5", "h.1x.2", "block7.proj", "lm_head", None], index=range(10, 19))
@@ -514,7 +514,7 @@ def test_module_labels_name_what_te_launched_without_a_module_apart_from_what_it
     import numpy as np
     import pandas as pd
 
-    from gemmscope.verify import module_labels
+    from gemmscope.job import module_labels
 
     te_module = pd.Series(["_Linear", None, None, "_LayerNormMLP"], index=[4, 5, 6, 7], dtype=object)
     labels = module_labels(te_module, np.array([True, True, False, False]))
@@ -536,19 +536,19 @@ def test_first_pattern_is_the_position_of_the_first_matching_pattern_per_name():
 def test_sm_is_the_compute_capability_of_the_first_gpu_that_has_one(gpu_trace):
     from dataclasses import replace
 
-    from gemmscope.verify import _sm
+    from gemmscope.traces.model import gpu_sm
 
     h200 = gpu_trace("te_linear_bf16")
-    assert _sm([h200]) == H200_SM
+    assert gpu_sm([h200]) == H200_SM
 
     def with_gpus(*capabilities):
         gpus = [{"id": i, "name": "GPU", "cc_major": major, "cc_minor": minor}
                 for i, (major, minor) in enumerate(capabilities)]
         return replace(h200, meta=h200.meta | {"gpus": gpus})
 
-    assert _sm([with_gpus()]) is None
-    assert _sm([with_gpus((None, None)), with_gpus((10, 3), (9, 0))]) == 103
-    assert _sm([with_gpus((12, 1)), h200]) == 121
+    assert gpu_sm([with_gpus()]) is None
+    assert gpu_sm([with_gpus((None, None)), with_gpus((10, 3), (9, 0))]) == 103
+    assert gpu_sm([with_gpus((12, 1)), h200]) == 121
 
 
 def test_autotuning_is_told_by_benchmark_loops_per_thread(gpu_sqlite, tmp_path):
@@ -560,7 +560,7 @@ def test_autotuning_is_told_by_benchmark_loops_per_thread(gpu_sqlite, tmp_path):
     candidate only the autotuner launches is its own without a loop. Kernels whose launch call the
     trace missed are ordered by their own start, apart from every thread."""
     from gemmscope.attribution import launches
-    from gemmscope.verify import autotuning_launches
+    from gemmscope.job import autotuning_launches
 
     from nsys_export import BF16_GEMM, SPLIT_K_REDUCE, HandBuiltExport
 
@@ -611,7 +611,7 @@ def test_runtime_autotuning_of_pointwise_kernels_takes_no_gemm(gpu_xz, gpu_expec
     """A compiled torchao FP8 model without max-autotune: Triton's autotuner times configs of
     Inductor's pointwise kernels while the program runs (benchmark loops between its GEMMs), and
     every GEMM stays the program's: one per Linear layer and pass, each step (expected.json)."""
-    from gemmscope.verify import autotuning_launches
+    from gemmscope.job import autotuning_launches
 
     name = "corpus/torchao_tensorwise_compiled"
     expected = gpu_expected(name)
@@ -824,3 +824,29 @@ def test_ranges_checked_per_mapped_range_counted_from_the_rows():
             case, result, expect_map)
     assert list(table["verdict"]) == ["FALLBACK", "NESTED", "FALLBACK", "NESTED", "NESTED", "NOT FOUND", "NOT FOUND"]
     assert table.loc[2, "gemms"] == table.loc[2, "fallbacks"] == 1 and table.loc[2, "expected_time_share"] == 0
+
+
+def test_a_check_leaves_what_it_was_given_and_earlier_results_as_they_were(tmp_path):
+    """A loaded trace checked alone, then beside the ranks of its job (where it is ranked by its
+    place), keeps its own launches, and the first result its ranks: a result holds launches of its
+    own. One assembled job judged twice, against two recipes, gives each its verdicts."""
+    from gemmscope.attribution import attribute
+    from gemmscope.job import assemble
+    from gemmscope.verify import judge
+
+    third = altered_sqlite(Path(__file__).parent / "fixtures" / "gpu" / "te_linear_bf16.sqlite.xz",
+                           tmp_path / "te_linear_bf16.sqlite", same_session_as(CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz"))
+    alone = attribute(read_trace(third))
+    given = list(alone.launches.columns)
+    first = check([alone], "bf16")
+    assert first.kernels["rank"].isna().all()  # one trace, no rank in its name nor marked
+    ranks = [attribute(read_trace(CORPUS / f"fsdp_fp8_2gpu_rank{rank}.sqlite.xz")) for rank in (0, 1)]
+    together = check([*ranks, alone], "bf16")
+    assert set(together.kernels.loc[together.kernels["trace"] == third.name, "rank"]) == {2}
+    assert first.kernels["rank"].isna().all() and list(alone.launches.columns) == given
+    assert first.kernels is not alone.launches
+
+    job = assemble([alone])
+    as_bf16, as_fp8 = judge(job, "bf16"), judge(job, "fp8-current")
+    assert set(as_bf16.gemms["verdict"]) == {"OK"} and set(as_fp8.gemms["verdict"]) == {"FALLBACK"}
+    assert "verdict" not in job.gemms

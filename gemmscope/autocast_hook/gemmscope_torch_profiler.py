@@ -24,6 +24,7 @@ def start_profiler(torch) -> None:
     if not folder:
         return
     if os.environ.get(STEPS):
+        tear_down_cupti_after_window(torch)
         _profile_steps(torch, folder, *parse_steps(os.environ[STEPS]))
         return
     # acc_events: one cycle (no schedule); without it torch warns in every process, in the
@@ -31,6 +32,25 @@ def start_profiler(torch) -> None:
     profiler = _started(torch, accumulate=True)
     if profiler is not None:
         atexit.register(_write_trace, torch, profiler, folder)
+
+
+# CUDA from which Kineto's teardown of CUPTI is safe with CUDA graphs (torch/profiler/profiler.py keeps
+# it off below this version when the program captures graphs)
+_TEARDOWN_SAFE_CUDA = (12, 6)
+
+
+def tear_down_cupti_after_window(torch) -> None:
+    """A window stops the profiler while the job goes on, and Kineto leaves CUPTI attached after a
+    profiler stops unless TEARDOWN_CUPTI=1 (PyTorch issue 144455): every later step would pay for the
+    window. Ask for the teardown where it is safe (CUDA >= 12.6), never over the user's own setting."""
+    if "TEARDOWN_CUPTI" in os.environ:
+        return
+    try:
+        cuda = tuple(int(part) for part in (torch.version.cuda or "").split(".")[:2])
+    except ValueError:
+        return
+    if cuda >= _TEARDOWN_SAFE_CUDA:
+        os.environ["TEARDOWN_CUPTI"] = "1"
 
 
 def _started(torch, accumulate: bool = False, schedule=None, on_trace_ready=None):

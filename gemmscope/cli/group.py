@@ -187,7 +187,7 @@ def _steps(_ctx, _param, text: str | None) -> tuple[int, int] | None:
 _KEEP = click.option(
     "--keep", multiple=True, metavar="PATTERN",
     help="Leave what matches this shell pattern although a redaction rule matches it (e.g. "
-         "'*.nvidia.com', '10.0.*'; README: Redaction); repeatable.")
+         "'*.nvidia.com', '10.0.*'; docs/redaction.md); repeatable.")
 
 # What every trace command shares (analysis.Options), each declared here alone.
 _TRACE_OPTIONS = [
@@ -225,7 +225,7 @@ _TRACE_OPTIONS = [
 _NO_REDACT = click.option(
     "--no-redact", is_flag=True,
     help="Print every name and text as the traces hold them, secrets included (for local debugging, not for "
-         "pasting); by default redacted as report redacts (README: Redaction).")
+         "pasting); by default redacted as report redacts (docs/redaction.md).")
 
 
 def trace_options(printed: bool = True):

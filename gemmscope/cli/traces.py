@@ -282,7 +282,7 @@ def compare_cmd(base: Path, new: Path, options: Options, fmt: str) -> None:
 @click.option("--tables", "tables_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Also write each table of the report as a CSV file into DIR (made if missing): "
                    "mismatches.csv, findings.csv, breakdown-per-rank.csv, …; for a run directory "
-                   "gemm-entries.csv, … (README: Machine interface). Names whole, times in the unit the "
+                   "gemm-entries.csv, … (docs/machine-interface.md). Names whole, times in the unit the "
                    "column names (_ns, _ms), blank where nothing ran; other gemmscope tables in DIR are removed.")
 def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, options: Options,
                tables_dir: Path | None) -> None:
@@ -327,7 +327,7 @@ def bundle_cmd(inputs: tuple[Path, ...], out: Path, options: Options) -> None:
     """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the report's
     tables as CSV (tables/, as `report --tables`), the traces scrubbed, and environment.json (GPU,
     driver, CUDA, nsys, recipes, the command line redacted). INPUTS: traces (files, folders or
-    globs), or one `gemmscope profile` run directory. Every member redacted (README: Redaction;
+    globs), or one `gemmscope profile` run directory. Every member redacted (docs/redaction.md;
     stderr says what was taken out). Exit 0 once written, whatever the verdict (report.md says it),
     also for traces that cannot be analyzed (report.md says why)."""
     made = api.bundle(inputs, out, options)
@@ -344,7 +344,7 @@ def bundle_cmd(inputs: tuple[Path, ...], out: Path, options: Options) -> None:
 @keep_option
 def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
     """Copy a trace without the environment, command line, user and host names nsys recorded,
-    and with every text in it redacted (README: Redaction; stderr says what was taken out). Exit 0
+    and with every text in it redacted (docs/redaction.md; stderr says what was taken out). Exit 0
     once written: scrub checks nothing."""
     written, redactor = api.scrub(trace, out, keep)
     click.echo(f"wrote {written}")

@@ -11,6 +11,7 @@ import pandas as pd
 
 from gemmscope import devices
 from gemmscope.diagnosis import Diagnosis
+from gemmscope.figures import Coverage, verdict_figures
 from gemmscope.jsonable import frame_records, plain
 from gemmscope.shapes import Gemm
 from gemmscope.traces.model import Trace
@@ -51,60 +52,33 @@ def launch_lines(result: Verification) -> Iterator[str]:
             yield json.dumps(record) + "\n"
 
 
-# A low precision's dense peak over BF16's, on Hopper and Blackwell (FP8 vs BF16): what running a
-# GEMM asked for high precision in low precision could gain at most.
-LOW_PRECISION_RATE = 2.0
-
-
-def coverage_groups(result: Verification) -> pd.DataFrame:
-    """The GEMMs asked for high precision (Verification.coverage) per layer × module × what was
-    asked: the passes, launches, time and share of all GEMM time, in layer order."""
-    g = result.gemms
-    columns = ["layer", "layer_number", "module", "asked", "passes", "launches", "time_ns", "share"]
-    high = result.coverage
-    if high.empty:
-        return pd.DataFrame(columns=columns)
-    keys = ["layer", "layer_number", "module", "expected"]
-    out = high.groupby(keys, dropna=False, sort=False).agg(
-        passes=("te_pass", lambda p: "+".join(dict.fromkeys(p.fillna("?")))),
-        launches=("duration_ns", "size"), time_ns=("duration_ns", "sum")).reset_index()
-    out = out.rename(columns={"expected": "asked"})
-    out["share"] = out["time_ns"] / g["duration_ns"].sum()
-    return out.sort_values(["layer_number", "layer"], na_position="last", ignore_index=True)[columns]
-
-
-def coverage_document(result: Verification) -> dict:
-    g = result.gemms
-    high = result.coverage
-    total = int(g["duration_ns"].sum())
-    own = g[g["requested"].notna() & g["expected"].notna()] if "expected" in g else g.iloc[0:0]
-    low = own.loc[~own["asked_high"], "duration_ns"].sum()
-    high_ns = int(high["duration_ns"].sum())
-    return {"gemm_launches": len(high), "time_ns": high_ns, "time_share": plain(high_ns / total) if total else None,
-            "low_precision_time_share": plain(low / total) if total else None,
-            "saved_at_most_ns": int(high_ns * (1 - 1 / LOW_PRECISION_RATE)),
-            "groups": frame_records(coverage_groups(result))}
-
-
 def check_mode(result: Verification) -> str:
     if result.strict:
         return "recipe"
     return "per-gemm" if result.checked else "none"
 
 
+def coverage_document(coverage: Coverage) -> dict:
+    return {"gemm_launches": coverage.gemm_launches, "time_ns": coverage.time_ns,
+            "time_share": coverage.time_share, "low_precision_time_share": coverage.low_precision_time_share,
+            "saved_at_most_ns": coverage.saved_at_most_ns, "groups": frame_records(coverage.groups)}
+
+
 def summary_document(result: Verification) -> dict:
-    g = result.gemms
+    """The check's summary: its state and figures (figures.verdict_figures), the GEMMs grouped, the
+    ranks compared, and the traces that could not be read or launched no kernel."""
+    figures = verdict_figures(result)
     doc: dict[str, Any] = {
         "state": result.state.value,
         "expected": result.expected,
         "mode": check_mode(result),
-        "gemm_launches": len(g),
-        "gemm_time_ns": int(g["duration_ns"].sum()) if len(g) else 0,
+        "gemm_launches": figures.gemm_launches,
+        "gemm_time_ns": figures.gemm_time_ns,
         "gemm_tail_time_ns": result.tails_ns,
-        "by_precision": {k: int(v) for k, v in g["precision"].value_counts().items()} if len(g) else {},
+        "by_precision": figures.launches_by_precision,
         "by_module_pass": frame_records(result.summary),
         "groups": frame_records(result.groups),
-        "ranks": sorted(int(r) for r in g["rank"].dropna().unique()) if len(g) else [],
+        "ranks": figures.ranks,
         "rank_comparison": frame_records(result.rank_comparison),
         "unreadable_traces": plain(result.unreadable),
         "traces_without_kernels": plain(result.without_kernels),
@@ -114,22 +88,15 @@ def summary_document(result: Verification) -> dict:
     if result.expect_map:
         doc["expect_map"] = [{"pattern": p, "recipe": r} for p, r in result.expect_map]
         doc["ranges_checked"] = frame_records(result.ranges_checked)
-    if result.checked:
-        doc["verdicts"] = {k: int(v) for k, v in g["verdict"].value_counts().items()} if len(g) else {}
-        checked = g[g["verdict"].notna()] if len(g) else g
-        total = int(checked["duration_ns"].sum()) if len(g) else 0
-        ok = checked.loc[checked["verdict"].isin(["OK", "EXPECTED-SUBSTITUTION"]), "duration_ns"].sum() if len(g) else 0
-        doc["expected_time_share"] = plain(ok / total) if total else None
-        doc["unchecked_gemm_launches"] = len(g) - len(checked)
-        doc["unjudged_gemm_launches"] = len(result.unjudged)
-        doc["mismatches"] = len(result.mismatches)
-        doc["allowed"] = len(result.allowed)
-        if not result.strict:
-            doc["coverage"] = coverage_document(result)
-        if len(g) == 0:
-            doc["note"] = f"no GEMM kernel ran: nothing ran at {' or '.join(result.expected_recipes)}"
-    elif len(g) == 0:
-        doc["note"] = "no GEMM kernel in this trace"
+    if figures.verdicts is not None:
+        doc |= {"verdicts": figures.verdicts, "expected_time_share": figures.expected_time_share,
+                "unchecked_gemm_launches": figures.unchecked_gemm_launches,
+                "unjudged_gemm_launches": figures.unjudged_gemm_launches, "mismatches": figures.mismatches,
+                "allowed": figures.allowed}
+        if figures.coverage is not None:
+            doc["coverage"] = coverage_document(figures.coverage)
+    if figures.note is not None:
+        doc["note"] = figures.note
     return doc
 
 

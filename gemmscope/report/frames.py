@@ -6,6 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from gemmscope.diagnosis import CATEGORIES, Diagnosis
+from gemmscope.figures import coverage_groups
+from gemmscope.findings import Finding
 from gemmscope.report.model import count
 from gemmscope.steps import described
 from gemmscope.verify import Verification
@@ -18,7 +20,6 @@ ALLOWED_TITLE = "Allowed mismatches"
 RANKS_TITLE = "Ranks that ran other kernels than the rest"
 UNREADABLE_TITLE = "Traces that could not be read (the others are checked)"
 FINDINGS_TITLE = "Findings, most time at stake first"
-COVERAGE_TITLE = "Coverage: GEMMs that asked for high precision (not a failure)"
 UNJUDGED_TITLE = "Not checked: GEMMs with nothing to judge them against (--expect or --allow them)"
 LAUNCHES_TITLE = "Every GEMM launch"
 
@@ -33,8 +34,11 @@ def breakdown_frame(breakdown: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def findings_frame(findings: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame({"finding": [f["code"] for f in findings], "what it says": [f["statement"] for f in findings]})
+def findings_frame(findings: list[Finding]) -> pd.DataFrame:
+    """The findings, most time at stake first: each one's code, its time at stake and what it says."""
+    return pd.DataFrame({"finding": [f["code"] for f in findings],
+                         "time at stake ms": [f"{f['explains_ns'] / 1e6:.3f}" for f in findings],
+                         "what it says": [f["statement"] for f in findings]})
 
 
 def summary_frame(result: Verification) -> pd.DataFrame:
@@ -104,6 +108,79 @@ def mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
     )
 
 
+# What each cause of a FALLBACK means (verify's `cause`; its module docstring says how each is
+# told), the words every format shows: the one place they are written.
+CAUSES = {
+    "kernel-differs": "TE was handed the requested precision and a kernel of another precision ran",
+    "outside-te": "these GEMMs ran outside TE (a plain torch.nn.Linear, say)",
+    "no-record": "nothing recorded what TE was handed (a trace made without gemmscope's hook)",
+}
+# A no-record GEMM in a run the hook did record: a call the hook does not wrap.
+_NO_RECORD_WITH_HOOK = ("gemmscope's hook recorded this run but not these GEMM calls (a TE entry point it "
+                        "does not wrap, or an older hook that recorded only the autocast regions)")
+# `requested-<recipe>`: the GEMMs asked for another recipe than the one expected of them.
+_REQUESTED = ("these GEMMs asked for {handed} (TE was handed {handed} operands, or a GEMM outside TE had them), "
+              "not {expected}{why}")
+_HIGH_PRECISIONS = ("bf16", "fp16", "fp32")
+
+
+def cause_meaning(cause: str, expected: str | None, hook_recorded: bool) -> str:
+    """What a FALLBACK's cause says, for GEMMs expected to run `expected`."""
+    if cause == "no-record" and hook_recorded:
+        return _NO_RECORD_WITH_HOOK
+    handed = cause.removeprefix("requested-")
+    if handed == cause:
+        return CAUSES.get(cause, cause)
+    why = (": a layer outside autocast, or a recipe that keeps these GEMMs in high precision"
+           if handed in _HIGH_PRECISIONS else "")
+    return _REQUESTED.format(handed=handed, expected=expected, why=why)
+
+
+def cause_meanings(frame: pd.DataFrame, result: Verification) -> dict[str, str]:
+    """What each cause in `frame` (rows with `cause`, and `expected` under --expect-map) means:
+    against the recipe its rows expected where they expected one, else "the expected"."""
+    meanings = {}
+    for cause, rows in frame.groupby(frame["cause"].fillna("?"), sort=False):
+        expected = result.expected
+        if result.expect_map:
+            recipes = rows["expected"].unique()
+            expected = recipes[0] if len(recipes) == 1 else "the expected"
+        meanings[str(cause)] = cause_meaning(str(cause), expected, result.hook_recorded)
+    return meanings
+
+
+def launches_frame(result: Verification) -> pd.DataFrame:
+    """Every GEMM launch for people: its start, rank, where it ran, its pass, kernel, precision,
+    duration and (where checked) its verdict and cause."""
+    g = result.gemms
+    frame = pd.DataFrame({"start ms": (g["start"] / 1e6).map("{:.3f}".format), "rank": g["rank"],
+                          "layer (or module)": g["layer"].where(g["layer"].notna(), g["module"]),
+                          "pass": g["te_pass"], "kernel": g["name"],
+                          "precision": g["precision"].fillna("unknown"), "µs": g["duration_ns"] / 1e3})
+    if result.expect_map:
+        frame["expected"] = g["expected"]
+    if result.checked:
+        frame["verdict"], frame["cause"] = g["verdict"], g["cause"]
+    return frame
+
+
+def coverage_frame(result: Verification) -> pd.DataFrame:
+    """The GEMMs asked for high precision (coverage_groups) for people: milliseconds and shares."""
+    groups = coverage_groups(result)
+    return pd.DataFrame({"layer": groups["layer"], "module": groups["module"], "passes": groups["passes"],
+                         "asked": groups["asked"], "launches": groups["launches"], "time_ms": groups["time_ns"] / 1e6,
+                         "of GEMM time": (groups["share"].astype(float) * 100).round(1).astype(str) + " %"})
+
+
+def ranks_frame(result: Verification) -> pd.DataFrame:
+    """Per layer, module and pass where some ranks ran other kernels: what most ranks ran, and
+    which ranks differ."""
+    differing = differing_ranks(result)
+    return pd.DataFrame({"layer": differing["layer"], "module": differing["module"], "pass": differing["pass"],
+                         "kernels": differing["kernels"], "ranks": differing["ranks"],
+                         "ranks that differ": differing["differing_ranks"].map(lambda r: ", ".join(map(str, r)))})
+
+
 def unjudged_frame(result: Verification) -> pd.DataFrame:
     """The GEMMs that leave the run not fully checked (Verification.unjudged), grouped by layer ×
     module × pass × kernel, with counts."""
@@ -143,12 +220,6 @@ def breakdown_window(diagnosis: Diagnosis) -> str:
 
 def breakdown_title(diagnosis: Diagnosis) -> str:
     return f"Where the GPU time went ({breakdown_window(diagnosis)})"
-
-
-def where(layer: pd.Series, module: pd.Series) -> pd.Series:
-    """Where each GEMM ran: "layers.2.self_attention.proj · _Linear", or the module alone."""
-    named = layer.notna() & (layer.astype("string") != "")
-    return (layer.astype("string") + " · " + module.astype("string")).where(named, module.astype("string"))
 
 
 def several_ranks(result: Verification) -> bool:

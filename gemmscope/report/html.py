@@ -15,7 +15,7 @@ import re
 import pandas as pd
 
 from gemmscope.jsonable import plain
-from gemmscope.report.model import STATUS_WORDS, Block, Figure, Report, Table, cell, page_sections
+from gemmscope.report.model import STATUS_WORDS, Block, Figure, Report, Table, cell, page_sections, table_parts
 
 # A table cell's text up to this long is kept on one line (names, precisions, kernel names are
 # one word anyway); longer text is a sentence that may wrap.
@@ -68,6 +68,9 @@ details .lines { margin: 0.3em 0 0.3em 1.4em; font-family: ui-monospace, SFMono-
 figure { margin: 0.5em 0 1em; } figure img { max-width: 100%; border: 1px solid #d0d7de; }
 figcaption { color: #57606a; font-size: 12.5px; }
 .empty { color: #57606a; font-style: italic; }
+dl.legend { display: grid; grid-template-columns: max-content 1fr; gap: 0.1em 1em; margin: -0.5em 0 1em;
+            font-size: 12.5px; } dl.legend dt { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
+dl.legend dd { margin: 0; }
 """
 
 # Click a header: sort its table's rows by that column (numbers by value, else text; empty last).
@@ -112,7 +115,7 @@ def to_html(report: Report) -> str:
     parts += [f"<p>{e(p)}</p>" for p in report.intro]
     for section in page_sections(report):
         parts.append(f"<section><h2>{e(section.title)}</h2>")
-        parts += [f"<p>{e(p)}</p>" for p in section.intro]
+        parts += [f"<p>{e(p)}</p>" for p in [*section.intro, *section.notes]]
         parts += [_html_block(block, section.title) for block in section.blocks]
         parts.append("</section>")
     parts.append(f"<script>{_SORT_JS}</script></body></html>\n")
@@ -122,8 +125,15 @@ def to_html(report: Report) -> str:
 def _html_block(block: Block, section_title: str) -> str:
     e = html.escape
     if isinstance(block, Table):
-        heading = f"<h3>{e(block.title)}</h3>" if block.title != section_title else ""
-        return heading + _html_table(block.frame, sortable=True)
+        shown = [f"<h3>{e(block.title)}</h3>"] if block.title != section_title else []
+        for part in table_parts(block):
+            shown += [f"<h3>{e(part.heading)}</h3>"] if part.heading is not None else []
+            shown += [f"<p>{e(part.lead)}.</p>"] if part.lead is not None else []
+            shown.append(_html_table(part.frame, sortable=True))
+            if part.legend:
+                shown.append("<dl class=\"legend\">" + "".join(f"<dt>{e(code)}</dt><dd>{e(meaning)}</dd>"
+                                                               for code, meaning in part.legend) + "</dl>")
+        return "".join(shown)
     if isinstance(block, Figure):
         plot = block.plot
         if plot is None:

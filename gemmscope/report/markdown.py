@@ -9,7 +9,7 @@ import html
 
 import pandas as pd
 
-from gemmscope.report.model import STATUS_WORDS, Details, Figure, Report, Table, cell, page_sections
+from gemmscope.report.model import STATUS_WORDS, Details, Figure, Report, Table, cell, page_sections, table_parts
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
@@ -30,11 +30,15 @@ def to_markdown(report: Report) -> str:
     parts += [f"{p}\n" for p in report.intro]
     for section in page_sections(report):
         parts.append(f"\n## {section.title}\n")
-        parts += [f"{p}\n" for p in section.intro]
+        parts += [f"{p}\n" for p in [*section.intro, *section.notes]]
         for block in section.blocks:
             if isinstance(block, Table):
-                parts += ([f"### {block.title}\n"] if block.title != section.title else []) + [
-                    markdown_table(block.frame)]
+                parts += [f"### {block.title}\n"] if block.title != section.title else []
+                for part in table_parts(block):
+                    parts += [f"### {part.heading}\n"] if part.heading is not None else []
+                    parts += [f"{part.lead}.\n"] if part.lead is not None else []
+                    parts.append(markdown_table(part.frame))
+                    parts += [f"- `{code}`: {meaning}" for code, meaning in part.legend] + ([""] if part.legend else [])
             elif isinstance(block, Figure):
                 if block.plot is not None:
                     parts.append(f"_Plot: {block.plot.title} (in the HTML report: `gemmscope report … -o "

@@ -1,19 +1,20 @@
 """What a report is, whatever it is rendered as: a verdict, sections of tables, figures and
 details, the tables for a machine (CSV) and the JSON document.
 
-A builder (`verification`, `comparison`, `profile_run`) lists a subject's sections once; each
-renderer (`terminal`, `markdown`, `html`, and JSON and CSV in `render`) shows all of them its own
-way. Where the terminal lays a section out otherwise than as its tables (grouped rows, names
-shortened to fit 100 columns), the section carries that layout (`Section.terminal`), made from
-the same data.
+A builder (`verification`, `comparison`, `profile_run`) lists a subject's sections once: each
+section's title, paragraphs, tables (their columns, their rows' grouping and what the codes in them
+mean), figures and details. Each renderer (`terminal`, `markdown`, `html`, and JSON and CSV in
+`render`) shows the same sections its own way: pages show everything; the terminal shows the
+notes and the tables, each fitted to its width by the folds the table declares (`Fit`: columns
+hidden, said once or stacked in one cell, names shortened, rows limited), never another table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
@@ -22,8 +23,6 @@ from gemmscope.jsonable import plain
 from gemmscope.redaction import Redactor
 
 if TYPE_CHECKING:
-    from rich.table import Table as RichTable
-
     from gemmscope.plots import Plot
 
 # A report's status (errors.State's values) -> the word its verdict block leads with.
@@ -51,12 +50,128 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+# How a long value is cut where a line is short: a kernel name in its middle, a layer's attribute
+# path keeping its index and its end (terminal.shorten_middle, shorten_layer).
+Shorten = Literal["name", "layer"]
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Columns shown in one cell where a line is short: the `head` columns on its first line
+    ("layer · module", the layer left out where blank), then each of the `under` columns' values,
+    indented after its sign, a line per item of a " + "-joined list ("(none)" where blank)."""
+
+    label: str
+    head: tuple[str, ...] = ("layer", "module")
+    under: tuple[tuple[str, str], ...] = ()  # (column, sign)
+
+
+@dataclass(frozen=True)
+class RowLimit:
+    """At most `rows` rows where a glance is wanted: the first half of them and the largest by
+    `largest`; `note` (with {shown} and {total}) says so."""
+
+    rows: int
+    largest: str
+    note: str
+
+
+@dataclass(frozen=True)
+class More:
+    """Columns hidden where a line is short, shown (with --verbose) in a further table under
+    "TITLE: `title`", each row keyed by the `keys` columns."""
+
+    title: str
+    columns: tuple[str, ...]
+    keys: tuple[str, ...]
+    shown: bool = False
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How a table fits a terminal's 100 columns and a glance: folds of the same rows and columns,
+    never another table. Pages (Markdown, HTML) show the table whole and ignore these."""
+
+    hide: tuple[str, ...] = ()  # columns left out
+    zeros: tuple[str, ...] = ()  # counts left out where zero in every row
+    labels: Mapping[str, str] = field(default_factory=dict)  # column -> a shorter heading (two lines)
+    shorten: Mapping[str, Shorten] = field(default_factory=dict)  # column -> how a long name is cut
+    wrap: tuple[str, ...] = ()  # columns of prose, which wrap before any name is cut
+    missing: Mapping[str, str] = field(default_factory=dict)  # column -> what a blank cell reads
+    # column -> the phrase that says, once above the table, the one value it holds in every row
+    # (None: the sentence above the table says it already)
+    once: Mapping[str, Callable[[Any], str] | None] = field(default_factory=dict)
+    listed: tuple[str, str, str] | None = None  # (label, key, column): each key's value on a line above
+    stack: Stack | None = None
+    joined: tuple[str, str] | None = None  # (column, into): its value after the other's, in one cell ("A: B")
+    gather: str | None = None  # rows of one value of this column together, in order of first appearance
+    repeats: tuple[str, ...] = ()  # keys said once per run of rows (blank where they repeat the row above)
+    numbered: str | None = None  # a column of long names: numbered in the table, listed in full under it
+    transpose: str | None = None  # rows become columns headed by this column's values
+    limit: RowLimit | None = None
+    more: More | None = None
+
+
+@dataclass(frozen=True)
+class Codes:
+    """What each code in a table's `column` means ("outside-te": "these GEMMs ran outside TE …"),
+    said in every format: as the lead of each group where the rows are grouped by it, else in a
+    legend under the table."""
+
+    column: str
+    meanings: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Rows shown in groups, one per value of `column` in order of first appearance, each under a
+    heading with its value and what `totals` says of its rows ("36 launches, 0.206 ms")."""
+
+    column: str
+    totals: Callable[[pd.DataFrame], str] | None = None
+
+
 @dataclass
 class Table:
-    """A table under its title (a section's only table under the section's own title has none of its own)."""
+    """A table under its title (a section's only table under the section's own title has none of
+    its own), with a sentence about every row (`lead`), its codes' meanings, its grouping and how
+    the terminal fits it."""
 
     title: str
     frame: pd.DataFrame
+    lead: str | None = None
+    codes: Codes | None = None
+    groups: Groups | None = None
+    fit: Fit = field(default_factory=Fit)
+
+
+@dataclass
+class Part:
+    """A table, or one group of its rows, as every renderer shows it: a heading of its own (a
+    group's), the sentence above it, its rows and the legend of its codes under it."""
+
+    heading: str | None
+    lead: str | None
+    frame: pd.DataFrame
+    legend: list[tuple[str, str]]
+
+
+def table_parts(table: Table) -> list[Part]:
+    """`table` as the parts every format shows: a part per group (its value and totals the
+    heading, its code's meaning the lead, the grouping column left out), or the table whole with
+    the meanings of the codes it holds as its legend."""
+    frame, codes, groups = table.frame, table.codes, table.groups
+    if groups is None or frame.empty:
+        legend = [] if codes is None else [(code, codes.meanings[code]) for code in dict.fromkeys(
+            frame[codes.column].dropna()) if code in codes.meanings]
+        return [Part(None, table.lead, frame, legend)]
+    parts = []
+    keys = frame[groups.column].fillna("?")
+    for key, rows in frame.groupby(keys, sort=False):
+        totals = f", {groups.totals(rows)}" if groups.totals is not None else ""
+        meaning = codes.meanings.get(str(key)) if codes is not None and codes.column == groups.column else None
+        parts.append(Part(f"{key}{totals}", meaning or table.lead, rows.drop(columns=groups.column), []))
+    return parts
 
 
 class Figure:
@@ -93,24 +208,14 @@ Block = Table | Figure | Details
 
 
 @dataclass
-class TextSection:
-    """A heading, the lines that say once what holds for every row, a table (none: the heading
-    says it all, e.g. "Mismatches: none") and lines under it."""
-
-    title: str
-    table: RichTable | None = None
-    before: list[str] = field(default_factory=list)
-    after: list[str | RichTable] = field(default_factory=list)
-
-
-@dataclass
 class Section:
+    """A heading, paragraphs that explain it (`intro`: for pages; the terminal has no room for
+    them), short lines every format shows (`notes`) and its blocks."""
+
     title: str
-    intro: list[str] = field(default_factory=list)  # paragraphs before the blocks
+    intro: list[str] = field(default_factory=list)
     blocks: Sequence[Block] = field(default_factory=list)
-    # The terminal's own layout of this section (None: each table under its title; an empty list:
-    # the section is not for the terminal, as details on demand are not).
-    terminal: Callable[[], list[TextSection]] | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -131,13 +236,14 @@ def redacted(report: Report, redactor: Redactor) -> Report:
     titles, verdict, environment, paragraphs, tables, details, figures' words, the tables for CSV
     and the JSON document. Redact before rendering: HTML's escapes (&amp;, &quot;) would hide a
     value from a pass over the page. A plot's pixels cannot be redacted: plots are drawn from
-    traces already scrubbed. The terminal's layouts and the launch rows are left out: they hold
-    the texts unredacted."""
+    traces already scrubbed. The launch rows are left out: they hold the texts unredacted."""
     r = redactor
 
     def block(item: Block) -> Block:
         if isinstance(item, Table):
-            return Table(r(item.title), r.frame(item.frame))
+            codes = item.codes and Codes(item.codes.column, {code: r(text) for code, text in item.codes.meanings.items()})
+            return Table(r(item.title), r.frame(item.frame), None if item.lead is None else r(item.lead), codes,
+                         item.groups, item.fit)
         if isinstance(item, Figure):
             plot = item.plot
             return Figure(lambda: None if plot is None else replace(
@@ -149,7 +255,7 @@ def redacted(report: Report, redactor: Redactor) -> Report:
         title=r(report.title), status=report.status,
         verdict=[(r(label), r(text)) for label, text in report.verdict],
         sections=[Section(r(s.title), [r(p) for p in s.intro], [block(b) for b in s.blocks],
-                          None)
+                          [r(note) for note in s.notes])
                   for s in report.sections],
         environment=[(r(label), r(text)) for label, text in report.environment],
         intro=[r(p) for p in report.intro],

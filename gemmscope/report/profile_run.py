@@ -14,10 +14,8 @@ import pandas as pd
 from gemmscope import devices, plots
 from gemmscope.errors import InputError
 from gemmscope.profile_run import ProfileRun
-from gemmscope.report import profile_terminal as terminal
 from gemmscope.report.documents import results_document
-from gemmscope.report.model import Details, Figure, Report, Section, Table, TextSection, count
-from gemmscope.report.terminal import table_section
+from gemmscope.report.model import Details, Figure, Fit, Groups, More, Report, Section, Table, count
 from gemmscope.report.verdict import environment_line
 
 # What the columns of the per-pass tables mean.
@@ -30,7 +28,14 @@ COLUMNS_MEANING = ("e2e: CUDA-event time per iteration (median over the timed lo
                    "between kernels, where it costs the speedup more than the kernel's efficiency next to the BF16 "
                    "kernel's; else the kernel's % of peak (rules: `gemmscope.profile_run.with_speed_figures`).")
 
-KERNELS_TITLE = "GEMM kernels that ran (per mode, pass and precision)"
+KERNELS_TITLE = "GEMM kernels that ran (per mode, precision and pass)"
+
+# The figures of `profile_pass_tables` the terminal shows: the speedup and what holds it back (throughput
+# and noise with --verbose: `_THROUGHPUT`), under headings of two lines.
+_PASS_LABELS = {"e2e ms": "e2e\nms", "kernel ms": "kernel\nms", "quant %": "quant\n%",
+                "kernel % peak": "kernel\n% peak", "IQR ms": "IQR\nms", "overhead ms": "overhead\nms",
+                "kernel TFLOP/s": "kernel\nTFLOP/s"}
+_THROUGHPUT = ("IQR ms", "overhead ms", "TFLOP/s", "% peak", "kernel TFLOP/s", "FLOP/B")
 
 
 def is_run_dir(path: Path) -> bool:
@@ -69,33 +74,27 @@ def profile_report(run: ProfileRun, run_dir: Path | None = None, wall_s: float |
 
 
 def _sections(run: ProfileRun, detail: str) -> list[Section]:
-    sections = [Section("What the columns say", intro=[COLUMNS_MEANING], terminal=list)]
+    sections = [Section("What the columns say", intro=[COLUMNS_MEANING])]
+    # The recipes that ran nowhere are said once, before the first table, and left out of the tables.
     ran = recipe_ran(run)
-    # The terminal leaves out the recipes that ran nowhere, and says so before its first table.
-    skipped = [TextSection(note)] if (note := _skipped_note(run)) else []
+    skipped = [note] if (note := _skipped_note(run)) else []
+    more = More("throughput and noise (% of the GPU's dense peak; FLOP/B: arithmetic intensity)", _THROUGHPUT,
+                ("op", "precision"), shown=detail == "verbose")
+    fit = Fit(gather="op", repeats=("op",), listed=("M×K×N", "op", "shape (MxKxN)"),
+              once={"verdict": lambda verdict: f"Every entry's verdict: {verdict}"},
+              more=more, labels=_PASS_LABELS, wrap=("speedup reason",))
     for i, (title, frame) in enumerate(profile_pass_tables(run)):
-        sections.append(Section(title, blocks=[Table(title, frame)],
-                                terminal=partial(_pass_layout, title, frame, ran, detail, skipped if i == 0 else [])))
+        listed = frame[ran.loc[frame.index].to_numpy()]
+        sections.append(Section(title, blocks=[Table(title, listed, fit=fit)], notes=skipped if i == 0 else []))
     sections.append(_run_details(run))
-    kernels = profile_kernel_table(run)
-    sections.append(Section(KERNELS_TITLE, blocks=[Table(KERNELS_TITLE, kernels)],
-                            terminal=lambda: terminal.kernel_sections(kernels)))
+    kernels = Table(KERNELS_TITLE, profile_kernel_table(run), groups=Groups("mode"),
+                    fit=Fit(repeats=("precision", "pass"), shorten={"kernel": "name"}, wrap=("ops",)))
+    sections.append(Section(KERNELS_TITLE, blocks=[kernels]))
     for i, (title, frame) in enumerate(profile_summary_tables(run)):
         figures = [Figure(partial(draw, run)) for draw in
                    (plots.profile_layer_plot, plots.profile_speedup_plot, plots.profile_tflops_plot)] if i == 0 else []
-        sections.append(Section(title, blocks=[Table(title, frame), *figures],
-                                terminal=partial(_summary_layout, title, frame)))
+        sections.append(Section(title, blocks=[Table(title, frame, fit=Fit(wrap=("why",))), *figures]))
     return sections
-
-
-def _pass_layout(title: str, frame: pd.DataFrame, ran: pd.Series, detail: str,
-                 before: list[TextSection]) -> list[TextSection]:
-    """A mode and pass on the terminal, after what is said before the first."""
-    return [*before, *terminal.pass_sections(title, frame, ran, detail)]
-
-
-def _summary_layout(title: str, frame: pd.DataFrame) -> list[TextSection]:
-    return [table_section(title, frame, wrap={"why"})]
 
 
 def _skipped_note(run: ProfileRun) -> str | None:
@@ -139,12 +138,12 @@ def profile_pass_tables(run) -> list[tuple[str, pd.DataFrame]]:
             "IQR ms": grp["e2e_iqr_ms"].map(num),
             "kernel ms": grp["kernel_ms"].map(num),
             "overhead ms": grp["overhead_ms"].map(num),
+            "quant %": grp["quantization_pct"].map(lambda v: num(v, 0)),
             "speedup": grp["speedup"].map(lambda v: num(v, 2) + "x" if pd.notna(v) else ""),
             "TFLOP/s": grp["tflops"].map(lambda v: num(v, 0)),
             "% peak": grp["pct_of_peak"].map(lambda v: num(v, 0)),
             "kernel TFLOP/s": grp["kernel_tflops"].map(lambda v: num(v, 0)),
             "kernel % peak": grp["kernel_pct_of_peak"].map(lambda v: num(v, 0)),
-            "quant %": grp["quantization_pct"].map(lambda v: num(v, 0)),
             "FLOP/B": grp["intensity"].map(lambda v: num(v, 0)).where(grp["status"] == "ok", ""),
             "speedup reason": grp["speedup_reason"].fillna(""),
             "verdict": grp["verdict"].where(grp["status"] == "ok", grp["status"]).fillna(""),
@@ -161,8 +160,9 @@ def profile_kernels(run) -> pd.DataFrame:
 
 
 def profile_kernel_table(run) -> pd.DataFrame:
-    """`profile_kernels` for people."""
-    return profile_kernels(run).rename(columns={"kernel_precision": "ran as"})
+    """`profile_kernels` for people, precision by precision."""
+    return profile_kernels(run).rename(columns={"kernel_precision": "ran as"})[
+        ["mode", "precision", "pass", "kernel", "ran as", "ops"]]
 
 
 def profile_not_run_table(run) -> pd.DataFrame:
@@ -311,7 +311,7 @@ def _run_details(run: ProfileRun) -> Section:
     return Section("Per GEMM (mode · pass · op)",
                    intro=["Each line opens: every recipe's times, throughput, the reason for its speedup and "
                           "the kernel that ran, and what did not run."],
-                   blocks=blocks, terminal=list)
+                   blocks=blocks)
 
 
 def run_tables(run: ProfileRun) -> dict[str, pd.DataFrame]:

@@ -1,11 +1,13 @@
 """Text for the terminal (`--format table`, the default): rich tables in TERMINAL_WIDTH
-columns, and a report rendered as such."""
+columns, and a report rendered as such: the verdict, then each section's notes and tables, each
+table fitted by the folds it declares (model.Fit); paragraphs, figures and details are for pages."""
 
 from __future__ import annotations
 
 import io
 import re
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -14,8 +16,8 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from gemmscope.report import model
-from gemmscope.report.model import Report, TextSection, cell, verdict_text
+from gemmscope.report.model import Fit, Part, Report, Section, cell, table_parts, verdict_text
+from gemmscope.report.model import Table as ReportTable
 
 # `table` output fits this many columns: the verdict block wraps at it, and the tables after it are
 # narrowed to it (prose wrapped, long kernel and layer names shortened in the middle; JSON, CSV,
@@ -34,6 +36,17 @@ _NUMBER_CELL = re.compile(r"[-+]?\d[\d.]*(?:e[-+]?\d+)?(?: ?[x×%])?")
 _INDENT = re.compile(r"^(\s*(?:[−+] )?)(.*)$")
 
 Shortener = Callable[[str, int], str]
+
+
+@dataclass
+class TextSection:
+    """A heading, the lines that say once what holds for every row, a table (none: the heading
+    says it all, e.g. "Mismatches: none") and lines under it."""
+
+    title: str
+    table: Table | None = None
+    before: list[str] = field(default_factory=list)
+    after: list[str | Table] = field(default_factory=list)
 
 
 def shorten_middle(text: str, width: int) -> str:
@@ -159,12 +172,11 @@ def terminal_text(*parts: str | Table | TextSection) -> str:
     return "".join(line.rstrip() + "\n" for line in console.export_text().splitlines())
 
 
-def table_section(title: str, frame: pd.DataFrame, shorten: dict[str, Shortener] | None = None,
-                  wrap: Collection[str] = (), before: Sequence[str] = ()) -> TextSection:
+def table_section(title: str, frame: pd.DataFrame, wrap: Collection[str] = ()) -> TextSection:
     """A titled table; for an empty frame, the title says "none"."""
     if frame.empty:
         return TextSection(f"{title}: none")
-    return TextSection(title, terminal_table(frame, shorten, wrap), before=list(before))
+    return TextSection(title, terminal_table(frame, wrap=wrap))
 
 
 def table_text(title: str, frame: pd.DataFrame, wrap: Collection[str] = ()) -> str:
@@ -193,7 +205,7 @@ def legend(keys: Sequence[str], names: Sequence[str]) -> Table:
 
 def to_terminal(report: Report) -> str:
     """A report as `table` output: the verdict block, the report's paragraphs (after a blank line),
-    then each section in its terminal layout, or its tables under their titles."""
+    then each section's notes and tables."""
     parts: list[str | Table | TextSection] = []
     if report.status is not None:
         parts.append(verdict_text(report.status, report.verdict))
@@ -201,9 +213,142 @@ def to_terminal(report: Report) -> str:
             parts.append("")
     parts += report.intro
     for section in report.sections:
-        if section.terminal is not None:
-            parts += section.terminal()
-        else:
-            parts += [table_section(block.title, block.frame) for block in section.blocks
-                      if isinstance(block, model.Table)]
+        parts += section_text(section)
     return terminal_text(*parts)
+
+
+def section_text(section: Section) -> list[TextSection]:
+    """A section as the terminal shows it: its notes, then its tables, each fitted."""
+    shown = [TextSection(note) for note in section.notes]
+    for block in section.blocks:
+        if isinstance(block, ReportTable):
+            shown += _transposed(block, section.title) if block.fit.transpose else [
+                text for part in table_parts(block) for text in _part_text(block, part)]
+    return shown
+
+
+def _part_text(table: ReportTable, part: Part) -> list[TextSection]:
+    """A table or a group of its rows, folded to fit (model.Fit): its heading, the sentence above it
+    with what every row shares said once, the table, the legend of its codes and of its numbered
+    names, and the columns --verbose adds in a further table."""
+    fit = table.fit
+    title = table.title if part.heading is None else f"{table.title}: {part.heading}"
+    if part.frame.empty:
+        return [TextSection(f"{title}: none")]
+    frame, before = _shown_rows(part.frame, fit)
+    frame = frame.drop(columns=[c for c in fit.hide if c in frame])
+    frame = frame.assign(**{c: frame[c].fillna(text) for c, text in fit.missing.items() if c in frame})
+    if fit.stack is not None:
+        frame = _stacked(frame, fit)
+    if fit.joined is not None:
+        column, into = fit.joined
+        frame = frame.assign(**{into: frame[into] + (": " + frame.pop(column)).fillna("")})
+    frame = frame.drop(columns=[c for c in fit.zeros if c in frame and len(frame) and (frame[c] == 0).all()])
+    frame, shared = said_once(frame, list(fit.once))
+    said = [phrase(value) for c, value in shared.items() if (phrase := fit.once[c]) is not None]
+    if fit.listed is not None:
+        label, key, column = fit.listed
+        pairs = dict.fromkeys(zip(frame[key], frame[column]))
+        before.append(f"{label}: " + ", ".join(f"{k} {v}" for k, v in pairs))
+        frame = frame.drop(columns=column)
+    if part.lead is not None:
+        before.append(part.lead + (f"; {', '.join(said)}" if said else "") + ".")
+    else:
+        before += said
+    more = frame
+    if fit.more is not None:
+        frame = frame.drop(columns=list(fit.more.columns))
+    frame = blank_repeats(frame, fit.repeats)
+    after: list[str | Table] = []
+    if fit.numbered is not None:
+        codes, names = pd.factorize(frame[fit.numbered])
+        frame = frame.assign(**{fit.numbered: "K" + pd.Series(codes + 1, frame.index).astype(str)})
+        title += f" (the {fit.numbered}s are named under the table)"
+        after += ["", legend([f"K{i}" for i in range(1, len(names) + 1)], list(names))]
+    if part.legend:
+        after += ["", legend([f"{code}:" for code, _ in part.legend], [meaning for _, meaning in part.legend])]
+    shown = [TextSection(title, _fitted_table(frame, fit), before=before, after=after)]
+    if fit.more is not None and fit.more.shown:
+        keys = blank_repeats(more, fit.repeats)[list(fit.more.keys)]
+        shown.append(TextSection(f"{title}: {fit.more.title}",
+                                 _fitted_table(pd.concat([keys, more[list(fit.more.columns)]], axis=1), fit)))
+    return shown
+
+
+def _shown_rows(frame: pd.DataFrame, fit: Fit) -> tuple[pd.DataFrame, list[str]]:
+    """The rows the terminal shows, in its order (`fit.gather`, `fit.limit`), and a line that says
+    which where some are left out."""
+    if fit.gather:
+        order = pd.Categorical(frame[fit.gather], categories=list(dict.fromkeys(frame[fit.gather])))
+        frame = frame.iloc[pd.Series(order).argsort(kind="stable").to_numpy()]
+    if fit.limit is None or len(frame) <= fit.limit.rows:
+        return frame, []
+    half = fit.limit.rows // 2
+    shown = frame.loc[frame.index[:half].union(frame.nlargest(half, fit.limit.largest).index)]
+    return shown, [fit.limit.note.format(shown=len(shown), total=len(frame))]
+
+
+_SHORTENERS: dict[str, Shortener] = {"name": shorten_middle, "layer": shorten_layer}
+
+
+def _fitted_table(frame: pd.DataFrame, fit: Fit) -> Table:
+    """`frame` under its shorter headings, its names cut and its prose wrapped as `fit` says."""
+    label = {c: fit.labels.get(c, c) for c in frame.columns}
+    shorten = {label[c]: _SHORTENERS[kind] for c, kind in fit.shorten.items() if c in frame}
+    if fit.stack is not None and fit.stack.label in frame:
+        shorten[fit.stack.label] = shorten_gemm_cell
+    return terminal_table(frame.rename(columns=label), shorten, wrap={label[c] for c in fit.wrap if c in frame})
+
+
+def _stacked(frame: pd.DataFrame, fit: Fit) -> pd.DataFrame:
+    """`fit.stack`'s columns as one cell, in place of the first of them."""
+    stack = fit.stack
+    assert stack is not None
+    head = frame[list(stack.head)].astype("string")
+    first = head.iloc[:, -1]
+    for column in reversed(stack.head[:-1]):  # a blank layer leaves the module alone
+        named = head[column].notna() & (head[column] != "")
+        first = (head[column] + " · " + first).where(named, first)
+    text = first.fillna("")
+    for column, sign in stack.under:
+        lead = "\n  " + (f"{sign} " if sign else "")
+        text += lead + frame[column].fillna("(none)").astype(str).str.replace(" + ", lead, regex=False)
+    at = list(frame.columns).index(stack.head[0])
+    out = frame.drop(columns=[*stack.head, *(c for c, _ in stack.under)])
+    out.insert(min(at, len(out.columns)), stack.label, text)
+    return out
+
+
+def _transposed(table: ReportTable, section_title: str) -> list[TextSection]:
+    """A table whose rows are few and whose columns are many (a rank's figures), turned: a row per
+    column, a column per row, headed by `fit.transpose`'s values (numbers in order); columns beyond
+    what fits in TERMINAL_WIDTH continue in a further table."""
+    fit, key = table.fit, table.fit.transpose
+    frame = table.frame
+    if frame.empty:
+        return [TextSection(f"{table.title}: none")]
+    numbered = pd.to_numeric(frame[key], errors="coerce")  # rank 2 before rank 10
+    frame = frame.iloc[numbered.reset_index(drop=True).sort_values(kind="stable", na_position="last").index]
+    labels = frame[key].astype(str)
+    headers = labels.map(lambda label: f"{key} {label}" if label.isdigit() else label)
+    if len(headers) > 1:
+        headers = headers.map(lambda header: shorten_middle(header, 24))
+    figures = frame.drop(columns=key).astype(object).T
+    figures.columns = list(headers)
+    names = pd.Series([fit.labels.get(c, c) for c in figures.index])
+    figures = figures.reset_index(drop=True)
+    label_width = max(cell_len(n) for n in names)
+    chunks: list[list[str]] = []
+    chunk: list[str] = []
+    used = label_width + 1
+    for header in figures.columns:
+        column_width = max(cell_len(header), *(len(cell(v)) for v in figures[header])) + GAP
+        if chunk and used + column_width > TERMINAL_WIDTH:
+            chunks.append(chunk)
+            chunk, used = [], label_width + 1
+        chunk.append(header)
+        used += column_width
+    chunks.append(chunk)
+    return [TextSection(table.title if i == 0 else f"{section_title}, continued",
+                        terminal_table(pd.concat([names.rename("figure"), figures[chunk]], axis=1)))
+            for i, chunk in enumerate(chunks)]

@@ -6,19 +6,19 @@ import pandas as pd
 
 from gemmscope import te_ranges
 from gemmscope.diagnosis import Diagnosis
-from gemmscope.report.documents import coverage_groups, summary_document
+from gemmscope.figures import Coverage, verdict_figures
+from gemmscope.findings import Finding
 from gemmscope.report.model import count
 from gemmscope.verify import Verification, recorded_recipes
 
 
-def shares_by_precision(gemms: pd.DataFrame) -> str:
+def shares_by_precision(time_by_precision: dict[str, int]) -> str:
     """"fp8 92.1 %, bf16 7.9 %": each precision's share of GEMM kernel time, largest first."""
-    by_precision = gemms.groupby(gemms["precision"].fillna("unknown"))["duration_ns"].sum()
-    total = by_precision.sum()
-    return ", ".join(f"{p} {100 * t / total:.1f} %" for p, t in by_precision.sort_values(ascending=False).items())
+    total = sum(time_by_precision.values())
+    return ", ".join(f"{p} {100 * t / total:.1f} %" for p, t in time_by_precision.items())
 
 
-def top_findings(findings: list[dict]) -> str:
+def top_findings(findings: list[Finding]) -> str:
     if not findings:
         return "none"
     first, rest = findings[0], [f["code"] for f in findings[1:4]]
@@ -29,7 +29,7 @@ def trace_environment(result: Verification) -> list[tuple[str, str]]:
     gpus = dict.fromkeys(f"{gpu['name']} ({gpu['sm']})" for t in result.traces for gpu in t.meta["gpus"])
     nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in result.traces)
     profilers = dict.fromkeys(t.meta["profiler"] for t in result.traces)
-    ranks = summary_document(result)["ranks"]
+    ranks = verdict_figures(result).ranks
     traces = count(len(result.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
     software = next((v for t in result.traces if (v := te_ranges.recorded_software(t.nvtx["name"]))), None)
     if software is None:
@@ -37,7 +37,7 @@ def trace_environment(result: Verification) -> list[tuple[str, str]]:
     else:
         versions = ", ".join(f"{label} {software.get(key) or 'unknown'}" for key, label in
                              (("torch", "torch"), ("cuda", "CUDA"), ("transformer_engine", "TE"), ("cublaslt", "cuBLASLt")))
-    made_by = ("nsys", ", ".join(nsys)) if all(t.sqlite for t in result.traces) else ("profiler", ", ".join(profilers))
+    made_by = ("nsys", ", ".join(nsys)) if all(t.made_by_nsys for t in result.traces) else ("profiler", ", ".join(profilers))
     return [("GPU", ", ".join(gpus) or "unknown"), made_by, ("traces", traces),
             ("software", versions)]
 
@@ -49,26 +49,24 @@ def environment_line(environment: list[tuple[str, str]]) -> str:
 def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list[tuple[str, str]]]:
     """The answer first: a status (errors.State's value) and five labelled lines (what was asked,
     what ran, the GEMM time at the requested precision, the top findings, the environment)."""
-    g = result.gemms
-    doc = summary_document(result)
-    ranks = doc["ranks"]
-    ran = (f"{count(doc['gemm_launches'], 'GEMM launch', 'GEMM launches')}, {doc['gemm_time_ns'] / 1e6:.3f} ms "
-           f"of GEMM kernels, on {count(len(ranks) or 1, 'rank')}")
-    if len(g):
-        ran += f": {shares_by_precision(g)} of GEMM time"
-    if "note" in doc:
-        ran += f"; {doc['note']}"
+    figures = verdict_figures(result)
+    ran = (f"{count(figures.gemm_launches, 'GEMM launch', 'GEMM launches')}, {figures.gemm_time_ns / 1e6:.3f} ms "
+           f"of GEMM kernels, on {count(len(figures.ranks) or 1, 'rank')}")
+    if figures.gemm_launches:
+        ran += f": {shares_by_precision(figures.time_by_precision)} of GEMM time"
+    if figures.note is not None:
+        ran += f"; {figures.note}"
     status = result.state.value
     if result.checked or result.expect_map:
         asked = _asked_recipes(result)
-        share = doc["expected_time_share"]
+        share = figures.expected_time_share
         at = ("the recipe asked of each" if result.expect_map else result.expected if result.strict
               else "the precision each asked")
         at_precision = ((f"{share * 100:.1f} % of GEMM time" if share is not None else "no GEMM time")
                         + f" at {at}; "
-                          f"{count(doc['mismatches'], 'mismatch', 'mismatches')}, {doc['allowed']} allowed")
-        if "coverage" in doc:
-            at_precision += "; " + coverage_line(result, doc["coverage"])
+                          f"{count(figures.mismatches, 'mismatch', 'mismatches')}, {figures.allowed} allowed")
+        if figures.coverage is not None:
+            at_precision += "; " + coverage_line(figures.coverage)
         if result.expect_map:
             at_precision += "; ranges: " + _ranges_verdicts(result.ranges_checked)
         if unchecked := unchecked_line(result):
@@ -109,17 +107,18 @@ def unchecked_line(result: Verification) -> str:
     return "; ".join(parts)
 
 
-def coverage_line(result: Verification, coverage: dict) -> str:
+def coverage_line(coverage: Coverage) -> str:
     """Coverage in one line: the share of GEMM time asked for high precision and where most of it is."""
-    if not coverage["gemm_launches"]:
+    if not coverage.gemm_launches:
         return "coverage: every GEMM asked for low precision"
-    groups = coverage_groups(result)
+    groups = coverage.groups
     numbers = groups["layer_number"].dropna().astype(int).unique().tolist()
     other = groups.loc[groups["layer_number"].isna(), "layer"].dropna().unique().tolist()
     where = ([f"{'layer' if len(numbers) == 1 else 'layers'} {', '.join(map(str, numbers))}"] if numbers else []) + other
-    return (f"coverage: {coverage['time_share'] * 100:.1f} % of GEMM time asked for high precision"
+    assert coverage.time_share is not None  # GEMMs asked for high precision ran: there is GEMM time
+    return (f"coverage: {coverage.time_share * 100:.1f} % of GEMM time asked for high precision"
             + (f" ({'; '.join(where)})" if where else "")
-            + f", at most {coverage['saved_at_most_ns'] / 1e6:.3f} ms to gain in low precision")
+            + f", at most {coverage.saved_at_most_ns / 1e6:.3f} ms to gain in low precision")
 
 
 def _asked_recipes(result: Verification) -> str:

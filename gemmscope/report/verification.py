@@ -14,12 +14,11 @@ import pandas as pd
 
 from gemmscope import kernels, plots
 from gemmscope.diagnosis import Diagnosis
+from gemmscope.findings import Finding
 from gemmscope.jsonable import plain
-from gemmscope.report import verification_terminal as terminal
-from gemmscope.report.documents import coverage_groups, gemm_fields, gemm_records
+from gemmscope.report.documents import gemm_fields, gemm_records
 from gemmscope.report.frames import (
     ALLOWED_TITLE,
-    COVERAGE_TITLE,
     FINDINGS_TITLE,
     LAUNCHES_TITLE,
     MISMATCHES_TITLE,
@@ -31,18 +30,37 @@ from gemmscope.report.frames import (
     UNREADABLE_TITLE,
     autotuning_note,
     breakdown_frame,
-    breakdown_window,
+    breakdown_title,
+    cause_meaning,
+    cause_meanings,
+    coverage_frame,
     differing_ranks,
+    findings_frame,
+    launches_frame,
     mismatch_frame,
     mismatch_groups,
     ranges_frame,
     ranges_table,
+    ranks_frame,
+    several_ranks,
     steps_frame,
     summary_frame,
     unjudged_frame,
 )
-from gemmscope.report.model import Block, Details, Figure, Report, Section, Table, TextSection, count
-from gemmscope.report.terminal import shorten_middle, table_section
+from gemmscope.report.model import (
+    Block,
+    Codes,
+    Details,
+    Figure,
+    Fit,
+    Groups,
+    Report,
+    RowLimit,
+    Section,
+    Stack,
+    Table,
+    count,
+)
 from gemmscope.report.verdict import trace_environment, verdict_block
 from gemmscope.verify import Verification
 
@@ -66,8 +84,7 @@ def verification_report(result: Verification, diagnosis: Diagnosis, document: di
     report.environment = trace_environment(result)
     report.sections = [*_check_sections(result), *diagnosis_sections(diagnosis)]
     if detail == "verbose":
-        report.sections.append(Section(LAUNCHES_TITLE, blocks=[Table(LAUNCHES_TITLE, launch_rows(result))],
-                                       terminal=lambda: [terminal.launches_section(result)]))
+        report.sections.append(_launches_section(result))
     report.sections.append(_gemm_details(result))
     return report
 
@@ -89,63 +106,86 @@ def launch_rows(result: Verification) -> pd.DataFrame:
 def _check_sections(result: Verification) -> list[Section]:
     sections = []
     if result.expect_map:
-        ranges = ranges_frame(result.ranges_checked)
-        sections.append(Section(RANGES_TITLE, blocks=[Table("Each NVTX range an --expect-map pattern names, against "
-                                                            "its recipe", ranges)],
-                                terminal=lambda: [table_section(RANGES_TITLE, ranges, {"range": shorten_middle})]))
+        sections.append(Section(RANGES_TITLE, intro=["Each NVTX range an --expect-map pattern names, against its "
+                                                     "recipe."],
+                                blocks=[Table(RANGES_TITLE, ranges_frame(result.ranges_checked),
+                                              fit=Fit(shorten={"range": "name"}))]))
     if len(result.autotuning):
-        note = autotuning_note(result)
-        sections.append(Section("Left out of the check", intro=[note], terminal=lambda: [TextSection(note)]))
-    sections.append(Section(SUMMARY_TITLE, blocks=[Table(SUMMARY_TITLE, summary_frame(result))],
-                            terminal=lambda: [terminal.summary_section(result)]))
+        sections.append(Section("Left out of the check", notes=[autotuning_note(result)]))
+    sections.append(Section(SUMMARY_TITLE, blocks=[_summary_table(result)]))
     sections.append(Section("GEMM throughput against the GPU's dense peak",
-                            blocks=[Figure(lambda: plots.trace_tflops_plot(result))], terminal=list))
+                            blocks=[Figure(lambda: plots.trace_tflops_plot(result))]))
     if result.checked:
-        sections.append(Section(MISMATCHES_TITLE, blocks=[Table(MISMATCHES_TITLE, mismatch_frame(result, False))],
-                                terminal=lambda: terminal.mismatch_sections(result, allowed=False)))
+        sections.append(Section(MISMATCHES_TITLE, blocks=[_mismatch_table(result, allowed=False)]))
         if len(result.allowed):
-            sections.append(Section(ALLOWED_TITLE, blocks=[Table(ALLOWED_TITLE, mismatch_frame(result, True))],
-                                    terminal=lambda: terminal.mismatch_sections(result, allowed=True)))
+            sections.append(Section(ALLOWED_TITLE, blocks=[_mismatch_table(result, allowed=True)]))
         if len(result.unjudged):
-            unjudged = unjudged_frame(result)
-            sections.append(Section(UNJUDGED_TITLE, blocks=[Table(UNJUDGED_TITLE, unjudged)],
-                                    terminal=lambda: [table_section(UNJUDGED_TITLE, unjudged,
-                                                                    {"kernel": shorten_middle})]))
+            sections.append(Section(UNJUDGED_TITLE, blocks=[Table(UNJUDGED_TITLE, unjudged_frame(result),
+                                                                  fit=Fit(shorten={"kernel": "name"}))]))
         if not result.coverage.empty:
-            sections.append(Section(COVERAGE_TITLE, blocks=[Table(COVERAGE_TITLE, coverage_groups(result))],
-                                    terminal=lambda: [terminal.coverage_section(result)]))
+            title = f"Coverage: {count(len(result.coverage), 'GEMM launch', 'GEMM launches')} asked for high precision"
+            coverage = Table(title, coverage_frame(result),
+                             lead="GEMMs that asked for high precision ran as asked (not a failure): what low "
+                                  "precision does not cover",
+                             fit=Fit(stack=Stack("layer · module"), once={"asked": lambda asked: f"all asked {asked}"},
+                                     labels={"time_ms": "time ms"}))
+            sections.append(Section(title, blocks=[coverage]))
     if not result.rank_comparison.empty:
-        sections.append(Section(RANKS_TITLE, blocks=[Table(RANKS_TITLE, differing_ranks(result))],
-                                terminal=lambda: [terminal.ranks_section(result)]))
+        sections.append(Section(RANKS_TITLE, blocks=[Table(RANKS_TITLE, ranks_frame(result), fit=Fit(
+            stack=Stack("layer · module\n  kernels most ranks ran", under=(("kernels", ""),)), missing={"pass": "?"},
+            wrap=("ranks that differ",)))]))
     if result.unreadable:
-        unreadable = pd.DataFrame(result.unreadable)
-        sections.append(Section(UNREADABLE_TITLE, blocks=[Table(UNREADABLE_TITLE, unreadable)],
-                                terminal=lambda: [table_section(UNREADABLE_TITLE, unreadable, wrap={"error"})]))
+        sections.append(Section(UNREADABLE_TITLE, blocks=[Table(UNREADABLE_TITLE, pd.DataFrame(result.unreadable),
+                                                                fit=Fit(wrap=("error",)))]))
     return sections
+
+
+def _summary_table(result: Verification) -> Table:
+    """Per module and pass: launches, the share at the expected precision, verdict counts (the
+    terminal leaves out those zero in every row) and kernel time."""
+    at = "expected" if result.expect_map else result.expected if result.strict else "as asked"
+    return Table(SUMMARY_TITLE, summary_frame(result), fit=Fit(
+        zeros=("ok", "fallback", "expected-substitution", "unknown", "allowed"), shorten={"module": "name"},
+        labels={"gemms": "launches", "gemm_time_ms": "time ms", "expected-substitution": "substituted",
+                "expected_time_share": f"time at\n{at}"}))
+
+
+def _mismatch_table(result: Verification, allowed: bool) -> Table:
+    """The mismatches, a group per cause under what the cause means; a row per layer, module, pass
+    and kernel. The terminal says the precision or rank count every row shares once above them."""
+    frame = mismatch_frame(result, allowed)
+
+    def totals(rows: pd.DataFrame) -> str:
+        return f"{count(int(rows['launches'].sum()), 'launch', 'launches')}, {rows['time_ms'].sum():.3f} ms"
+
+    return Table(ALLOWED_TITLE if allowed else MISMATCHES_TITLE, frame,
+                 codes=Codes("cause", cause_meanings(frame, result)), groups=Groups("cause", totals),
+                 fit=Fit(stack=Stack("layer · module\n  kernel", under=(("kernel", ""),)),
+                         hide=("requested",) + (() if several_ranks(result) else ("ranks",)), missing={"pass": "?"},
+                         once={"expected": None, "precision": lambda precision: f"all ran as {precision}",
+                               "ranks": lambda ranks: f"on {count(ranks, 'rank')}"},
+                         labels={"time_ms": "time ms"}))
+
+
+def _launches_section(result: Verification) -> Section:
+    """Every GEMM launch, one line each; on the terminal its kernel numbered (the names listed once,
+    under the table)."""
+    frame = launches_frame(result)
+    codes = Codes("cause", cause_meanings(frame, result)) if result.checked else None
+    return Section(LAUNCHES_TITLE, blocks=[Table(LAUNCHES_TITLE, frame, codes=codes, fit=Fit(
+        hide=() if several_ranks(result) else ("rank",), missing={"pass": "?"}, numbered="kernel",
+        joined=("cause", "verdict") if result.checked else None,
+        shorten={"layer (or module)": "layer"}))])
 
 
 def diagnosis_sections(diagnosis: Diagnosis) -> list[Section]:
     """Where the GPU time went, its steps when steps were found, and the findings."""
     sections = [_breakdown_section(diagnosis)]
     if not diagnosis.step_times.empty:
-        frame = steps_frame(diagnosis.step_times)
-        sections.append(Section(STEPS_TITLE, blocks=[Table(STEPS_TITLE, frame)],
-                                terminal=lambda: [_steps_terminal(frame)]))
+        sections.append(Section(STEPS_TITLE, blocks=[Table(STEPS_TITLE, steps_frame(diagnosis.step_times), fit=Fit(
+            limit=RowLimit(12, "step ms", "{shown} of {total} steps: the first and the slowest (every step: "
+                                          "--format json, report --tables breakdown-per-step.csv)")))]))
     return [*sections, _findings_section(diagnosis.findings)]
-
-
-# The terminal shows a long run's first steps and its slowest; every step is in JSON and CSV.
-_TERMINAL_STEPS = 12
-
-
-def _steps_terminal(frame: pd.DataFrame) -> TextSection:
-    if len(frame) <= _TERMINAL_STEPS:
-        return table_section(STEPS_TITLE, frame)
-    slowest = frame.nlargest(_TERMINAL_STEPS // 2, "step ms").index
-    shown = frame.loc[frame.index[: _TERMINAL_STEPS // 2].union(slowest)]
-    return table_section(STEPS_TITLE, shown, before=[
-        f"{len(shown)} of {len(frame)} steps: the first and the slowest (every step: --format json, "
-        "report --tables breakdown-per-step.csv)"])
 
 
 def _gemm_details(result: Verification) -> Section:
@@ -172,9 +212,11 @@ def _gemm_details(result: Verification) -> Section:
         summary = (f"{where}: {kernel} ({row['precision']}{verdict}), "
                    f"{count(row['launches'], 'launch', 'launches')}, {row['time_ns'] / 1e6:.3f} ms")
         lines = [f"kernel: {row['kernel']}"]
-        for column in ("requested", "cause"):
-            if pd.notna(row.get(column)):
-                lines.append(f"{column}: {row[column]}")
+        if pd.notna(row.get("requested")):
+            lines.append(f"requested: {row['requested']}")
+        if pd.notna(row.get("cause")):
+            expected = row["expected"] if result.expect_map else result.expected
+            lines.append(f"cause: {row['cause']}: {cause_meaning(row['cause'], expected, result.hook_recorded)}")
         if row.get("allowed"):
             lines.append("allowed by --allow")
         ranges = first_ranges.get(key(row))
@@ -185,17 +227,19 @@ def _gemm_details(result: Verification) -> Section:
     return Section("Per GEMM (layer · module · pass · kernel)",
                    intro=["Each line opens: the kernel's full name and what it decodes to, what TE was "
                           "handed, the verdict's cause and the NVTX ranges around the launch."],
-                   blocks=blocks, terminal=list)
+                   blocks=blocks)
 
 
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def _findings_section(findings: list[dict]) -> Section:
-    table = pd.DataFrame({"finding": [f["code"] for f in findings],
-                          "time at stake ms": [_ms(f["explains_ns"]) for f in findings],
-                          "what it says": [f["statement"] for f in findings]})
+def findings_table(title: str, findings: list[Finding]) -> Table:
+    """The findings; the terminal leaves their time at stake to the order of the rows."""
+    return Table(title, findings_frame(findings), fit=Fit(hide=("time at stake ms",), wrap=("what it says",)))
+
+
+def _findings_section(findings: list[Finding]) -> Section:
     details = []
     for f in findings:
         figures = [f"{key}: {json.dumps(plain(value))}" for key, value in f["figures"].items()]
@@ -204,21 +248,19 @@ def _findings_section(findings: list[dict]) -> Section:
             concerns = concerns.assign(time_ms=concerns.pop("time_ns").map(_ms))
         details.append(Details(f"{f['code']}: figures" + (" and where the time is" if concerns is not None else ""),
                                figures, concerns))
-    return Section(FINDINGS_TITLE, blocks=[Table(FINDINGS_TITLE, table), *details],
-                   terminal=lambda: [terminal.findings_section(FINDINGS_TITLE, findings)])
+    return Section(FINDINGS_TITLE, blocks=[findings_table(FINDINGS_TITLE, findings), *details])
 
 
 def _breakdown_section(diagnosis: Diagnosis) -> Section:
+    """Where the GPU time went, a row per rank; the terminal turns it, a row per figure and a
+    column per rank."""
     frame = breakdown_frame(diagnosis.breakdown)
-    ms_columns = [c for c in frame.columns if c.endswith("_ms")]
-    frame[ms_columns] = frame[ms_columns].map(lambda v: f"{v:.3f}")
-    window = breakdown_window(diagnosis)
-    intro = [window[0].upper() + window[1:] + ". Window = busy + idle; category times are kernel durations, which add up to more "
-                      "than the busy time where streams overlap."]
-    blocks: list[Block] = [Table("Where the GPU time went, per rank", frame),
+    labels = {c: c.replace("_ms", " ms") for c in frame.columns} | {"launches": "kernel launches"}
+    intro = ["Window = busy + idle; category times are kernel durations, which add up to more than the busy time "
+             "where streams overlap."]
+    blocks: list[Block] = [Table(breakdown_title(diagnosis), frame, fit=Fit(transpose="rank", labels=labels)),
                            Figure(lambda: plots.breakdown_plot(diagnosis)), Figure(lambda: plots.steps_plot(diagnosis))]
-    return Section("Where the GPU time went", intro=intro, blocks=blocks,
-                   terminal=lambda: terminal.breakdown_sections(diagnosis))
+    return Section("Where the GPU time went", intro=intro, blocks=blocks)
 
 
 def trace_tables(result: Verification, diagnosis: Diagnosis) -> dict[str, pd.DataFrame]:

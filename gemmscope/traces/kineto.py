@@ -25,15 +25,11 @@ read by the same grammar (te_ranges) whichever way it came. What a trace lacks i
 
 from __future__ import annotations
 
-import gzip
-import math
 import re
-import zlib
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
-import ijson
 import numpy as np
 import pandas as pd
 
@@ -45,18 +41,11 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     format_record,
 )
 from gemmscope.errors import InputError
+from gemmscope.traces.kineto_json import READ_ERRORS, bad_event, damaged, head_and_events, one_line, shown
 from gemmscope.traces.model import ID_BITS, TID_MASK, DamagedTrace, Trace, check_records
 
 # The trace format versions this reader knows (Kineto's `schemaVersion`, 1 since PyTorch 1.10).
 KNOWN_SCHEMA_VERSIONS = (1,)
-GZIP_MAGIC = b"\x1f\x8b"
-_HEAD_BYTES = 1 << 16  # how much of a file is looked at to tell a Kineto trace by its content
-# How deep a torch.profiler trace nests its JSON: the document, traceEvents, an event, its args, an
-# operator's input shapes (a list of lists) make six levels. Deeper is no trace, and the JSON
-# parser's memory grows with the square of the depth (it keeps the path to every value): a 200 KB
-# file of brackets would take tens of GB. It is refused as it is read, before it is parsed.
-MAX_DEPTH = 64
-_READ_SIZE = 1 << 20  # what the parser asks of the file at a time (the depth is checked per read)
 
 # Event categories (Kineto's ActivityType names; older PyTorch spelled some otherwise).
 _CATEGORY = {
@@ -75,20 +64,6 @@ OPERAND_OF_SCALAR_TYPE = {
     "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
     "c10::Float8_e5m2fnuz": "fp8", "c10::Float4_e2m1fn_x2": "fp4",
 }
-
-
-def is_kineto(path: Path) -> bool:
-    """Whether `path` holds a Kineto trace, by its content: JSON (plain or gzip) whose first
-    object has a `traceEvents` key near its head."""
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(2)
-        opener = gzip.open if magic == GZIP_MAGIC else open
-        with opener(path, "rb") as f:
-            head = f.read(_HEAD_BYTES)
-    except (OSError, EOFError, zlib.error):
-        return False
-    return head.lstrip()[:1] == b"{" and (b'"traceEvents"' in head or b'"schemaVersion"' in head)
 
 
 class _Columns:
@@ -119,96 +94,16 @@ class _Names:
         return np.array(list(self.codes), dtype=object)
 
 
-# Per byte: 1 a quote, 2 an opening bracket, 3 a closing one, 4 a backslash; 0 the rest.
-_BYTE_KIND = np.zeros(256, dtype=np.int8)
-_BYTE_KIND[[ord('"'), ord("["), ord("{"), ord("]"), ord("}"), ord("\\")]] = [1, 2, 2, 3, 3, 4]
-
-
-class _DepthBounded:
-    """A binary file whose JSON is refused (DamagedTrace) once it nests deeper than MAX_DEPTH, as it
-    is read: each chunk is scanned in numpy, brackets inside strings (told by their unescaped
-    quotes) left out, the depth, the string state and a trailing run of backslashes carried over."""
-
-    def __init__(self, raw):
-        self.raw = raw
-        self.depth = 0
-        self.in_string = False
-        self.backslashes = 0  # the run of backslashes the last chunk ended with
-        self.offset = 0
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *_):
-        self.raw.close()
-
-    def close(self) -> None:
-        self.raw.close()
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.raw.read(size)
-        if data:
-            self._scan(data)
-            self.offset += len(data)
-        return data
-
-    def _scan(self, data: bytes) -> None:
-        kind = _BYTE_KIND[np.frombuffer(data, dtype=np.uint8)]
-        at = np.flatnonzero(kind)
-        if not len(at):
-            self.backslashes = 0
-            return
-        k = kind[at]
-        quote = k == 1
-        if self.backslashes or (k == 4).any():
-            quote &= ~self._escaped(at, k, len(data))
-        else:
-            self.backslashes = 0
-        quotes_before = np.cumsum(quote) - quote
-        inside = (quotes_before + self.in_string) % 2 == 1
-        depth = self.depth + np.cumsum(np.where(inside, 0, (k == 2).astype(np.int64) - (k == 3)))
-        if depth.max() > MAX_DEPTH:
-            where = self.offset + int(at[np.argmax(depth > MAX_DEPTH)])
-            raise DamagedTrace(f"its JSON nests deeper than {MAX_DEPTH} levels (at byte {where}), which no "
-                               "torch.profiler trace does")
-        self.depth = int(depth[-1])
-        self.in_string = bool((self.in_string + int(quote.sum())) % 2)
-
-    def _escaped(self, at: np.ndarray, k: np.ndarray, size: int) -> np.ndarray:
-        """Per special byte of the chunk, whether a quote is escaped: an odd run of backslashes
-        right before it (the run may begin in the chunk before)."""
-        backslash = k == 4
-        index = np.arange(len(k))
-        follows = np.r_[False, at[1:] == at[:-1] + 1]  # right after the special byte before it
-        starts = backslash & ~(np.r_[False, backslash[:-1]] & follows)
-        first = np.maximum.accumulate(np.where(starts, index, 0))
-        run = index - first + 1  # at a backslash: how long its run is so far
-        run = np.where(backslash & (at[first] == 0), run + self.backslashes, run)  # continued from the last chunk
-        before = np.zeros(len(k), dtype=np.int64)
-        before[1:] = np.where(backslash[:-1] & follows[1:], run[:-1], 0)
-        if at[0] == 0:
-            before[0] = self.backslashes
-        self.backslashes = int(run[-1]) if backslash[-1] and at[-1] == size - 1 else 0
-        return (k == 1) & (before % 2 == 1)
-
-
 def _ns(microseconds: float) -> int:
     """Kineto's microseconds (three decimals) as integer nanoseconds."""
     return round(microseconds * 1000)
-
-
-def _damaged(given: Path, exc: BaseException) -> InputError:
-    return InputError(f"{given} is a truncated or damaged torch.profiler trace ({_one_line(exc)})")
-
-
-_READ_ERRORS = (OSError, EOFError, zlib.error, ValueError, ijson.JSONError)
 
 
 def read(path: Path, given: Path | None = None) -> Trace:
     """A Kineto trace as a Trace (`given`: the path messages name)."""
     given = given or path
     try:
-        head, events = _head_and_events(path)
+        head, events = head_and_events(path)
         read_events = _Events(head)
         read_events.consume(events)
         return read_events.trace(given)
@@ -216,91 +111,8 @@ def read(path: Path, given: Path | None = None) -> Trace:
         raise
     except DamagedTrace as exc:
         raise InputError(exc.message(given)) from None
-    except _READ_ERRORS as exc:
-        raise _damaged(given, exc) from None
-
-
-def recorded_names(path: Path) -> list[str]:
-    """The machine's names the trace's head records (Kineto's `host_name`), for redaction."""
-    try:
-        head, _ = _head_and_events(path)
-    except DamagedTrace as exc:
-        raise InputError(exc.message(path)) from None
-    except _READ_ERRORS as exc:
-        raise _damaged(path, exc) from None
-    return [str(head["host_name"])] if head.get("host_name") else []
-
-
-def write_redacted(path: Path, out: Path, redact) -> None:
-    """A copy of the trace `path` with `redact` (a JSON-able value -> the same, redacted)
-    applied to its head and to each event as it streams past: gzip-compressed when `out` ends
-    in .gz. `out` is written as given: the caller makes it appear whole."""
-    import json
-
-    try:
-        head, events = _head_and_events(path)
-        opener = gzip.open if out.name.endswith(".gz") else open
-        with opener(out, "wt", encoding="utf-8") as f:
-            f.write(json.dumps(redact(head))[:-1] + (", " if head else "") + '"traceEvents": [\n')
-            for at, event in enumerate(events):
-                f.write((",\n" if at else "") + json.dumps(redact(event)))
-            f.write("\n]}\n")
-    except DamagedTrace as exc:
-        raise InputError(exc.message(path)) from None
-    except _READ_ERRORS as exc:
-        if isinstance(exc, OSError) and exc.filename == str(out):
-            raise
-        raise _damaged(path, exc) from None
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200] or type(exc).__name__
-
-
-def _open(path: Path) -> _DepthBounded:
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    return _DepthBounded(gzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb"))
-
-
-def _head_and_events(path: Path) -> tuple[dict, Iterator[dict]]:
-    """The top-level keys before `traceEvents` (Kineto writes its metadata there), and an
-    iterator over the events, streamed."""
-    head: dict = {}
-    with _open(path) as f:
-        parser = ijson.parse(f, buf_size=_READ_SIZE, use_float=True)
-        key = None
-        for prefix, event, value in parser:
-            if prefix == "" and event == "map_key":
-                key = value
-                if key == "traceEvents":
-                    break
-            elif prefix == key and event in ("string", "number", "boolean", "null"):
-                head[key] = value
-            elif prefix == key and event in ("start_map", "start_array"):
-                head[key] = _built(parser, event)
-        else:
-            raise InputError(f"{path} is JSON but not a torch.profiler trace (no traceEvents)")
-    return head, _events(path)
-
-
-def _built(parser, first_event: str):
-    """The whole value whose first parse event was `first_event`, from ijson's parse events."""
-    builder = ijson.ObjectBuilder()
-    builder.event(first_event, None)
-    depth = 1
-    for _, event, value in parser:
-        builder.event(event, value)
-        depth += event in ("start_map", "start_array")
-        depth -= event in ("end_map", "end_array")
-        if depth == 0:
-            return builder.value
-    raise ValueError("the file ends inside its metadata")
-
-
-def _events(path: Path) -> Iterator[dict]:
-    with _open(path) as f:
-        yield from ijson.items(f, "traceEvents.item", buf_size=_READ_SIZE, use_float=True)
+    except READ_ERRORS as exc:
+        raise damaged(given, exc) from None
 
 
 class _Events:
@@ -313,10 +125,10 @@ class _Events:
                              f"(known: {', '.join(map(str, KNOWN_SCHEMA_VERSIONS))})")
         for key, kind in (("distributedInfo", dict), ("deviceProperties", list)):
             if head.get(key) is not None and not isinstance(head[key], kind):
-                raise DamagedTrace(f"its {key} is {_shown(head[key])}, not a{'n object' if kind is dict else ' list'}")
+                raise DamagedTrace(f"its {key} is {shown(head[key])}, not a{'n object' if kind is dict else ' list'}")
         rank = (head.get("distributedInfo") or {}).get("rank")
         if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
-            raise DamagedTrace(f"its distributedInfo.rank is {_shown(rank)}, not an integer")
+            raise DamagedTrace(f"its distributedInfo.rank is {shown(rank)}, not an integer")
         self.head = head
         self.names = _Names()
         gpu = {"start": "q", "end": "q", "device_id": "q", "stream_id": "q", "correlation_id": "q", "name": "q"}
@@ -331,7 +143,7 @@ class _Events:
 
     def consume(self, events: Iterator[dict]) -> None:
         """Sort the events into columns; the first one a field of which is not what Kineto writes
-        (a time that is no number, an event that is no object) is refused by name (_bad_event),
+        (a time that is no number, an event that is no object) is refused by name (bad_event),
         looked for only then: the loop itself checks nothing it need not."""
         names = self.names
         at, e = -1, None
@@ -382,9 +194,9 @@ class _Events:
                     columns["name"].append(names.code(e.get("name", "")))
                     columns["bytes"].append(_int(args.get("bytes", -1)))
         except (TypeError, KeyError, AttributeError, OverflowError, ValueError) as exc:
-            # the event the loop could not take: what is wrong with it, in words where _bad_event knows
-            raise _bad_event(at, e) or DamagedTrace(f"event {at + 1} of traceEvents could not be read "
-                                                    f"({_one_line(exc)})") from None
+            # the event the loop could not take: what is wrong with it, in words where bad_event knows
+            raise bad_event(at, e) or DamagedTrace(f"event {at + 1} of traceEvents could not be read "
+                                                    f"({one_line(exc)})") from None
         not_text = [name for name in names.codes if not isinstance(name, str)]
         if not_text:
             raise DamagedTrace(f"an event's name is {not_text[0]!r:.40}, not text")
@@ -543,7 +355,7 @@ class _Events:
             given = frame[column].dropna()
             integer = given.map(lambda value: isinstance(value, int) and not isinstance(value, bool))
             if not integer.all():
-                raise DamagedTrace(f"its deviceProperties' {key} is {_shown(given[~integer].iloc[0])}, not an integer")
+                raise DamagedTrace(f"its deviceProperties' {key} is {shown(given[~integer].iloc[0])}, not an integer")
         frame["sm"] = [f"sm{int(a)}{int(b)}" if pd.notna(a) and pd.notna(b) else None
                        for a, b in zip(frame["cc_major"], frame["cc_minor"])]
         return frame
@@ -660,41 +472,6 @@ def _correlation(args: dict) -> int:
     if type(value) is not int:
         raise TypeError("correlation")
     return value
-
-
-def _shown(value) -> str:
-    return repr(value)[:40]
-
-
-def _bad_event(at: int, event) -> DamagedTrace | None:
-    """What is wrong with the event at position `at` of traceEvents, which the reader could not
-    take: the first of its fields the reader uses that is not what Kineto writes; None if no rule
-    here names it."""
-    where = f"event {at + 1} of traceEvents"
-    if not isinstance(event, dict):
-        return DamagedTrace(f"{where} is {_shown(event)}, not an object")
-    where += f" ({_shown(event.get('name'))}, cat {_shown(event.get('cat'))})"
-    if "ts" not in event:
-        return DamagedTrace(f"{where} has no ts (its start time)")
-    for key, what in (("ts", "time"), ("dur", "duration")):
-        value = event.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return DamagedTrace(f"{where}: {key} is {_shown(value)}, not a {what} in µs")
-        if not math.isfinite(value) or abs(value) * 1000 >= 2**63:
-            return DamagedTrace(f"{where}: {key} is {_shown(value)} µs, beyond any {what}")
-    args = event.get("args")
-    if args and not isinstance(args, dict):
-        return DamagedTrace(f"{where}: args is {_shown(args)}, not an object")
-    args = args or {}
-    if not isinstance(event.get("name", ""), str):
-        return DamagedTrace(f"{where}: name is {_shown(event.get('name'))}, not text")
-    if "correlation" in args and type(args["correlation"]) is not int:
-        return DamagedTrace(f"{where}: args.correlation is {_shown(args['correlation'])}, not an integer id")
-    ids = {f"args.{key}": args.get(key) for key in ("correlation", "device", "stream", "bytes")}
-    for key, value in (ids | {"pid": event.get("pid"), "tid": event.get("tid")}).items():
-        if isinstance(value, int | float) and not -(2**63) <= value < 2**63:
-            return DamagedTrace(f"{where}: {key} is {_shown(value)}, beyond any id")
-    return None
 
 
 def _text(value) -> str | None:

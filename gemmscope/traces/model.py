@@ -6,6 +6,7 @@ JSON) returns a `Trace`; attribution (gemmscope.attribution) joins its frames in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,3 +141,21 @@ class Trace:
     gpus: pd.DataFrame
     memory: pd.DataFrame
 
+    @property
+    def made_by_nsys(self) -> bool:
+        """nsys made the trace (its records come from an nsys export), not torch.profiler."""
+        return self.sqlite is not None
+
+    @property
+    def records(self) -> Path:
+        """The file or folder its records were read from: its nsys export, or the torch.profiler
+        trace itself."""
+        return self.sqlite if self.sqlite is not None else self.path
+
+
+def gpu_sm(traces: Sequence[Trace]) -> int | None:
+    """The compute capability (90 for sm90) of the first GPU the traces name one for (each
+    reader fills `meta["gpus"]`' cc_major and cc_minor), None where none does."""
+    capabilities = [(g["cc_major"], g["cc_minor"]) for t in traces for g in t.meta["gpus"]
+                    if pd.notna(g.get("cc_major"))]
+    return int(capabilities[0][0]) * 10 + int(capabilities[0][1]) if capabilities else None

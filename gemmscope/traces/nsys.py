@@ -1,4 +1,4 @@
-"""Nsight Systems SQLite exports → the trace model's DataFrames (all of gemmscope's SQL is here).
+"""Nsight Systems exports → the trace model's DataFrames (all of gemmscope's SQL is here and in nsys_tables).
 
 `read` opens an export read-only and returns a `Trace`: one DataFrame per kind of record
 (kernels, memsets/memcpys, CUDA API calls, NVTX ranges, threads, GPUs, memory events). Schemas
@@ -34,173 +34,22 @@ from gemmscope.traces.model import (
     refuse_where,
     thread_id,
 )
+from gemmscope.traces.nsys_tables import (
+    LAUNCH_CALLS,
+    NULL,
+    OTHER_CALLS,
+    ColumnarExport,
+    Export,
+    SqliteExport,
+    columnar_export,
+    refuse_non_text,
+)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # NVTX_EVENTS.eventType values (nsys's ENUM_NSYS_EVENT_TYPE, the same in 2023.4 and 2025.3).
 NVTX_KINDS = {34: "mark", 59: "push-pop", 60: "start-end"}
 NVTX_DOMAIN_CREATE = 75
-
-
-# Stands for SQL NULL in an integer column fetched as text (no nsys id or time takes it).
-_NULL = -(1 << 63)
-
-
-def _integer_column(values: pd.Series, column: str, rows: pd.Series) -> np.ndarray:
-    """A column SQLite declares integer, read value by value (some value is not an integer):
-    int64, or float64 with NaN where NULL, as _Export._integers gives it; DamagedTrace naming the
-    first row (its rowid) whose value is text, a blob or a fraction, which no nsys time or id is."""
-    numbers = pd.to_numeric(values, errors="coerce")
-    as_float = numbers.astype("float64")
-    whole = np.isfinite(as_float) & (as_float % 1 == 0) & (as_float.abs() < 2.0**63)
-    bad = values.notna().to_numpy() & ~whole.to_numpy()
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        value = values.iloc[first]
-        value = value.item() if isinstance(value, np.generic) else value
-        shown = value if not isinstance(value, str | bytes) else value[:40]
-        raise DamagedTrace(f"{column} is {shown!r} in row {rows.iloc[first]}, not an integer"
-                           + (f" ({int(bad.sum())} such rows)" if bad.sum() > 1 else ""))
-    if numbers.isna().any():
-        return as_float.to_numpy()
-    return numbers.astype("int64").to_numpy()
-
-
-def _refuse_non_text(values: pd.Series, required: np.ndarray, column: str, rows: pd.Series | None = None) -> None:
-    """DamagedTrace where a value of `values` is not text (a blob, a number), or is missing where
-    `required`; `rows`: the rowids that name the first (else its place among the records read)."""
-    bad = ~values.notna().to_numpy() & required
-    if pd.api.types.infer_dtype(values, skipna=True) not in ("string", "empty"):  # vectorised: the common case
-        bad |= values.map(lambda value: value is not None and not isinstance(value, str)).to_numpy(dtype=bool)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        where = f"row {rows.iloc[first]}" if rows is not None else f"record {first + 1}"
-        raise DamagedTrace(f"{column} is {values.iloc[first]!r:.40} in {where}, not text")
-
-
-class _Export:
-    """A read-only connection to an export, with table and column feature detection."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        self.tables = {name for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-
-    def columns(self, table: str) -> set[str]:
-        return set(self.types(table))
-
-    def types(self, table: str) -> dict[str, type]:
-        """Column → int for the columns SQLite gives integer affinity (a declared type holding
-        "INT"), object for the rest."""
-        return {row[1]: int if "INT" in (row[2] or "").upper() else object for row in self._declared(table)}
-
-    def _declared(self, table: str) -> list[tuple]:
-        if table not in self.tables:
-            return []
-        return self.conn.execute(f'PRAGMA table_info("{table}")').fetchall()
-
-    def frame(self, table: str, columns: dict[str, str], where: str = "") -> pd.DataFrame:
-        """`columns` maps output name → column (or SQL expression over present columns); columns
-        this export lacks come back as NA, a missing table as an empty frame. Integer columns
-        come as pandas reads them (int64; float64 with NaN where some are NULL; None where all
-        are), the rest through pandas."""
-        types = self.types(table)
-        if not types:
-            return pd.DataFrame({name: pd.Series(dtype="object") for name in columns})
-        missing = [name for name, expr in columns.items() if expr.isidentifier() and expr not in types]
-        integers = {name: expr for name, expr in columns.items() if types.get(expr) is int}
-        others = {name: expr for name, expr in columns.items() if name not in integers and name not in missing}
-        fetched = self._integers(table, integers, where)
-        if others or fetched is None:
-            checked = integers if fetched is None else {}
-            rest = others if fetched is not None else {n: e for n, e in columns.items() if n not in missing}
-            select = ", ".join([f"{expr} AS {name}" for name, expr in rest.items()] + ["rowid AS _row"] * bool(checked))
-            read = pd.read_sql_query(f"SELECT {select} FROM {table} {where}", self.conn)
-            for name, column in checked.items():  # some value is not an integer: which, and where
-                read[name] = _integer_column(read[name], f"{table}.{column}", read["_row"])
-            fetched = (fetched or {}) | {name: read[name] for name in rest}
-        count = len(next(iter(fetched.values()))) if fetched else 0
-        return pd.DataFrame({name: fetched[name] if name in fetched else np.full(count, None, dtype=object)
-                             for name in columns})
-
-    def _integers(self, table: str, columns: dict[str, str], where: str) -> dict[str, np.ndarray] | None:
-        """Integer columns as one comma-separated text each, which SQLite writes and numpy parses
-        several times faster than Python builds a tuple per row (a long job's trace has millions
-        of rows); None if a value is not an integer after all (SQLite's types are per value).
-        A column the schema lets be NULL stands NULL in as _NULL; one that is NULL throughout (a
-        feature the trace did not use) is not read at all: a scan stopping at its first value
-        says so, cheaper than writing and parsing a million stand-ins."""
-        if not columns:
-            return {}
-        nullable = {row[1] for row in self._declared(table) if not row[3]}
-        filtered = f"{where} AND" if where else "WHERE"
-        unused = {name for name, expr in columns.items() if expr in nullable and self.conn.execute(
-            f'SELECT 1 FROM "{table}" {filtered} "{expr}" IS NOT NULL LIMIT 1').fetchone() is None}
-        read = {name: expr for name, expr in columns.items() if name not in unused}
-        texts = "".join(f', group_concat(COALESCE("{expr}", {_NULL}))' if expr in nullable else f', group_concat("{expr}")'
-                        for expr in read.values())
-        count, *texts = self.conn.execute(f'SELECT COUNT(*){texts} FROM "{table}" {where}').fetchone()
-        out = {name: np.full(count, None, dtype=object) for name in unused}
-        for at, name in enumerate(read):
-            text, texts[at] = texts[at], None  # each text freed once parsed: a long trace's are large
-            try:
-                values = np.fromstring(text, dtype="int64", sep=",") if count else np.empty(0, dtype="int64")
-            except ValueError:  # a value that is text or a fraction (numpy stops at it)
-                return None
-            if len(values) != count:
-                return None
-            null = values == _NULL
-            if not count:
-                out[name] = np.empty(0, dtype=object)
-            elif null.all():
-                out[name] = np.full(count, None, dtype=object)
-            elif null.any():
-                out[name] = np.where(null, np.nan, values.astype("float64"))
-            else:
-                out[name] = values
-        return {name: out[name] for name in columns}
-
-    def meta(self) -> dict[str, str]:
-        """META_DATA_EXPORT's name → value."""
-        return dict(self.conn.execute("SELECT name, value FROM META_DATA_EXPORT"))
-
-    def has_rows(self, table: str) -> bool:
-        return table in self.tables and bool(self.conn.execute(f'SELECT EXISTS (SELECT 1 FROM "{table}")').fetchone()[0])
-
-    def max_of(self, table: str, column: str) -> float | None:
-        """The largest value of `column` (None when the table or column is missing or empty)."""
-        if column not in self.columns(table):
-            return None
-        (largest,) = self.conn.execute(f'SELECT MAX("{column}") FROM "{table}"').fetchone()
-        return None if largest is None else float(largest)
-
-    def api_calls(self, columns: dict[str, str], names: str) -> pd.DataFrame:
-        """CUPTI_ACTIVITY_KIND_RUNTIME's calls `names` (_LAUNCH_CALLS or _OTHER_CALLS) selects;
-        of the others only those that launched a kernel."""
-        where = f"WHERE nameId {names} ({_LAUNCHING_NAMES})"
-        if names == _OTHER_CALLS and "CUPTI_ACTIVITY_KIND_KERNEL" in self.tables:
-            where += " AND correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)"
-        return self.frame("CUPTI_ACTIVITY_KIND_RUNTIME", columns, where)
-
-    def strings(self) -> pd.Series:
-        """StringIds as a Series indexed by id (for vectorised lookups)."""
-        if "StringIds" not in self.tables:
-            return pd.Series(dtype="object")
-        frame = pd.read_sql_query("SELECT id, value, rowid AS _row FROM StringIds", self.conn)
-        ids = frame["id"] if frame["id"].dtype.kind == "i" else _integer_column(frame["id"], "StringIds.id", frame["_row"])
-        # nsys writes every string it names
-        _refuse_non_text(frame["value"], frame["value"].notna().to_numpy(), "StringIds.value", frame["_row"])
-        return pd.Series(frame["value"].to_numpy(dtype=object), index=np.asarray(ids))
-
-
-# nsys export --type parquetdir / arrowdir: a folder of one file per table, the SQLite export's
-# tables and columns, typed by Arrow (ids unsigned).
-COLUMNAR_SUFFIXES = (".parquet", ".arrow")
-
-
-def columnar_export(path: Path) -> str | None:
-    """The file suffix of the folder `path` if it is an nsys columnar export, else None."""
-    return next((suffix for suffix in COLUMNAR_SUFFIXES if (path / f"META_DATA_EXPORT{suffix}").is_file()), None)
 
 
 def redactable(export: Path) -> Path:
@@ -216,117 +65,6 @@ def redactable(export: Path) -> Path:
                          "export (nsys export --type sqlite, or the .nsys-rep beside the folder); analyze, "
                          "verify --trace, diagnose and compare read the folder as it is")
     return export
-
-
-class _ColumnarExport:
-    """A columnar export read with pyarrow, answering as _Export does (no SQL: filters in pandas)."""
-
-    def __init__(self, path: Path):
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise InputError(f"{path} is an nsys Parquet/Arrow export: reading it needs pyarrow "
-                             "(pip install 'gemmscope[columnar]')") from None
-        self.path = path
-        self.suffix = columnar_export(path)
-        assert self.suffix is not None  # read() makes one only of a folder columnar_export names
-        self.tables = {f.name.removesuffix(self.suffix) for f in path.iterdir() if f.name.endswith(self.suffix)}
-        self._schemas: dict[str, object] = {}
-        self._strings: pd.Series | None = None
-
-    def _schema(self, table: str):
-        if table not in self._schemas:
-            import pyarrow.ipc
-            import pyarrow.parquet
-
-            file = self.path / f"{table}{self.suffix}"
-            if self.suffix == ".parquet":
-                self._schemas[table] = pyarrow.parquet.read_schema(file)
-            else:
-                with pyarrow.ipc.open_stream(file) as stream:
-                    self._schemas[table] = stream.schema
-        return self._schemas[table]
-
-    def _read(self, table: str, columns: list[str]):
-        import pyarrow.ipc
-        import pyarrow.parquet
-
-        file = self.path / f"{table}{self.suffix}"
-        if self.suffix == ".parquet":
-            return pyarrow.parquet.read_table(file, columns=columns)
-        with pyarrow.ipc.open_stream(file) as stream:
-            return stream.read_all().select(columns)
-
-    def columns(self, table: str) -> set[str]:
-        return set(self.types(table))
-
-    def types(self, table: str) -> dict[str, type]:
-        import pyarrow
-
-        if table not in self.tables:
-            return {}
-        return {f.name: int if pyarrow.types.is_integer(f.type) else object for f in self._schema(table)}
-
-    def frame(self, table: str, columns: dict[str, str], rows=None) -> pd.DataFrame:
-        """As _Export.frame (integers as int64, float64 with NaN where some are missing, None
-        where all are); `rows`, a function of the frame read, keeps the rows it is true for."""
-        types = self.types(table)
-        if not types:
-            return pd.DataFrame({name: pd.Series(dtype="object") for name in columns})
-        read = self._read(table, list(dict.fromkeys(c for c in columns.values() if c in types)))
-        out = {}
-        for name, column in columns.items():
-            if column not in types:
-                out[name] = np.full(read.num_rows, None, dtype=object)
-                continue
-            values = read.column(column)
-            if types[column] is not int:
-                out[name] = values.to_pandas().to_numpy(dtype=object)
-            elif values.null_count == 0:
-                out[name] = values.to_numpy().astype("int64")
-            elif values.null_count == len(values):
-                out[name] = np.full(len(values), None, dtype=object)
-            else:
-                out[name] = values.cast("float64").to_numpy(zero_copy_only=False)
-        frame = pd.DataFrame(out)
-        return frame[rows(frame)].reset_index(drop=True) if rows is not None else frame
-
-    def meta(self) -> dict[str, str]:
-        rows = self.frame("META_DATA_EXPORT", {"name": "name", "value": "value"})
-        return dict(zip(rows["name"], rows["value"]))
-
-    def has_rows(self, table: str) -> bool:
-        return table in self.tables and self._read(table, []).num_rows > 0
-
-    def max_of(self, table: str, column: str) -> float | None:
-        if column not in self.columns(table):
-            return None
-        import pyarrow.compute
-
-        largest = pyarrow.compute.max(self._read(table, [column]).column(column)).as_py()
-        return None if largest is None else float(largest)
-
-    def api_calls(self, columns: dict[str, str], names: str) -> pd.DataFrame:
-        """As _Export.api_calls: a call launches by its name (SQLite's LIKE '%Launch%', which
-        ignores case); of the others only those that launched a kernel."""
-        strings = self.strings()
-        launching = strings.index[strings.str.contains("launch", case=False, na=False).to_numpy()]
-        kernels = self.frame("CUPTI_ACTIVITY_KIND_KERNEL", {"c": "correlationId"})["c"]
-
-        def rows(calls: pd.DataFrame) -> pd.Series:
-            named = calls["_name_id"].isin(launching)
-            return named if names == _LAUNCH_CALLS else ~named & calls["_correlation"].isin(kernels)
-
-        frame = self.frame("CUPTI_ACTIVITY_KIND_RUNTIME",
-                           columns | {"_name_id": "nameId", "_correlation": "correlationId"}, rows)
-        return frame.drop(columns=["_name_id", "_correlation"])
-
-    def strings(self) -> pd.Series:
-        """As _Export.strings, read once (api_calls looks launch names up in them too)."""
-        if self._strings is None:
-            frame = self.frame("StringIds", {"id": "id", "value": "value"})
-            self._strings = pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
-        return self._strings
 
 
 # What a file that is no SQLite export is, by its first bytes (said instead of "not SQLite").
@@ -378,12 +116,12 @@ def read(given: Path, threads: int = 2, name: Path | None = None) -> Trace:
     name = name or given
     if given.is_dir() and columnar_export(given):
         try:
-            return _read(_ColumnarExport(given), name, threads)
+            return _read(ColumnarExport(given), name, threads)
         except DamagedTrace as exc:
             raise InputError(exc.message(name)) from None
     path = sqlite_export(given)
     try:
-        return _read(_Export(path), name, threads)
+        return _read(SqliteExport(path), name, threads)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:  # pandas wraps sqlite's errors
         raise InputError(f"{name} is a damaged or truncated SQLite file ({exc})") from None
     except DamagedTrace as exc:
@@ -440,7 +178,7 @@ def _decompressed(path: Path) -> Path:
     return target
 
 
-def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace:
+def _read(export: Export, given: Path, threads: int) -> Trace:
     strings = export.strings()
     meta_rows = export.meta()
     gpus = _gpus(export)
@@ -461,7 +199,7 @@ def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace
     readers = {
         "kernels": lambda e: _kernels(e, strings),
         "nvtx": lambda e: _nvtx(e, strings, _session_end(e)),
-        "api_calls": lambda e: _api_calls(e, strings, _LAUNCH_CALLS),
+        "api_calls": lambda e: _api_calls(e, strings, LAUNCH_CALLS),
         "memory": _memory,
         "memops": _memops,
         "threads": lambda e: _threads(e, strings),
@@ -486,7 +224,7 @@ def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace
         _integer_ids(export, "CUPTI_ACTIVITY_KIND_RUNTIME", "nameId")
     unlaunched = ~launch_key(frames["kernels"]).isin(launch_key(frames["api_calls"]))
     if unlaunched.any():  # launched by a call whose name says nothing of launching: read the rest
-        rest = _api_calls(export, strings, _OTHER_CALLS)
+        rest = _api_calls(export, strings, OTHER_CALLS)
         named = frames["api_calls"]
         frames["api_calls"] = rest if named.empty else pd.concat([named, rest], ignore_index=True)
     check_records(frames["kernels"], frames["memops"], frames["api_calls"], frames["nvtx"])
@@ -495,7 +233,7 @@ def _read(export: _Export | _ColumnarExport, given: Path, threads: int) -> Trace
     return Trace(path=given, sqlite=export.path, meta=meta, gpus=gpus, **frames)
 
 
-def _capture(export: _Export | _ColumnarExport) -> dict:
+def _capture(export: Export) -> dict:
     """What the capture records about itself (traces.model.capture_identity): when its session
     started (TARGET_INFO_SESSION_START_TIME, wall clock) and the span it analysed (ANALYSIS_DETAILS,
     on the trace's clock, which starts with the session), and the command it launched
@@ -515,17 +253,17 @@ def _capture(export: _Export | _ColumnarExport) -> dict:
             "command": None if command is None or "[redacted]" in command else command}
 
 
-def _integer_ids(export: _Export | _ColumnarExport, table: str, column: str) -> None:
+def _integer_ids(export: Export, table: str, column: str) -> None:
     """DamagedTrace where some row of `table` holds no integer in `column` (one scan: SQLite's
     types are per value); a columnar export's are typed by Arrow."""
-    if isinstance(export, _Export) and column in export.columns(table):
+    if isinstance(export, SqliteExport) and column in export.columns(table):
         bad = export.conn.execute(f'SELECT rowid, "{column}" FROM "{table}" WHERE typeof("{column}") '
                                   "NOT IN ('integer', 'null') LIMIT 1").fetchone()
         if bad is not None:
             raise DamagedTrace(f"{table}.{column} is {bad[1]!r:.40} in row {bad[0]}, not an integer")
 
 
-def _gpus_used(export: _Export | _ColumnarExport, kernels: pd.DataFrame) -> list[str]:
+def _gpus_used(export: Export, kernels: pd.DataFrame) -> list[str]:
     """The UUIDs of the GPUs the trace's kernels ran on (TARGET_INFO_GPU lists every GPU of the
     machine): two captures of one GPU are one job only if they ran at the same time."""
     gpus = export.frame("TARGET_INFO_GPU", {"id": "id", "uuid": "uuid"})
@@ -563,7 +301,7 @@ _GPU_ACTIVITY = {
 }
 
 
-def _kernels(export: _Export | _ColumnarExport, strings: pd.Series) -> pd.DataFrame:
+def _kernels(export: Export, strings: pd.Series) -> pd.DataFrame:
     k = export.frame(
         "CUPTI_ACTIVITY_KIND_KERNEL",
         _GPU_ACTIVITY | {"demangled_id": "demangledName", "short_id": "shortName", "graph_node_id": "graphNodeId"},
@@ -580,13 +318,13 @@ def _kernels(export: _Export | _ColumnarExport, strings: pd.Series) -> pd.DataFr
     k["name"] = demangled.fillna(k["short_name"])
     # `name` as its StringIds id (the short name's, negated, where it stands in): names are
     # decoded once per id, not once per kernel
-    k["name_id"] = k["demangled_id"].where(k["demangled_id"].notna(), -1 - k["short_id"]).fillna(_NULL).astype("int64")
+    k["name_id"] = k["demangled_id"].where(k["demangled_id"].notna(), -1 - k["short_id"]).fillna(NULL).astype("int64")
     k["duration_ns"] = k["end"] - k["start"]
     k["pid"] = process_id(k["global_pid"])
     return k.drop(columns=["demangled_id", "short_id"])
 
 
-def _memops(export: _Export | _ColumnarExport) -> pd.DataFrame:
+def _memops(export: Export) -> pd.DataFrame:
     frames = []
     for table, kind in (("CUPTI_ACTIVITY_KIND_MEMSET", "memset"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy")):
         f = export.frame(table, _GPU_ACTIVITY | {"bytes": "bytes"})
@@ -597,20 +335,8 @@ def _memops(export: _Export | _ColumnarExport) -> pd.DataFrame:
     return out
 
 
-# Which CUDA API calls `_api_calls` reads, by their name: those named as launching (cudaLaunchKernel,
-# cuLaunchKernelEx, cudaGraphLaunch, ...), all of them, or those of the others that launched a
-# kernel. A trace holds several calls per kernel (events, queries, synchronisation); finding the
-# ones that launched a kernel among them means looking each one's correlation id up among every
-# kernel's, most of the time this table takes, while a name is tested at once: `_read` reads the
-# launching ones, and the others only for a kernel none of those launched. Either way calls are
-# joined to kernels on correlation id and process, never on their name.
-_LAUNCH_CALLS = "IN"
-_OTHER_CALLS = "NOT IN"
-_LAUNCHING_NAMES = "SELECT id FROM StringIds WHERE value LIKE '%Launch%'"
-
-
-def _api_calls(export: _Export | _ColumnarExport, strings: pd.Series, names: str) -> pd.DataFrame:
-    """The CUDA API calls `names` (_LAUNCH_CALLS or _OTHER_CALLS) selects; of the others only
+def _api_calls(export: Export, strings: pd.Series, names: str) -> pd.DataFrame:
+    """The CUDA API calls `names` (LAUNCH_CALLS or OTHER_CALLS) selects; of the others only
     those that launched a kernel, the rest stay in the export."""
     a = export.api_calls(
         {
@@ -630,7 +356,7 @@ def _api_calls(export: _Export | _ColumnarExport, strings: pd.Series, names: str
     return a.drop(columns=["name_id", "event_class"])
 
 
-def _nvtx(export: _Export | _ColumnarExport, strings: pd.Series, session_end: float) -> pd.DataFrame:
+def _nvtx(export: Export, strings: pd.Series, session_end: float) -> pd.DataFrame:
     n = export.frame(
         "NVTX_EVENTS",
         {
@@ -646,7 +372,7 @@ def _nvtx(export: _Export | _ColumnarExport, strings: pd.Series, session_end: fl
         },
     )
     refuse_missing(n, "NVTX event", {"global_tid": "thread id", "event_type": "event type"})
-    _refuse_non_text(n["text"], np.zeros(len(n), dtype=bool), "NVTX_EVENTS.text")
+    refuse_non_text(n["text"], np.zeros(len(n), dtype=bool), "NVTX_EVENTS.text")
     # Registered strings (nvtxDomainRegisterString) arrive as textId; plain ones as text, one
     # Python string per row: kept once per distinct name (a long trace repeats a few thousand
     # names a million times, hundreds of MB as separate strings).
@@ -680,13 +406,13 @@ def _domain_key(nvtx: pd.DataFrame) -> pd.Series:
     return nvtx["pid"].astype("int64") * (1 << 32) + nvtx["domain_id"].fillna(0).astype("int64")
 
 
-def _session_end(export: _Export | _ColumnarExport) -> float:
+def _session_end(export: Export) -> float:
     """End of the capture on the trace's clock (ANALYSIS_DETAILS.duration), or +inf if absent."""
     end = export.max_of("ANALYSIS_DETAILS", "duration")
     return end if end is not None else float("inf")
 
 
-def _threads(export: _Export | _ColumnarExport, strings: pd.Series) -> pd.DataFrame:
+def _threads(export: Export, strings: pd.Series) -> pd.DataFrame:
     t = export.frame("ThreadNames", {"global_tid": "globalTid", "name_id": "nameId", "priority": "priority"})
     refuse_missing(t, "thread name", {"global_tid": "thread id"})
     t["name"] = _name(t["name_id"], strings)
@@ -697,7 +423,7 @@ def _threads(export: _Export | _ColumnarExport, strings: pd.Series) -> pd.DataFr
     return t.drop(columns=["name_id", "priority"])
 
 
-def _gpus(export: _Export | _ColumnarExport) -> pd.DataFrame:
+def _gpus(export: Export) -> pd.DataFrame:
     g = export.frame(
         "TARGET_INFO_GPU",
         {
@@ -717,7 +443,7 @@ def _gpus(export: _Export | _ColumnarExport) -> pd.DataFrame:
     return g
 
 
-def _memory(export: _Export | _ColumnarExport) -> pd.DataFrame:
+def _memory(export: Export) -> pd.DataFrame:
     m = export.frame(
         "CUDA_GPU_MEMORY_USAGE_EVENTS",
         {
@@ -735,13 +461,3 @@ def _memory(export: _Export | _ColumnarExport) -> pd.DataFrame:
     return m
 
 
-
-def columnar_as_sqlite(path: Path, tables: dict[str, list[str]]) -> sqlite3.Connection:
-    """`tables` (name -> columns) of the columnar export `path` in an SQLite database in memory,
-    for what reads an export's records with SQL (the redactor); a table the export lacks is left out."""
-    export = _ColumnarExport(path)
-    conn = sqlite3.connect(":memory:")
-    for table, columns in tables.items():
-        if table in export.tables:
-            export.frame(table, {c: c for c in columns}).to_sql(table, conn, index=False)
-    return conn

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gemmscope.errors import InputError
-from gemmscope.traces import kineto, nsys
+from gemmscope.traces import kineto, kineto_json, nsys
 from gemmscope.traces.model import Trace
 
 TRACE_SUFFIXES = (".sqlite", ".sqlite.xz", ".nsys-rep")
@@ -21,7 +21,7 @@ KINETO_SUFFIXES = (".json", ".json.gz")
 
 
 def _is_trace(path: Path) -> bool:
-    return path.name.endswith(TRACE_SUFFIXES) or (path.name.endswith(KINETO_SUFFIXES) and kineto.is_kineto(path))
+    return path.name.endswith(TRACE_SUFFIXES) or (path.name.endswith(KINETO_SUFFIXES) and kineto_json.is_kineto(path))
 
 
 def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
@@ -61,7 +61,7 @@ def read_trace(path: str | Path, threads: int = 2, name: Path | None = None) -> 
     read several traces side by side). `name`: what the trace and messages call it (default: `path`;
     a scrubbed copy in the scratch folder keeps its input's name)."""
     given = Path(path)
-    if given.is_file() and kineto.is_kineto(given):
+    if given.is_file() and kineto_json.is_kineto(given):
         return kineto.read(given, name)
     return nsys.read(given, threads, name)
 
@@ -70,6 +70,12 @@ def trace_source(path: str | Path) -> Path:
     """The file a trace is read from: a torch.profiler trace itself, an nsys trace's SQLite
     export (traces.nsys.sqlite_export)."""
     path = Path(path)
-    if path.is_file() and kineto.is_kineto(path):
+    if path.is_file() and kineto_json.is_kineto(path):
         return path
     return nsys.sqlite_export(nsys.redactable(path))
+
+
+def redactable_source(trace: Trace) -> Path:
+    """What scrubbing `trace` reads and rewrites: its nsys export as SQLite (nsys.redactable: for
+    a Parquet/Arrow export, the .nsys-rep beside it), or the torch.profiler trace itself."""
+    return nsys.redactable(trace.records) if trace.made_by_nsys else trace.path

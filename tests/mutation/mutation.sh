@@ -2,20 +2,20 @@
 # Mutation testing of the rules gemmscope's verdicts rest on (not part of CI: hours on two cores,
 # where mutants whose tests read real traces run at 5-8 a minute). mutmut (pip install 'gemmscope[mutation]') changes one thing at a time in the
 # functions named below and runs the tests that cover each one ([tool.mutmut] in pyproject.toml);
-# a mutant no test kills is a survivor. Writes benchmarks/mutation-report.txt: date, commit, counts
+# a mutant no test kills is a survivor. Writes tests/mutation/mutation-report.txt: date, commit, counts
 # per function, and every survivor with its diff. Arguments replace the default function patterns.
 #
-#   bash benchmarks/mutation.sh                                   # the default functions below
-#   bash benchmarks/mutation.sh 'gemmscope.scrub.*'               # one whole module
-#   bash benchmarks/mutation.sh --survivors                       # the last run's survivors again, with
-#                                                                 # the tests as they are now
-#   bash benchmarks/mutation.sh --survivors 'gemmscope.kernels.*' # those of some functions only
-#   bash benchmarks/mutation.sh --survivors none                  # the report only, written anew
-#   bash benchmarks/mutation.sh --resume                          # an interrupted run on: the mutants
-#                                                                 # of the default functions not run yet
-#   MUTATION_CHILDREN=4 bash benchmarks/mutation.sh               # mutants run 4 at a time (default 1)
+#   bash tests/mutation/mutation.sh                                   # the default functions below
+#   bash tests/mutation/mutation.sh 'gemmscope.scrub.*'               # one whole module
+#   bash tests/mutation/mutation.sh --survivors                       # the last run's survivors again, with
+#                                                                       # the tests as they are now
+#   bash tests/mutation/mutation.sh --survivors 'gemmscope.kernels.*' # those of some functions only
+#   bash tests/mutation/mutation.sh --survivors none                  # the report only, written anew
+#   bash tests/mutation/mutation.sh --resume                          # an interrupted run on: the mutants
+#                                                                       # of the default functions not run yet
+#   MUTATION_CHILDREN=4 bash tests/mutation/mutation.sh               # mutants run 4 at a time (default 1)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 survivors_only=false
 resume=false
 if [ "${1:-}" = --survivors ]; then
@@ -32,7 +32,7 @@ functions=("$@")
 if [ ${#functions[@]} -eq 0 ]; then
   functions=(
     # every function mutmut mutates in the four modules a verdict rests on (not the decorated ones:
-    # kernels.decode, Verification's properties; benchmarks/named_mutations.py changes those):
+    # kernels.decode, Verification's properties; tests/mutation/named_mutations.py changes those):
     # attribution: which NVTX ranges enclose a launch, their nesting, the innermost one a pattern
     # names (--expect-map, --allow), each process's rank, the launches frame and what the ranges
     # say of each launch (module, name, pass and its source, shapes)
@@ -85,7 +85,7 @@ else
   mutmut run --max-children "${MUTATION_CHILDREN:-1}" "${functions[@]}"
   echo "full run $started" > mutants/runs.txt
 fi
-report=benchmarks/mutation-report.txt
+report=tests/mutation/mutation-report.txt
 {
   echo "mutmut $(mutmut --version 2>/dev/null | awk '{print $NF}'):"
   cat mutants/runs.txt
@@ -110,7 +110,7 @@ for function, numbers in sorted(counts.items()):
 line("all", *(sum(column) for column in zip(*counts.values())))
 ' "${functions[@]}"
   echo
-  echo "survivors (benchmarks/mutation-survivors.md says why each kind is left):"
+  echo "survivors (tests/mutation/mutation-survivors.md says why each kind is left):"
   for name in $(survivors); do
     echo "== $name"
     mutmut show "$name" | sed -n '2,$p'

@@ -1,9 +1,9 @@
 """The small mistakes issue 22 found the tests blind to, each made in a copy of the source tree:
-every one must fail a test. mutmut (benchmarks/mutation.sh) mutates inside functions only, and
+every one must fail a test. mutmut (tests/mutation/mutation.sh) mutates inside functions only, and
 not inside decorated ones, so the pattern tables (kernels.RULES, redaction.RULES, redaction.SECRET_NAME),
 the cached `kernels.decode` and `Verification`'s properties (what fails a check) are checked here.
 
-    python benchmarks/named_mutations.py        # one line per mutation: KILLED or SURVIVED; exit 1 on a survivor
+    python tests/mutation/named_mutations.py        # one line per mutation: KILLED or SURVIVED; exit 1 on a survivor
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # (what the mistake is, file, text, replacement, tests that must catch it)
 MUTATIONS = (
@@ -30,24 +30,24 @@ MUTATIONS = (
     ("push/pop stacks of all domains of a thread as one", "gemmscope/attribution.py",
      'push_pop.groupby(["global_tid", push_pop["domain"].fillna("")], sort=False)',
      'push_pop.groupby(["global_tid", push_pop["global_tid"]], sort=False)', "tests/test_attribution.py"),
-    ("the rank in a per-rank file's name ignored", "gemmscope/verify.py",
+    ("the rank in a per-rank file's name ignored", "gemmscope/job.py",
      "fallback = named if named is not None else", "fallback = None if named is not None else",
      "tests/test_attribution.py"),
-    ("GEMM tail time forced to 0", "gemmscope/verify.py",
+    ("GEMM tail time forced to 0", "gemmscope/job.py",
      'tails_ns = int(all_kernels.loc[all_kernels["role"] == "gemm-tail", "duration_ns"].sum())', "tails_ns = 0",
      "tests/test_verify.py tests/test_attribution.py"),
     ("temporary AWS key ids (ASIA…) not redacted", "gemmscope/redaction.py", "(?:AKIA|ASIA)", "(?:AKIA)",
      "tests/test_patterns.py"),
     ("GitHub ghs_/ghu_/ghr_ tokens not redacted", "gemmscope/redaction.py", "gh[pousr]_", "gh[po]_", "tests/test_patterns.py"),
     ("PASSWD-style names not secret", "gemmscope/redaction.py", "|PASSWORD|PASSWD)", "|PASSWORD)", "tests/test_patterns.py"),
-    ("Inductor's GEMM template rule narrowed to *bmm", "gemmscope/kernels.py",
+    ("Inductor's GEMM template rule narrowed to *bmm", "gemmscope/kernels/rules.py",
      r'triton_tem_fused_\w*mm"', r'triton_tem_fused_\w*bmm"', "tests/test_kernel_rules.py"),
-    ("a GEMM rule without an operand reader read as no GEMM", "gemmscope/kernels.py",
+    ("a GEMM rule without an operand reader read as no GEMM", "gemmscope/kernels/match.py",
      "        operands = UNKNOWN_OPERANDS\n    else:", "        operands = NOT_A_GEMM\n    else:",
      "tests/test_kernels.py tests/test_kernel_rules.py"),
-    ("a kernel's architecture not read from its name", "gemmscope/kernels.py", "arch=_arch(text),", "arch=None,",
+    ("a kernel's architecture not read from its name", "gemmscope/kernels/match.py", "arch=_arch(text),", "arch=None,",
      "tests/test_kernels.py tests/test_kernel_rules.py"),
-    ("a kernel's family taken from its rule's id", "gemmscope/kernels.py", "family=rule.family,", "family=rule.id,",
+    ("a kernel's family taken from its rule's id", "gemmscope/kernels/match.py", "family=rule.family,", "family=rule.id,",
      "tests/test_kernels.py tests/test_kernel_rules.py"),
     ("a trace that could not be read no longer fails the check", "gemmscope/verify.py",
      " or ranges_failed or bool(self.unreadable)", " or ranges_failed", "tests/test_verify.py tests/test_loading.py"),

@@ -1,0 +1,146 @@
+"""Benchmark: does `gemmscope whatif`'s prediction hold once its change is applied? For each corpus
+program (tests/fixtures/gpu/corpus): a torchao MLP with a BF16 head, a Megatron-Core GPT with its
+first and last layers in BF16, a Hugging Face Llama through accelerate's torchao FP8 backend:
+
+1. run it under `gemmscope verify --out CAPTURE` (nsys, the hook);
+2. `gemmscope whatif CAPTURE --out WHATIF`: its groups measured on this GPU, the change written out;
+3. apply the change as written, unmodified: Megatron's arguments from megatron_args.txt in place of
+   the program's BF16 flags; torchao's and accelerate's `--module-filter WHATIF/module_filter.py`;
+4. run it again under verify and group its GEMMs as whatif does (gemmscope.whatif.groups);
+5. compare the predicted GEMM + quantization ms per step (whatif's `changes.predicted_ms`) with the
+   re-run's measured one (target: within 10 %), and the step time before and after the change
+   (the program alone, `--step-times`, no nsys, no hook: median and IQR of the steps after
+   WARMUP), flagging an after-step slower than before beyond the before-steps' IQR.
+
+Needs a GPU with TE, torchao, megatron-core, transformers and accelerate; about 5 minutes on one
+H100 for all three (small models, few steps).
+
+    python benchmarks/whatif_claim.py [--programs torchao_mlp,megatron_gpt,hf_accelerate] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "tests" / "fixtures" / "gpu" / "corpus"
+CAPTURE_STEPS = 6  # under verify: the groups are per step over the steps after the first
+TIMED_STEPS = 12  # --step-times runs, of which the first WARMUP are dropped
+WARMUP = 3
+TARGET = 0.10  # the claim: predicted within ±10 % of the re-run
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+
+
+@dataclass
+class Program:
+    command: list[str]  # the program without its precision choice
+    precision: list[str] = field(default_factory=list)  # the precision choice it is run with first
+
+
+PROGRAMS = {
+    "torchao_mlp": Program([sys.executable, str(CORPUS / "torchao_mlp.py"), "--recipe", "tensorwise"]),
+    "megatron_gpt": Program([*TORCHRUN, str(CORPUS / "megatron_gpt.py"), "--fp8-recipe", "tensorwise"],
+                            ["--first-last-layers-bf16"]),
+    "hf_accelerate": Program([sys.executable, str(CORPUS / "hf_plain_loop.py"), "--accelerate-fp8",
+                              "--fp8-backend", "ao"]),
+}
+
+
+def gemmscope(*args: str, ok=(0, 1, 4, 5)) -> subprocess.CompletedProcess:
+    """A gemmscope command; its checking states (1, 4, 5) are no failure here, a failed command (3) is."""
+    done = subprocess.run([sys.executable, "-m", "gemmscope", *args], capture_output=True, text=True, cwd=REPO)
+    if done.returncode not in ok:
+        raise RuntimeError(f"gemmscope {shlex.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return done
+
+
+def applied(whatif_dir: Path, program: Program) -> list[str]:
+    """The change as whatif wrote it, as the program's own arguments."""
+    if (whatif_dir / "megatron_args.txt").exists():
+        return shlex.split((whatif_dir / "megatron_args.txt").read_text(), comments=True)
+    if (whatif_dir / "module_filter.py").exists():
+        return ["--module-filter", str(whatif_dir / "module_filter.py")]
+    return program.precision  # nothing to change: the run as it was
+
+
+def gemm_ms_per_step(capture: Path) -> float:
+    """GEMM + quantization ms per step of a capture, grouped as whatif groups it."""
+    import gemmscope as gs
+    from gemmscope.whatif.groups import group_gemms
+
+    return float(group_gemms(gs.check(capture).verification).groups["now_ms"].sum())
+
+
+def step_times(command: list[str]) -> tuple[float, float, float]:
+    done = subprocess.run([*command, "--steps", str(TIMED_STEPS), "--step-times"], capture_output=True, text=True,
+                          check=True)
+    line = next(line for line in done.stdout.splitlines() if line.startswith("step_ms "))
+    samples = json.loads(line.removeprefix("step_ms "))[WARMUP:]
+    q1, median, q3 = statistics.quantiles(samples, n=4)
+    return median, q1, q3
+
+
+def claim(name: str, program: Program, work: Path) -> dict:
+    before_cmd = [*program.command, *program.precision]
+    gemmscope("verify", "--quiet", "--out", str(work / "before"), "--", *before_cmd, "--steps", str(CAPTURE_STEPS))
+    whatif = gemmscope("whatif", str(work / "before"), "--out", str(work / "whatif"), "--iters", "20", "--warmup", "3",
+                       "--format", "json", ok=(0,))
+    document = json.loads(whatif.stdout)
+    if document["state"] != "measured":
+        raise RuntimeError(f"{name}: whatif measured nothing: {document.get('not_measured')}")
+    change = applied(work / "whatif", program)
+    after_cmd = [*program.command, *change]
+    gemmscope("verify", "--quiet", "--out", str(work / "after"), "--", *after_cmd, "--steps", str(CAPTURE_STEPS))
+    predicted = document["changes"]["predicted_ms"]
+    measured = gemm_ms_per_step(work / "after")
+    before_step, after_step = step_times(before_cmd), step_times(after_cmd)
+    return {"program": name, "change": shlex.join(change) or "(none)", "top": [r["text"] for r in
+                                                                              document["recommendations"][:3]],
+            "now_ms": document["changes"]["now_ms"], "predicted_ms": predicted, "measured_ms": measured,
+            "error": (predicted - measured) / measured if predicted is not None else None,
+            "step_before": before_step, "step_after": after_step,
+            "worse": after_step[0] > before_step[0] + (before_step[2] - before_step[1])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--programs", default=",".join(PROGRAMS))
+    parser.add_argument("--keep", type=Path, help="keep the captures and whatif folders here")
+    args = parser.parse_args()
+    root = args.keep or Path(tempfile.mkdtemp(prefix="whatif-claim-"))
+    rows = []
+    for name in args.programs.split(","):
+        print(f"whatif_claim: {name} ...", file=sys.stderr, flush=True)
+        try:
+            rows.append(claim(name, PROGRAMS[name], root / name))
+        except (RuntimeError, subprocess.CalledProcessError) as exc:  # said, and the next program runs
+            rows.append({"program": name, "failed": str(exc)[-500:]})
+    print(f"{'program':14s} {'now':>8s} {'predicted':>9s} {'measured':>9s} {'error':>7s}  "
+          f"{'step before [IQR]':>22s} {'step after [IQR]':>22s}  change")
+    for row in rows:
+        if "failed" in row:
+            print(f"{row['program']:14s} FAILED: {row['failed']}")
+            continue
+        error = f"{row['error']:+.1%}" if row["error"] is not None else "n/a"
+        verdict = "ok" if row["error"] is not None and abs(row["error"]) <= TARGET else "OUTSIDE ±10 %"
+        b, a = row["step_before"], row["step_after"]
+        print(f"{row['program']:14s} {row['now_ms']:8.3f} {row['predicted_ms'] or float('nan'):9.3f} "
+              f"{row['measured_ms']:9.3f} {error:>7s}  {b[0]:8.2f} [{b[1]:.2f}-{b[2]:.2f}] ms "
+              f"{a[0]:8.2f} [{a[1]:.2f}-{a[2]:.2f}] ms  {row['change']}")
+        print(f"{'':14s} GEMM+quantize ms/step; prediction {verdict}; step time "
+              f"{'WORSE beyond noise' if row['worse'] else 'not worse beyond noise'}")
+        for line in row["top"]:
+            print(f"{'':14s} - {line}")
+    print(f"folders: {root}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

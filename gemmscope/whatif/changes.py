@@ -1,0 +1,203 @@
+"""The recommendations written out as the change the run's framework takes, as files to apply.
+
+- Megatron-Core: its arguments `--first-last-layers-bf16 --num-layers-at-start-in-bf16 N
+  --num-layers-at-end-in-bf16 M`. They act on whole transformer layers at the start and the end:
+  a layer goes BF16 where its modules together are faster in BF16; a recommendation finer than
+  that, or for a middle layer, is said, with a TE debug-API file that does it per module. Its
+  output layer is not a TE module: no switch moves it to low precision, which is said.
+- torchao (and accelerate's torchao backend), plain torch: a Python file defining
+  `module_filter_fn(module, fqn)`, true for the FQNs to run in float8, for
+  `convert_to_float8_training(model, module_filter_fn=...)` or
+  `AORecipeKwargs(module_filter_func=...)`.
+- Transformer Engine (plain, or a Hugging Face model accelerate's TE backend converted): a TE
+  debug-API YAML (nvdlfw_inspect's DisableFP8Layer feature) that keeps the named layers in high
+  precision, and a `te.autocast` region snippet for either direction.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from gemmscope.whatif.advice import Advice
+from gemmscope.whatif.groups import RunGroups
+
+_MEGATRON_LAYER = re.compile(r"^(?:module\.)*decoder\.layers\.(\d+)\.")
+MEGATRON_ARGS = "megatron_args.txt"
+MODULE_FILTER = "module_filter.py"
+TE_DEBUG_YAML = "te_debug_bf16.yaml"
+TE_AUTOCAST = "te_autocast_region.py"
+# TE's module classes (as groups name them): what Megatron's precision switches act on.
+TE_CLASSES = {"Linear", "LayerNormLinear", "LayerNormMLP", "GroupedLinear"}
+
+
+@dataclass
+class Changes:
+    """The files to apply (name -> text) and what the report says of them."""
+
+    framework: str
+    files: dict[str, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)  # the change, said in the report
+    notes: list[str] = field(default_factory=list)  # where the framework cannot do what is recommended
+    # GEMM + quantization ms per step with the files applied as written (they may act on more or
+    # less than the recommendations: Megatron's whole layers); NaN where a module was not measured
+    predicted_ms: float = float("nan")
+
+
+def _applied_ms(modules: pd.DataFrame, low: pd.Series) -> float:
+    """Σ per module of its time at the precision the written change leaves it at (`low`: low
+    precision), NaN where that time was not measured."""
+    times = modules["low_ms"].where(low, modules["bf16_ms"])
+    return float(times.sum()) if times.notna().all() else float("nan")
+
+
+def module_states(run: RunGroups, advice: Advice) -> pd.DataFrame:
+    """Per module path: its group, whether it runs low precision now and after the recommended
+    changes, and its time per step in BF16 and in low precision (NaN where not measured)."""
+    groups = advice.groups
+    moved = groups["action"] == "move"
+    per_module = pd.DataFrame({
+        "group": groups["group"], "name": groups["name"], "layers": groups["layers"],
+        "module_class": groups["module_class"],
+        "low_now": groups["low_precision"], "low_after": groups["low_precision"] ^ moved,
+        "bf16_ms": groups["now_ms"].where(~groups["low_precision"], groups["target_ms"]) / groups["modules"],
+        "low_ms": groups["target_ms"].where(~groups["low_precision"], groups["now_ms"]) / groups["modules"],
+    }).explode("layers").rename(columns={"layers": "path"})
+    return per_module.reset_index(drop=True)
+
+
+def write_changes(run: RunGroups, advice: Advice) -> Changes:
+    modules = module_states(run, advice)
+    if run.framework == "megatron-core":
+        return _megatron(run, modules)
+    if run.framework in ("torchao", "torch"):
+        return _torchao(run, modules)
+    return _te(run, modules)
+
+
+def _megatron(run: RunGroups, modules: pd.DataFrame) -> Changes:
+    changes = Changes(run.framework)
+    number = modules["path"].str.extract(_MEGATRON_LAYER, expand=False).astype("Int64")
+    # what Megatron's switches reach: the TE modules of its transformer layers (not the output
+    # layer, nor a router, which run BF16 whatever the layer's precision)
+    switchable = (modules["module_class"].str.split("/").map(lambda c: set(c) <= TE_CLASSES).to_numpy()
+                  & number.notna().to_numpy())
+    number = number.where(switchable)
+    in_layers = modules[switchable].assign(layer=number[switchable])
+    per_layer = in_layers.groupby("layer").agg(bf16_ms=("bf16_ms", "sum"), low_ms=("low_ms", "sum"),
+                                               low_now=("low_now", "all"), mixed_after=("low_after", "nunique"))
+    measured = per_layer[["bf16_ms", "low_ms"]].notna().all(axis=1)
+    faster_bf16 = per_layer["bf16_ms"] < per_layer["low_ms"]
+    bf16_after = (faster_bf16 & measured) | (~per_layer["low_now"] & ~measured)
+    layers = per_layer.index.max() + 1 if len(per_layer) else 0
+    wanted = sorted(int(n) for n in per_layer.index[bf16_after])
+    start = next((i for i in range(layers + 1) if i not in wanted), layers)
+    end = next((i for i in range(layers + 1) if layers - 1 - i not in wanted), layers)
+    end = min(end, layers - start)
+    args = (f"--first-last-layers-bf16 --num-layers-at-start-in-bf16 {start} --num-layers-at-end-in-bf16 {end}"
+            if start or end else "")
+    changes.files[MEGATRON_ARGS] = (args or "# no layer in BF16: leave out --first-last-layers-bf16") + "\n"
+    said = (f"Megatron-Core arguments: {args}" if args else
+            "Megatron-Core arguments: none (every layer at the run's recipe; leave out --first-last-layers-bf16)")
+    changes.lines.append(said + f" ({MEGATRON_ARGS})")
+    changes.notes.append("Megatron's switches act on whole transformer layers (the first N and last M)")
+    middle = [n for n in wanted if start <= n < layers - end]
+    if middle:
+        changes.notes.append(f"layers {', '.join(map(str, middle))} would be faster in BF16, but Megatron keeps only "
+                             f"the first and last layers in BF16: {TE_DEBUG_YAML} does it per module")
+    finer = in_layers[in_layers["layer"].map(per_layer["mixed_after"]) > 1]
+    if len(finer):
+        changes.notes.append("a recommendation is finer than whole layers (some modules of a layer BF16, others "
+                             f"not): Megatron's arguments cannot say it; {TE_DEBUG_YAML} does it per module")
+    outside = modules[~switchable]
+    stuck = outside[~outside["low_now"] & outside["low_after"]]
+    for name in stuck["name"].unique():
+        what = "Megatron's output layer" if name == "output_layer" else f"{name} (Megatron's, not a TE module)"
+        changes.notes.append(f"{what}: no switch moves it to low precision: it stays BF16")
+    applied_bf16 = (number < start) | (number >= layers - end)
+    changes.predicted_ms = _applied_ms(modules, (modules["low_now"] & number.isna()) | (
+        number.notna() & ~applied_bf16).fillna(False))
+    bf16_te = in_layers[~in_layers["low_after"]]
+    if len(finer) or middle:
+        changes.files[TE_DEBUG_YAML] = te_debug_yaml(bf16_te["path"].tolist())
+    return changes
+
+
+def _torchao(run: RunGroups, modules: pd.DataFrame) -> Changes:
+    changes = Changes(run.framework)
+    fqns = sorted(modules.loc[modules["low_after"], "path"].unique())
+    changes.files[MODULE_FILTER] = module_filter_file(fqns)
+    changes.predicted_ms = _applied_ms(modules, modules["low_after"])
+    kept = sorted(modules.loc[~modules["low_after"], "path"].unique())
+    changes.lines.append(f"torchao module filter: float8 for {len(fqns)} modules, BF16 for {', '.join(kept) or 'none'} "
+                         f"({MODULE_FILTER}: convert_to_float8_training(model, module_filter_fn=module_filter_fn), or "
+                         "accelerate's AORecipeKwargs(module_filter_func=module_filter_fn))")
+    return changes
+
+
+def _te(run: RunGroups, modules: pd.DataFrame) -> Changes:
+    changes = Changes(run.framework)
+    to_bf16 = sorted(modules.loc[modules["low_now"] & ~modules["low_after"], "path"].unique())
+    to_low = sorted(modules.loc[~modules["low_now"] & modules["low_after"], "path"].unique())
+    changes.predicted_ms = _applied_ms(modules, modules["low_after"])
+    if to_bf16:
+        changes.files[TE_DEBUG_YAML] = te_debug_yaml(to_bf16)
+        changes.lines.append(f"TE debug API: {len(to_bf16)} modules kept in high precision ({TE_DEBUG_YAML}; needs "
+                             "nvdlfw_inspect and debug_api.initialize(config_file=..., feature_dirs=[TE's "
+                             "transformer_engine/debug/features]) in the program, and debug_api.step() after each step)")
+    if to_bf16 or to_low:
+        changes.files[TE_AUTOCAST] = te_autocast_snippet(to_bf16, to_low, run.recipes)
+        changes.lines.append(f"or a te.autocast region around those modules' calls ({TE_AUTOCAST})")
+    if run.framework == "hf-accelerate-te":
+        changes.notes.append("accelerate's TE backend converts every nn.Linear and takes no filter: apply the debug "
+                             "API file, or use accelerate's torchao backend with a module filter")
+    if not changes.files:
+        changes.lines.append("no change to write: every group is at its faster precision")
+    return changes
+
+
+def module_filter_file(fqns: list[str]) -> str:
+    """torchao's filter: float8 for exactly `fqns`."""
+    listed = "".join(f"    {fqn!r},\n" for fqn in fqns)
+    return ('"""Written by gemmscope whatif: the modules to train in float8 (torchao), by fully qualified name.\n\n'
+            "    from module_filter import module_filter_fn\n"
+            "    convert_to_float8_training(model, module_filter_fn=module_filter_fn)\n"
+            "    # or accelerate: AORecipeKwargs(module_filter_func=module_filter_fn)\n"
+            '"""\n\n'
+            f"FLOAT8_FQNS = frozenset({{\n{listed}}})\n\n\n"
+            "def module_filter_fn(module, fqn: str) -> bool:\n"
+            "    return fqn in FLOAT8_FQNS\n")
+
+
+def te_debug_yaml(paths: list[str]) -> str:
+    """A TE debug-API config keeping the layers named `paths` (module paths, as
+    debug_api.infer_and_assign_layer_names gives them) out of low precision."""
+    pattern = "^(" + "|".join(re.escape(p) for p in paths) + ")$"
+    return ("# Written by gemmscope whatif: these TE layers run their GEMMs in high precision.\n"
+            "# Needs nvdlfw_inspect, and in the program, before the model runs:\n"
+            "#   import nvdlfw_inspect.api as debug_api\n"
+            "#   debug_api.initialize(config_file=\"te_debug_bf16.yaml\", feature_dirs=[<transformer_engine>/debug/features])\n"
+            "#   debug_api.infer_and_assign_layer_names(model)   # names = module paths (or give TE modules name=...)\n"
+            "# and debug_api.step() after each training step.\n"
+            "gemmscope_whatif_bf16:\n"
+            "  enabled: True\n"
+            "  layers:\n"
+            f"    layer_name_regex_pattern: '{pattern}'\n"
+            "  transformer_engine:\n"
+            "    DisableFP8Layer:\n"
+            "      enabled: True\n")
+
+
+def te_autocast_snippet(to_bf16: list[str], to_low: list[str], recipes: list[str]) -> str:
+    lines = ["# Written by gemmscope whatif: te.autocast regions around the calls of these modules.",
+             "import transformer_engine.pytorch as te", ""]
+    if to_bf16:
+        lines += ["# in high precision (inside the program's FP8 autocast):", *[f"#   {p}" for p in to_bf16],
+                  "with te.autocast(enabled=False):", "    out = module(x)", ""]
+    if to_low:
+        recipe = recipes[0] if recipes else "fp8-current"
+        lines += [f"# in low precision ({recipe}):", *[f"#   {p}" for p in to_low],
+                  "with te.autocast(enabled=True, recipe=recipe):", "    out = module(x)", ""]
+    return "\n".join(lines)

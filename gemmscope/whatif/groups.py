@@ -1,0 +1,234 @@
+"""A run's GEMMs grouped for `gemmscope whatif`: by module pattern and the precision they ran at.
+
+A module's layer numbers are folded where its precision is the same: the four
+`decoder.layers.N.mlp.linear_fc1` of a model that runs layers 0 and 3 in BF16 and the others in
+FP8 make two groups, `decoder.layers.{1,2}.mlp.linear_fc1` (FP8) and
+`decoder.layers.{0,3}.mlp.linear_fc1` (BF16); a module met in one precision at every number is
+`decoder.layers.*.mlp.linear_fc1`. Per group: its module class, the distinct shapes each pass ran,
+the calls and the GPU time per training step (its GEMM kernels and the quantization kernels that
+feed them), measured from the trace.
+
+Per step: over the run's steps (gemmscope.steps) after the first (the first holds the warm-up:
+autotuning, lazy initialisation), averaged over ranks; without steps, over the whole capture,
+which the groups say.
+
+Quantization kernels belong to a group where the attribution names their module (torchao's
+casts, which the hook's records enclose); the others (TE's, launched in C++ beside the GEMM) to
+the low-precision GEMM launched next on the same thread, which is the one they quantize for:
+TE quantizes a GEMM's operands just before it calls the GEMM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from gemmscope.recipes import HIGH_PRECISIONS, RECIPES
+from gemmscope.steps import NO_STEPS, launching_step, located_steps
+from gemmscope.verify import Verification, recorded_recipes
+
+# A number between dots in a module path: a layer, an expert, an index in a container.
+_NUMBER = r"(?<![^.])\d+(?![^.])"
+# Per pass, the module's (tokens, in-features, out-features) from the GEMM's (m, k, n) as the
+# hook records it (TE and torch alike: fprop X·Wᵀ is (tokens, in, out), dgrad (tokens, out, in),
+# wgrad (out, tokens, in)).
+_MODULE_DIMS = {"fprop": ("gemm_m", "gemm_k", "gemm_n"), "dgrad": ("gemm_m", "gemm_n", "gemm_k"),
+                "wgrad": ("gemm_k", "gemm_n", "gemm_m")}
+# The request the torchao hook records for a tensor-wise float8 Linear, as whatif names the recipe.
+TORCHAO_RECIPES = {"fp8": "fp8-tensorwise", "fp8-rowwise": "fp8-rowwise"}
+# The frameworks whatif writes a change for (changes.py) and how it tells them apart.
+FRAMEWORKS = ("megatron-core", "hf-accelerate-te", "transformer-engine", "torchao", "torch")
+_MEGATRON_PATH = r"^(?:module\.)*decoder\.layers\.\d+\.(?:self_attention|mlp)\.|^output_layer$"
+_HF_PATH = r"^(?:model\.)?(?:model\.)?layers\.\d+\.(?:self_attn|mlp)\.|^lm_head$"
+
+
+@dataclass
+class RunGroups:
+    """A run's GEMM groups and what the figures per step rest on."""
+
+    groups: pd.DataFrame  # one row per group (GROUP_COLUMNS)
+    shapes: pd.DataFrame  # per group and module shape: passes, launches per step, time now per step
+    framework: str  # FRAMEWORKS
+    recipes: list[str]  # the recipes the run's te.autocast regions recorded
+    steps: int  # steps the figures are per (0: the whole capture)
+    steps_note: str  # how the steps were found, or that there were none
+    gpu: str | None  # the trace's GPU
+    notes: list[str] = field(default_factory=list)
+
+
+def _folded_patterns(layer: pd.Series) -> pd.Series:
+    return layer.str.replace(_NUMBER, "*", regex=True)
+
+
+def group_gemms(result: Verification, step_range: str | None = None) -> RunGroups:
+    """The run's GEMMs grouped (module docstring), with their time per step."""
+    kernels = result.kernels
+    gemms = result.gemms
+    steps, pattern = located_steps(result, step_range)
+    kernel_step = launching_step(kernels, steps) if len(steps) else np.zeros(len(kernels), dtype=int)
+    gemm_rows = gemms["kernel_row"].to_numpy()
+    unstepped = len(steps) > 0 and not (kernel_step[gemm_rows] >= 0).any()
+    if unstepped:  # ranges that repeat, but launch none of the GEMMs: not the training steps
+        steps = steps.iloc[0:0]
+    if len(steps):
+        first = steps.groupby(["trace", "pid"])["index"].transform("min")
+        # the first step of each process holds the warm-up; a run of one step keeps it
+        counted = steps[(steps["index"] != first) | (steps.groupby(["trace", "pid"])["index"].transform("size") == 1)]
+        keep_step = np.isin(kernel_step, counted["index"].unique()) & (kernel_step >= 0)
+        per_process = counted.groupby(["trace", "pid"]).size()
+        step_count = int(round(per_process.mean()))
+        processes = len(per_process)
+        dropped = len(steps) - len(counted)
+        steps_note = (f"per step: {step_count} steps ({pattern}){' after the first' * bool(dropped)}"
+                      f"{f', averaged over {processes} processes' if processes > 1 else ''}")
+    else:
+        keep_step = np.ones(len(kernels), dtype=bool)
+        step_count, processes = 0, max(1, kernels["global_pid"].nunique())
+        steps_note = (f"per whole capture: the ranges found as steps ({pattern}) hold none of its GEMMs; "
+                      f"{NO_STEPS.split(', ', 1)[1]}" if unstepped else f"per whole capture: {NO_STEPS}")
+    divisor = max(step_count, 1) * processes
+
+    rows = gemms[keep_step[gemm_rows]].copy()
+    rows["layer"] = rows["layer"].astype("object").where(rows["layer"].notna(), rows["module"].astype("object"))
+    rows["quant_ns"] = _quantize_ns(kernels, rows, keep_step)
+    rows["pattern"] = _folded_patterns(rows["layer"].astype(str))
+    rows["precision"] = rows["precision"].astype("object").fillna("unknown")
+    module_precision = (rows.groupby("layer")["precision"]
+                        .agg(lambda p: "+".join(sorted(set(p)))).rename("group_precision"))
+    rows = rows.join(module_precision, on="layer")
+    rows["module_class"] = rows["te_module"].astype("object").fillna(rows["module"].astype("object")).str.lstrip("_")
+    rows["number"] = rows["layer"].astype(str).str.extract(f"({_NUMBER})", expand=False)
+    rows["time_ns"] = rows["duration_ns"].astype("int64") + rows["quant_ns"]
+    tokens, inputs, outputs = _module_dims(rows)
+    rows["tokens"], rows["in_features"], rows["out_features"] = tokens, inputs, outputs
+    for dim in ("tokens", "in_features", "out_features"):  # a backward node's GEMMs: their module's forward shape
+        rows[dim] = rows[dim].fillna(rows.groupby("layer")[dim].transform("first"))
+
+    key = ["pattern", "group_precision"]
+    precisions_per_pattern = rows.groupby("pattern")["group_precision"].transform("nunique")
+    rows["name"] = _group_names(rows, precisions_per_pattern > 1)
+    grouped = rows.groupby(key, sort=False)
+    groups = pd.DataFrame({
+        "name": grouped["name"].first(),
+        "module_class": grouped["module_class"].agg(lambda c: "/".join(sorted(set(c)))),
+        "modules": grouped["layer"].nunique(),
+        "layers": grouped["layer"].agg(lambda paths: sorted(set(paths))),
+        "requested": grouped["requested_a"].agg(_most_common) if "requested_a" in rows else None,
+        "gemms_per_step": grouped.size() / divisor,
+        "calls_per_step": grouped["te_pass"].agg(lambda p: int((p == "fprop").sum())) / divisor,
+        "gemm_ms": grouped["duration_ns"].sum() / divisor / 1e6,
+        "quant_ms": grouped["quant_ns"].sum() / divisor / 1e6,
+    }).reset_index().rename(columns={"group_precision": "precision"})
+    groups["now_ms"] = groups["gemm_ms"] + groups["quant_ms"]
+    groups["low_precision"] = ~groups["precision"].str.split("+").map(lambda p: set(p) <= set(HIGH_PRECISIONS))
+    recipes = recorded_recipes(result.traces)
+    framework = detect_framework(groups, recipes)
+    groups["now_recipe"] = _now_recipes(groups, framework, recipes)
+    groups = groups.sort_values("now_ms", ascending=False, ignore_index=True)
+    groups.insert(0, "group", [f"g{i + 1}" for i in range(len(groups))])
+
+    shape_rows = rows.merge(groups[["pattern", "precision", "group"]].rename(columns={"precision": "group_precision"}),
+                            on=key)
+    shapes = (shape_rows.groupby(["group", "tokens", "in_features", "out_features"], dropna=False, sort=False)
+              .agg(passes=("te_pass", lambda p: ",".join(sorted(set(p.dropna())))),
+                   gemms_per_step=("te_pass", "size"), now_ns=("time_ns", "sum"))
+              .reset_index())
+    shapes["gemms_per_step"] = shapes["gemms_per_step"] / divisor
+    shapes["now_ms"] = shapes.pop("now_ns") / divisor / 1e6
+    notes = []
+    if groups["low_precision"].any() and groups.loc[groups["low_precision"], "quant_ms"].eq(0).all():
+        notes.append("no quantization kernel was found beside the low-precision GEMMs: time now is their GEMM "
+                     "kernels alone")
+    gpus = result.traces[0].meta.get("gpus") if result.traces else None
+    return RunGroups(groups=groups, shapes=shapes, framework=framework, recipes=recipes, steps=step_count,
+                     steps_note=steps_note, gpu=gpus[0]["name"] if gpus else None, notes=notes)
+
+
+def _most_common(values: pd.Series):
+    values = values.dropna()
+    return values.mode().iat[0] if len(values) else None
+
+
+def _group_names(rows: pd.DataFrame, split: pd.Series) -> pd.Series:
+    """Each row's group name: its pattern with `*`, or, where the pattern's modules ran at more
+    than one precision (`split`), the first `*` spelled as the numbers this precision ran at."""
+    numbers = (rows[split.to_numpy()].groupby(["pattern", "group_precision"])["number"]
+               .agg(lambda n: "{" + ",".join(sorted(set(n.dropna()), key=int)) + "}"))
+    spelled = rows[["pattern", "group_precision"]].join(numbers, on=["pattern", "group_precision"])["number"]
+    names = rows["pattern"].copy()
+    named = spelled.notna().to_numpy()
+    names[named] = [p.replace("*", n, 1) for p, n in zip(rows["pattern"][named], spelled[named])]
+    return names
+
+
+def _module_dims(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """Per GEMM, its module's (tokens, in-features, out-features) from its pass and shape (NA
+    where the hook recorded no shape: a grouped call, a backward node)."""
+    passes = rows["te_pass"].astype("object")
+    out = []
+    for position in range(3):
+        conditions = [(passes == p).to_numpy() for p in _MODULE_DIMS]
+        choices = [rows[dims[position]].astype("Int64").to_numpy(dtype="float64", na_value=np.nan)
+                   for dims in _MODULE_DIMS.values()]
+        out.append(pd.Series(np.select(conditions, choices, default=np.nan), index=rows.index).astype("Int64"))
+    return out[0], out[1], out[2]
+
+
+def _quantize_ns(kernels: pd.DataFrame, gemms: pd.DataFrame, keep_step: np.ndarray) -> np.ndarray:
+    """Per GEMM row of `gemms`, the quantization kernel time (ns) that belongs to it (module
+    docstring): a cast the attribution names a module of goes to the first GEMM of that module
+    and pass; the others to the next low-precision GEMM launched on the same thread."""
+    quant = kernels[(kernels["role"] == "quantize").to_numpy() & keep_step]
+    out = pd.Series(0, index=gemms.index, dtype="int64")
+    if quant.empty or gemms.empty:
+        return out.to_numpy()
+    named = quant["layer"].notna()
+    if named.any():
+        per_module = quant[named].groupby("layer", observed=True)["duration_ns"].sum()
+        first_of_module = ~gemms["layer"].duplicated()
+        out[first_of_module] = gemms.loc[first_of_module, "layer"].map(per_module).fillna(0).astype("int64")
+    low = gemms[~gemms["precision"].isin(HIGH_PRECISIONS) & gemms["launch_start"].notna()]
+    rest = quant[~named & quant["launch_start"].notna()]
+    if len(low) and len(rest):
+        targets = pd.DataFrame({"at": low["launch_start"].astype("int64").to_numpy(),
+                                "tid": low["launch_global_tid"].astype("int64").to_numpy(),
+                                "row": low.index.to_numpy()}).sort_values("at")
+        casts = pd.DataFrame({"at": rest["launch_start"].astype("int64").to_numpy(),
+                              "tid": rest["launch_global_tid"].astype("int64").to_numpy(),
+                              "ns": rest["duration_ns"].astype("int64").to_numpy()}).sort_values("at")
+        joined = pd.merge_asof(casts, targets, on="at", by="tid", direction="forward")
+        joined = joined[joined["row"].notna()]
+        out = out.add(joined.groupby("row")["ns"].sum().reindex(out.index, fill_value=0).astype("int64"))
+    return out.to_numpy()
+
+
+def detect_framework(groups: pd.DataFrame, recipes: list[str]) -> str:
+    """Which framework ran the GEMMs (FRAMEWORKS), from the module classes and paths: Megatron-Core
+    (its TE subclasses under decoder.layers.N, its output_layer), a Hugging Face model that
+    accelerate's TE backend converted (te.Linear under model.layers.N and lm_head), plain TE,
+    torchao (Float8Linear; accelerate's torchao backend is torchao), else plain torch."""
+    classes = set("/".join(groups["module_class"]).split("/"))
+    names = groups["name"].astype(str)
+    te = bool(classes & {"Linear", "LayerNormLinear", "LayerNormMLP", "GroupedLinear"}) and bool(
+        recipes or groups["low_precision"].any())
+    te = te and not (classes == {"Linear"} and not recipes)  # nn.Linear alone is plain torch
+    if names.str.contains(_MEGATRON_PATH, regex=True).any() or classes & {"ColumnParallelLinear", "RowParallelLinear"}:
+        return "megatron-core"
+    if "Float8Linear" in classes:
+        return "torchao"
+    if te and names.str.contains(_HF_PATH, regex=True).any():
+        return "hf-accelerate-te"
+    return "transformer-engine" if te else "torch"
+
+
+def _now_recipes(groups: pd.DataFrame, framework: str, recipes: list[str]) -> pd.Series:
+    """The recipe each group runs now, as the measurement names it: BF16 for high precision, the
+    run's TE recipe (the group's recorded request, else the one autocast recipe), torchao's
+    tensor-wise or row-wise float8."""
+    run_recipe = recipes[0] if len(recipes) == 1 and recipes[0] in RECIPES else None
+    asked = groups["requested"].where(groups["requested"].isin(RECIPES), run_recipe)
+    if framework == "torchao":
+        asked = groups["precision"].map(lambda p: TORCHAO_RECIPES.get(p.split("+")[-1]))
+    return asked.where(groups["low_precision"], "bf16")

@@ -1,0 +1,165 @@
+"""What `gemmscope whatif` measures on a GPU, how it runs the measurement and how it reads it back.
+
+`plan` lists, per group, the module kind and the shapes to time and the recipes to time them at,
+or why a group cannot be measured (a grouped GEMM whose member shapes the trace does not hold, a
+module no shape was recorded for). `run` runs gemmscope.whatif.runner under nsys into a new
+folder (`gemmscope profile`'s way: nsys_runner, the run_marks protocol); `read_measurement`
+reads that folder's trace back, anywhere, without a GPU: per (group, shape, recipe) the CUDA-event
+median and IQR, and, from the kernels inside the timed range, the GEMM kernel time, the
+quantization kernel time and the precision of the GEMM kernel that ran.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gemmscope.attribution import launches_with_ranges
+from gemmscope.errors import InputError
+from gemmscope.profile_run import RUN_TRACES, parse_label
+from gemmscope.recipes import RECIPES
+from gemmscope.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX
+from gemmscope.traces.read import read_trace
+from gemmscope.whatif.groups import RunGroups
+
+# The recipes each kind of module is timed at: TE's recipes for TE programs (one the GPU cannot
+# run is recorded as unsupported with TE's reason); torchao's float8 recipes for torchao and plain
+# torch programs (the change for those is a torchao module filter).
+TE_RECIPES = RECIPES
+TORCHAO_RECIPES = ("bf16", "fp8-tensorwise", "fp8-rowwise")
+# Module classes timed as te.LayerNormLinear (the LayerNorm fused in); other linears as te.Linear.
+_LAYERNORM_LINEAR = {"LayerNormLinear", "TELayerNormColumnParallelLinear"}
+_GROUPED = {"GroupedLinear", "TEGroupedLinear"}
+RESULT_COLUMNS = ["group", "m", "k", "n", "recipe", "kind", "status", "reason", "e2e_ms", "e2e_iqr_ms",
+                  "gemm_ms", "quant_ms", "kernel", "kernel_precision"]
+SPEC_NAME = "whatif-spec.json"
+
+
+def kind_of(module_class: str, framework: str) -> str | None:
+    """The runner's module kind for a group (runner docstring), None: one it cannot build."""
+    if framework in ("torchao", "torch"):
+        return "torchao"
+    classes = set(module_class.split("/"))
+    if classes & _GROUPED:
+        return None
+    return "te-layernorm-linear" if classes & _LAYERNORM_LINEAR else "te-linear"
+
+
+def plan(run: RunGroups) -> pd.DataFrame:
+    """Per group and distinct module shape: what the runner times (kind, recipes), or, in
+    `unmeasurable`, why it cannot (never a time of zero)."""
+    shapes = run.shapes.merge(run.groups[["group", "name", "module_class"]], on="group")
+    shapes["kind"] = shapes["module_class"].map(lambda c: kind_of(c, run.framework))
+    missing = shapes[["tokens", "in_features", "out_features"]].isna().any(axis=1)
+    shapes["unmeasurable"] = np.select(
+        [shapes["kind"].isna().to_numpy(), missing.to_numpy()],
+        ["a grouped GEMM: the trace holds its summed FLOPs, not its members' shapes",
+         "no shape recorded for this module's GEMMs"], default="")
+    shapes["unmeasurable"] = shapes["unmeasurable"].replace("", None)
+    recipes = TORCHAO_RECIPES if run.framework in ("torchao", "torch") else TE_RECIPES
+    shapes["recipes"] = [list(recipes)] * len(shapes)
+    return shapes
+
+
+def spec(planned: pd.DataFrame, run: RunGroups, iters: int, warmup: int) -> dict:
+    """The runner's spec: each distinct (module kind, shape) timed once, under an `op` naming every
+    group that shares it (g2+g5: the reader gives each its own rows)."""
+    ok = planned[planned["unmeasurable"].isna()].astype({"tokens": "int64", "in_features": "int64",
+                                                         "out_features": "int64"})
+    shared = ok.groupby(["kind", "tokens", "in_features", "out_features"], sort=False).agg(
+        op=("group", "+".join), recipes=("recipes", "first")).reset_index()
+    entries = [{"group": op, "kind": kind, "m": int(m), "k": int(k), "n": int(n), "recipes": list(recipes)}
+               for op, kind, m, k, n, recipes in zip(shared["op"], shared["kind"], shared["tokens"],
+                                                     shared["in_features"], shared["out_features"], shared["recipes"])]
+    return {"plan": {"framework": run.framework, "trace_gpu": run.gpu, "groups": run.groups["name"].tolist()},
+            "entries": entries, "iters": iters, "warmup": warmup, "gpu_warmup_s": 3.0}
+
+
+def measuring_possible(framework: str) -> str | None:
+    """Why this machine cannot measure (no GPU, no TE for a TE program), or None."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed here"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA GPU here"
+    if framework not in ("torchao", "torch") and importlib.util.find_spec("transformer_engine") is None:
+        return "Transformer Engine is not installed here"
+    return None
+
+
+def run(measure_spec: dict, out: Path) -> Path:
+    """Run the runner under nsys into the new folder `out` (appears only once complete)."""
+    from gemmscope import nsys_runner
+
+    if out.exists():
+        raise InputError(f"{out} exists: give a new folder")
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    (partial / SPEC_NAME).write_text(json.dumps(dict(measure_spec, events_out=str(partial / "events.json")), indent=1))
+    command = [sys.executable, "-m", "gemmscope.whatif.runner", str(partial / SPEC_NAME)]
+    try:
+        done = nsys_runner.profile(command, partial / "trace.nsys-rep", dict(os.environ))
+        if done.returncode != 0:
+            raise InputError(f"the whatif measurement failed under nsys (exit {done.returncode}): see its output above")
+        nsys_runner.export_sqlite(partial / "trace.nsys-rep")
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    partial.rename(out)
+    return out
+
+
+def read_measurement(folder: Path) -> tuple[pd.DataFrame, dict]:
+    """A measurement folder read back from its trace: RESULT_COLUMNS, one row per (group, shape,
+    recipe) result mark; and the GPU it ran on (name, sm)."""
+    trace_path = next((folder / name for name in RUN_TRACES if (folder / name).exists()), None)
+    if trace_path is None:
+        raise InputError(f"{folder} holds no trace.sqlite: not a gemmscope whatif measurement")
+    trace = read_trace(trace_path)
+    marks = trace.nvtx.loc[trace.nvtx["kind"] == "mark", "name"].dropna()
+    if not marks.str.startswith(PLAN_PREFIX + '{"whatif"').any():
+        raise InputError(f"{trace_path} is not a gemmscope whatif measurement (no whatif plan mark)")
+    results = [parse_label(name) for name in marks[marks.str.startswith(RESULT_PREFIX)]]
+    if not results:
+        raise InputError(f"{trace_path} holds no whatif result: the runner stopped before its first module")
+    kernels = _kernels_per_range(trace)
+    rows = pd.DataFrame(results).rename(columns={"op": "group", "precision": "recipe", "mode": "kind"})
+    rows["label"] = [RANGE_PREFIX + "|".join(f"{k}={r[k]}" for k in ("op", "pass", "precision", "mode", "m", "k", "n",
+                                                                     "iters")) for r in results]
+    rows = rows.join(kernels, on="label")
+    rows = rows.assign(group=rows["group"].str.split("+")).explode("group", ignore_index=True)  # shared shapes
+    for column in RESULT_COLUMNS:
+        if column not in rows:
+            rows[column] = np.nan
+    gpu = trace.meta["gpus"][0] if trace.meta.get("gpus") else {"name": None, "sm": None}
+    return rows[RESULT_COLUMNS], {"name": gpu["name"], "sm": gpu["sm"]}
+
+
+def _kernels_per_range(trace) -> pd.DataFrame:
+    """Per timed range (its label): GEMM and quantization kernel ms per iteration, and the GEMM
+    kernel and precision met most."""
+    k, ranges = launches_with_ranges(trace)
+    k["timed"] = ranges.innermost_matching([glob.escape(RANGE_PREFIX) + "*"], np.arange(len(k)))
+    k = k[k["timed"].notna()]
+    iters = k["timed"].map(lambda label: parse_label(label)["iters"]).astype(float)
+    k = k.assign(ms=k["duration_ns"] / iters / 1e6, gemm=k["role"].isin(["gemm", "gemm-tail"]),
+                 quant=k["role"] == "quantize")
+    per = k.groupby("timed")
+    gemm = k[k["role"] == "gemm"].groupby("timed")
+    return pd.DataFrame({
+        "gemm_ms": k[k["gemm"]].groupby("timed")["ms"].sum(),
+        "quant_ms": k[k["quant"]].groupby("timed")["ms"].sum(),
+        "kernel": gemm["name"].agg(lambda n: n.mode().iat[0]),
+        "kernel_precision": gemm["precision"].agg(lambda p: p.mode().iat[0]),
+    }, index=per.size().index).fillna({"quant_ms": 0.0})

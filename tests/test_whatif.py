@@ -1,0 +1,394 @@
+"""`gemmscope whatif` on committed real GPU traces: the groups against the module trees the corpus
+programs wrote (*.expected.json, not gemmscope's output), the emitted changes applied with the
+corpus programs' own parsers and torchao's filter protocol, the command without a GPU, and the
+advice from a measured-results table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import gemmscope as gs
+from gemmscope.whatif import advice, changes, measure
+from gemmscope.whatif.groups import group_gemms
+
+from schema_check import assert_valid
+
+TESTS = Path(__file__).parent
+CORPUS = TESTS / "fixtures" / "gpu" / "corpus"
+STEPS = TESTS / "fixtures" / "gpu" / "steps"
+FIRST_LAST = CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz"
+MEGATRON_10 = STEPS / "megatron_gpt_10steps.sqlite.xz"
+HF_ACCELERATE = STEPS / "hf_llama_accelerate-fp8_10steps.sqlite.xz"
+
+
+def _expected(trace: Path) -> dict:
+    data = json.loads(trace.with_name(trace.name.replace(".sqlite.xz", ".expected.json")).read_text())
+    return data
+
+
+def _groups(trace: Path):
+    return group_gemms(gs.check(trace).verification)
+
+
+def _program(name: str):
+    spec = importlib.util.spec_from_file_location(name, CORPUS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def first_last():
+    return _groups(FIRST_LAST)
+
+
+@pytest.mark.parametrize("trace", [FIRST_LAST, MEGATRON_10])
+def test_megatron_groups_fold_layers_of_one_precision(trace):
+    """Per module pattern and FP8-or-not, the layer numbers the module tree says: one group each."""
+    tree = _expected(trace)
+    want: dict[tuple[str, bool], set[int]] = {}
+    for module in tree["te_modules"]:
+        pattern = re.sub(r"(?<![^.])\d+(?![^.])", "*", module["path"])
+        want.setdefault((pattern, module["fp8"]), set()).add(module["layer"])
+    run = _groups(trace)
+    got = {}
+    for row in run.groups.itertuples():
+        if row.name == tree["output_layer"]["path"]:
+            continue
+        numbers = {int(re.search(r"layers\.(\d+)\.", p).group(1)) for p in row.layers}
+        got[(row.pattern, bool(row.low_precision))] = numbers
+    assert got == want
+    mixed = {pattern for pattern, _ in want if (pattern, not _) in want}
+    for row in run.groups.itertuples():
+        if row.pattern in mixed:  # spelled with the numbers, not *
+            assert row.name == row.pattern.replace("*", "{" + ",".join(map(str, sorted(got[(row.pattern,
+                                                                                               row.low_precision)]))) + "}")
+        elif row.name != "output_layer":
+            assert "*" in row.name
+    output = run.groups.set_index("name").loc[tree["output_layer"]["path"]]
+    assert not output["low_precision"] and output["module_class"] == tree["output_layer"]["class"]
+    assert run.framework == "megatron-core"
+    # per step: each module's forward once per step, over the steps after the first
+    steps = int(tree["steps"])
+    assert run.steps == steps - 1
+    layers = run.groups[run.groups["name"] != "output_layer"]
+    assert (layers["calls_per_step"] == layers["modules"]).all()
+    assert (layers["gemms_per_step"] == 3 * layers["modules"]).all()
+
+
+def test_the_first_last_trace_splits_every_layer_pattern_in_two(first_last):
+    names = set(first_last.groups["name"])
+    assert "decoder.layers.{1,2}.mlp.linear_fc1" in names and "decoder.layers.{0,3}.mlp.linear_fc1" in names
+    bf16 = first_last.groups[~first_last.groups["low_precision"]]
+    assert (bf16["quant_ms"] == 0).all()  # no quantization belongs to a BF16 GEMM
+    low = first_last.groups[first_last.groups["low_precision"]]
+    assert (low["quant_ms"] > 0).all()
+
+
+def test_quantization_per_step_is_at_most_what_the_steps_ran(first_last):
+    v = gs.check(FIRST_LAST).verification
+    total_ms = v.kernels.loc[v.kernels["role"] == "quantize", "duration_ns"].sum() / 1e6
+    assert 0 < first_last.groups["quant_ms"].sum() * first_last.steps <= total_ms
+
+
+@pytest.mark.parametrize("name", ["torchao_tensorwise", "torchao_rowwise"])
+def test_torchao_groups_follow_the_converted_linears(name):
+    trace = CORPUS / f"{name}.sqlite.xz"
+    tree = _expected(trace)
+    run = _groups(trace)
+    assert run.framework == "torchao"
+    got = {row.name: (row.module_class, bool(row.low_precision)) for row in run.groups.itertuples()}
+    assert got == {linear["path"]: (linear["class"], linear["float8"]) for linear in tree["linears"]}
+    assert set(run.groups.loc[run.groups["low_precision"], "now_recipe"]) == {
+        "fp8-rowwise" if "rowwise" in name else "fp8-tensorwise"}
+    # the head's backward node records no shape: its forward's shape stands for it
+    assert measure.plan(run)["unmeasurable"].isna().all()
+
+
+def test_accelerate_te_groups_count_every_linear():
+    tree = _expected(HF_ACCELERATE)
+    run = _groups(HF_ACCELERATE)
+    assert run.framework == "hf-accelerate-te"
+    assert run.groups["modules"].sum() == int(tree["linears"])
+    assert run.groups["gemms_per_step"].sum() == int(tree["gemms_per_step"])
+    assert run.groups["low_precision"].all()
+    assert run.recipes == ["fp8-delayed"]
+
+
+def _results(run, factor) -> pd.DataFrame:
+    """A measured-results table as measure.read_measurement returns it: per planned shape and
+    recipe, a time (`factor(row, recipe)` × a 500 TFLOP/s forward+backward), or unsupported."""
+    rows = []
+    for p in measure.plan(run).itertuples():
+        for recipe in p.recipes:
+            base = 6 * p.tokens * p.in_features * p.out_features / 500e12 * 1e3
+            f = factor(p, recipe)
+            rows.append({"group": p.group, "m": p.tokens, "k": p.in_features, "n": p.out_features, "recipe": recipe,
+                         "kind": p.kind, "status": "ok" if f else "unsupported",
+                         "reason": None if f else "MXFP8 needs compute capability 10.0", "e2e_ms": None,
+                         "e2e_iqr_ms": None, "gemm_ms": base * f if f else None, "quant_ms": 0.0 if f else None,
+                         "kernel": None, "kernel_precision": None})
+    return pd.DataFrame(rows)
+
+
+def _slow_small_fp8(p, recipe):
+    """FP8 is slower than BF16 for the 1024x1024 projections, faster for the others."""
+    return {"bf16": 1.0, "fp8-current": 1.4 if p.out_features == p.in_features else 0.6}.get(recipe)
+
+
+def test_advice_keeps_slow_fp8_in_bf16_and_moves_what_gains(first_last):
+    advised = advice.advise(first_last, _results(first_last, _slow_small_fp8), {"name": "NVIDIA H100 80GB HBM3"})
+    groups = advised.groups.set_index("name")
+    proj_bf16 = groups.loc["decoder.layers.{0,3}.self_attention.linear_proj"]
+    assert proj_bf16["action"] == "keep"
+    assert proj_bf16["text"].startswith("keep decoder.layers.{0,3}.self_attention.linear_proj in BF16 (FP8 0.71×")
+    fc1_bf16 = groups.loc["decoder.layers.{0,3}.mlp.linear_fc1"]
+    assert fc1_bf16["action"] == "move" and fc1_bf16["speedup"] == pytest.approx(1 / 0.6)
+    assert fc1_bf16["target_ms"] == pytest.approx(fc1_bf16["now_ms"] * 0.6)
+    assert f"{fc1_bf16['stake_ms']:.2f} ms per step" in fc1_bf16["text"]
+    proj_fp8 = groups.loc["decoder.layers.{1,2}.self_attention.linear_proj"]
+    assert proj_fp8["action"] == "move" and proj_fp8["target"] == "bf16"  # BF16 is 1/1.4 of FP8's time
+    # ordered by time at stake; MXFP8 unsupported on this GPU: no figure, never zero
+    assert advised.recommendations["stake_ms"].is_monotonic_decreasing
+    mx = advised.per_recipe[advised.per_recipe["recipe"] == "mxfp8"]
+    assert mx["predicted_ms"].isna().all() and (mx["status"] == "unsupported").all()
+    assert advised.other_gpu is None  # the trace ran on an H100 too
+
+
+def test_advice_on_another_gpu_says_so(first_last):
+    advised = advice.advise(first_last, _results(first_last, _slow_small_fp8), {"name": "NVIDIA H200"})
+    assert advised.other_gpu and "NVIDIA H200" in advised.other_gpu and "this GPU's" in advised.other_gpu
+
+
+def test_megatron_change_parses_with_megatron_gpt_and_keeps_whole_layers(first_last):
+    # every FP8 GEMM slower: the first-last layers stay, the middle ones would go BF16 too
+    slow = lambda p, recipe: {"bf16": 1.0, "fp8-current": 1.5}.get(recipe)  # noqa: E731
+    written = changes.write_changes(first_last, advice.advise(first_last, _results(first_last, slow), {}))
+    args = written.files[changes.MEGATRON_ARGS].split()
+    parsed = _program("megatron_gpt").parse_args(args)
+    assert parsed.first_last_bf16 and parsed.num_layers_at_start_in_bf16 + parsed.num_layers_at_end_in_bf16 == 4
+    groups = first_last.groups
+    low = groups["low_precision"]
+    assert written.predicted_ms == pytest.approx(groups.loc[~low, "now_ms"].sum() + groups.loc[low, "now_ms"].sum() / 1.5)
+    # every FP8 GEMM faster: no layer BF16, and the output layer has no switch
+    fast = lambda p, recipe: {"bf16": 1.0, "fp8-current": 0.5}.get(recipe)  # noqa: E731
+    written = changes.write_changes(first_last, advice.advise(first_last, _results(first_last, fast), {}))
+    parsed = _program("megatron_gpt").parse_args(written.files[changes.MEGATRON_ARGS].split("#")[0].split())
+    assert not parsed.first_last_bf16
+    assert "Megatron's output layer: no switch moves it to low precision: it stays BF16" in written.notes
+    # the layers go FP8 as written; the output layer, which no switch moves, stays BF16
+    layers = groups["name"] != "output_layer"
+    assert written.predicted_ms == pytest.approx(groups.loc[low, "now_ms"].sum() + groups.loc[
+        ~low & layers, "now_ms"].sum() * 0.5 + groups.loc[~layers, "now_ms"].sum())
+
+
+def test_megatron_change_finer_than_layers_is_said(first_last):
+    written = changes.write_changes(first_last, advice.advise(first_last, _results(first_last, _slow_small_fp8), {}))
+    assert any("finer than whole layers" in note for note in written.notes)
+    yaml_text = written.files[changes.TE_DEBUG_YAML]
+    assert "DisableFP8Layer" in yaml_text and "decoder\\.layers\\.1\\.self_attention\\.linear_proj" in yaml_text
+
+
+def test_torchao_filter_file_returns_the_advised_booleans(tmp_path):
+    run = _groups(CORPUS / "torchao_tensorwise.sqlite.xz")
+    # fc3 (4096x4096) slower in float8, the others faster; the head (BF16) gains
+    factor = lambda p, recipe: {"bf16": 1.0, "fp8-rowwise": None,  # noqa: E731
+                                "fp8-tensorwise": 1.3 if p.out_features == p.in_features else 0.7}.get(recipe, None)
+    written = changes.write_changes(run, advice.advise(run, _results(run, factor), {}))
+    path = tmp_path / changes.MODULE_FILTER
+    path.write_text(written.files[changes.MODULE_FILTER])
+    spec = importlib.util.spec_from_file_location("module_filter", path)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    import torch
+
+    linear = torch.nn.Linear(4, 4)
+    assert {fqn: loaded.module_filter_fn(linear, fqn) for fqn in ("fc1", "fc2", "fc3", "head", "act1")} == {
+        "fc1": True, "fc2": True, "fc3": False, "head": True, "act1": False}
+    # the corpus program loads it as written
+    assert _program("torchao_mlp").module_filter(str(path))(linear, "fc3") is False
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gemmscope", "whatif", *args], capture_output=True, text=True,
+                          timeout=300, cwd=TESTS.parent)
+
+
+def test_without_a_gpu_lists_the_groups_and_the_command(tmp_path):
+    done = _cli(str(FIRST_LAST), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    command = f"gemmscope whatif {FIRST_LAST} --out {tmp_path / 'out'}"
+    assert done.stderr.strip() == f"gemmscope: no CUDA GPU here: nothing measured; on a GPU machine run: {command}"
+    assert "NOT MEASURED" in done.stdout and "decoder.layers.{0,3}.mlp.linear_fc1" in done.stdout
+    document = json.loads((tmp_path / "out" / "whatif.json").read_text())
+    assert_valid(document, "whatif")
+    assert document["state"] == "not-measured" and document["command"] == command
+    assert len(document["groups"]) == 9 and len(document["shapes"]) == 9
+    assert "NOT MEASURED" in (tmp_path / "out" / "whatif.html").read_text()
+
+
+def test_json_output_validates_and_bad_input_exits_2(tmp_path):
+    done = _cli(str(CORPUS / "torchao_rowwise.sqlite.xz"), "--format", "json")
+    assert done.returncode == 0
+    assert_valid(json.loads(done.stdout), "whatif")
+    missing = _cli(str(tmp_path / "none.sqlite"))
+    assert missing.returncode == 2 and missing.stderr.startswith("gemmscope: error:")
+    assert not missing.stdout
+
+
+def test_a_profile_run_is_no_whatif_measurement():
+    with pytest.raises(gs.InputError, match="not a gemmscope whatif measurement"):
+        measure.read_measurement(Path(gs.__file__).parent / "examples" / "h200-codonfm-5b")
+
+
+def test_measured_report_json_validates(first_last):
+    from gemmscope.report import render
+    from gemmscope.whatif import report
+
+    advised = advice.advise(first_last, _results(first_last, _slow_small_fp8), {"name": "NVIDIA H100 80GB HBM3"})
+    written = changes.write_changes(first_last, advised)
+    whole = report.advice_report(first_last, advised, written, None)
+    document = json.loads(render(whole, "json"))
+    assert_valid(document, "whatif")
+    top = advised.recommendations["text"].head(3).tolist()
+    text = render(whole, "table")
+    first_screen = "\n".join(text.splitlines()[:10])
+    assert max(map(len, text.splitlines())) <= 100 and not [line for line in text.splitlines() if line != line.rstrip()]
+    assert all(line in first_screen for line in top)
+    page = render(whole, "html")
+    assert all(line.replace("&", "&amp;") in page for line in advised.recommendations["text"])
+    assert [r["text"] for r in document["recommendations"]] == advised.recommendations["text"].tolist()
+
+
+def test_shapes_shared_by_groups_are_timed_once(first_last):
+    planned = measure.plan(first_last)
+    entries = measure.spec(planned, first_last, iters=30, warmup=5)["entries"]
+    # qkv, proj, fc1, fc2 each in a BF16 and an FP8 group, and the output layer: five modules to time
+    assert len(entries) == 5
+    assert sorted(g for entry in entries for g in entry["group"].split("+")) == sorted(first_last.groups["group"])
+    assert {(e["kind"], e["m"], e["k"], e["n"]) for e in entries} == {
+        ("te-layernorm-linear", 1024, 1024, 3072), ("te-linear", 1024, 1024, 1024),
+        ("te-layernorm-linear", 1024, 1024, 4096), ("te-linear", 1024, 4096, 1024), ("te-linear", 1024, 1024, 32768)}
+
+
+FP8_GEMM = "nvjet_sm90_qqtst_128x64_128x8_1x2_h_bz_TNT"
+QUANTIZE = "transformer_engine::<unnamed>::compute_scale_from_amax_kernel(const float *, float *, float, bool, float, const float *)"
+
+
+def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_path):
+    """The runner's protocol in an export with nsys's schema (tests/nsys_export.py): per shared
+    shape, a BF16 range of 3 GEMM kernels per iteration, an FP8 range of 3 GEMM and 2 quantize
+    kernels, MXFP8 unsupported. The reader splits the shared ranges per group and counts kernel
+    time per iteration; the advice scales each group's time now by FP8 / BF16."""
+    from gemmscope.run_marks import PLAN_PREFIX, RESULT_PREFIX
+    from gemmscope.workload import Entry
+
+    from nsys_export import BF16_GEMM, MARK, START_END, HandBuiltExport
+
+    spec = measure.spec(measure.plan(first_last), first_last, iters=2, warmup=0)
+    folder = tmp_path / "measurement"
+    folder.mkdir()
+    export = HandBuiltExport(folder / "trace.sqlite", gpu_sqlite("te_linear_bf16"))
+    pid = 4242
+    export.thread(pid, pid, "python")
+    export.thread(pid, pid + 1, "pt_autograd_0")
+    export.nvtx(MARK, pid, pid, 1_000, None, PLAN_PREFIX + json.dumps({"whatif": spec["plan"]}))
+    clock = 10_000
+    # per recipe: (kernels per iteration, ns each): FP8's GEMMs half BF16's time, plus quantization
+    kernels = {"bf16": [(BF16_GEMM, 4_000)] * 3, "fp8-current": [(FP8_GEMM, 2_000)] * 3 + [(QUANTIZE, 1_000)] * 2}
+    for item in spec["entries"]:
+        for recipe in ("bf16", "fp8-current", "mxfp8"):
+            entry = Entry(item["group"], "fwd+bwd", item["m"], item["k"], item["n"], recipe, item["kind"], 2)
+            if recipe == "mxfp8":
+                export.nvtx(MARK, pid, pid, clock, None, entry.label(RESULT_PREFIX)
+                            + "|status=unsupported|reason=MXFP8 needs compute capability 10.0 (sm100)")
+                clock += 1_000
+                continue
+            start = clock
+            for _ in range(entry.iters):  # the backward's kernels from the autograd thread, as torch launches them
+                for i, (name, ns) in enumerate(kernels[recipe]):
+                    export.launch(pid, pid + (i % 2), clock, clock + 100, kernel=name, kernel_ns=ns)
+                    clock += ns + 500
+            export.nvtx(START_END, pid, pid, start - 10, clock, entry.label("gemmscope.gemm|"))
+            export.nvtx(MARK, pid, pid, clock + 10, None, entry.label(RESULT_PREFIX)
+                        + "|status=ok|e2e_ms=0.02|e2e_iqr_ms=0.001|e2e_mean_ms=0.02")
+            clock += 10_000
+    export.close()
+    results, device = measure.read_measurement(folder)
+    assert device["name"] == "NVIDIA H200"  # the export's GPU
+    ok = results[results["status"] == "ok"]
+    assert len(results) == 9 * 3 and len(ok) == 9 * 2  # every group its own rows
+    assert set(ok.loc[ok["recipe"] == "bf16", "gemm_ms"]) == {0.012}  # 3 x 4 us per iteration
+    fp8 = ok[ok["recipe"] == "fp8-current"]
+    assert set(fp8["gemm_ms"]) == {0.006} and set(fp8["quant_ms"]) == {0.002}
+    assert set(fp8["kernel_precision"]) == {"fp8"}
+    advised = advice.advise(first_last, results, device)
+    assert advised.other_gpu is not None  # the trace ran on an H100
+    groups = advised.groups.set_index("group")
+    bf16_group = first_last.groups.loc[~first_last.groups["low_precision"]].iloc[0]
+    assert groups.loc[bf16_group["group"], "target_ms"] == pytest.approx(bf16_group["now_ms"] * 8 / 12)
+    fp8_group = first_last.groups.loc[first_last.groups["low_precision"]].iloc[0]
+    assert groups.loc[fp8_group["group"], "target_ms"] == pytest.approx(fp8_group["now_ms"] * 12 / 8)
+    verdicts = advised.per_recipe.set_index("recipe")[["kernel_precision", "kernel_verdict"]].dropna()
+    assert set(map(tuple, verdicts.loc["fp8-current"].to_numpy())) == {("fp8", "OK")}
+    assert set(map(tuple, verdicts.loc["bf16"].to_numpy())) == {("bf16", "OK")}
+    unsupported = advised.per_recipe[advised.per_recipe["recipe"] == "mxfp8"]
+    assert unsupported["predicted_ms"].isna().all()
+    assert set(unsupported["reason"]) == {"MXFP8 needs compute capability 10.0 (sm100)"}
+
+
+def test_the_claim_benchmark_applies_the_written_change_as_the_program_takes_it(first_last, tmp_path):
+    """benchmarks/whatif_claim.py passes whatif's files to the corpus programs unmodified: here
+    Megatron's arguments, parsed by megatron_gpt.py's own parser, and no change at all."""
+    spec = importlib.util.spec_from_file_location("whatif_claim", TESTS.parent / "benchmarks" / "whatif_claim.py")
+    claim = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = claim  # dataclasses look their module up there
+    spec.loader.exec_module(claim)
+    megatron = claim.PROGRAMS["megatron_gpt"]
+    for factor, bf16_layers in ((1.5, 4), (0.5, 0)):
+        slow_or_fast = lambda p, recipe, f=factor: {"bf16": 1.0, "fp8-current": f}.get(recipe)  # noqa: E731
+        written = changes.write_changes(first_last, advice.advise(first_last, _results(first_last, slow_or_fast), {}))
+        folder = tmp_path / str(factor)
+        folder.mkdir()
+        for name, text in written.files.items():
+            (folder / name).write_text(text)
+        parsed = _program("megatron_gpt").parse_args(claim.applied(folder, megatron))
+        assert parsed.first_last_bf16 is (bf16_layers > 0)
+        if bf16_layers:
+            assert parsed.num_layers_at_start_in_bf16 + parsed.num_layers_at_end_in_bf16 == bf16_layers
+    assert claim.applied(tmp_path, megatron) == ["--first-last-layers-bf16"]  # nothing written: the run as it was
+
+
+def test_moe_grouped_gemms_are_said_unmeasurable_and_the_router_has_no_switch():
+    """Megatron MoE (TE GroupedLinear experts, 4 GEMMs a pass): the trace holds each grouped
+    call's summed FLOPs, not its members' shapes, so the experts cannot be built and are said so,
+    never timed as zero; the routers (Megatron's own GEMM) have no precision switch."""
+    trace = CORPUS / "megatron_moe_fp8-block.sqlite.xz"
+    tree = _expected(trace)
+    run = _groups(trace)
+    planned = measure.plan(run)
+    grouped = {m["path"] for m in tree["te_modules"] if m["te_class"] == "GroupedLinear"}
+    experts = run.groups[run.groups["layers"].map(lambda paths: bool(set(paths) & grouped))]
+    assert set().union(*experts["layers"]) == grouped
+    reasons = planned.set_index("group").loc[experts["group"], "unmeasurable"]
+    assert reasons.str.startswith("a grouped GEMM").all()
+    routers = {r["path"] for r in tree["routers"]}
+    router_group = run.groups[run.groups["layers"].map(lambda paths: set(paths) == routers)]
+    assert len(router_group) == 1 and not router_group["low_precision"].iat[0]
+    fast = lambda p, recipe: {"bf16": 1.0, "fp8-block": 0.7}.get(recipe)  # noqa: E731
+    advised = advice.advise(run, _results(run, fast), {})
+    unmeasured = advised.groups.set_index("group").loc[experts["group"]]
+    assert (unmeasured["action"] == "unmeasured").all() and unmeasured["target_ms"].isna().all()
+    assert unmeasured["text"].str.contains("a grouped GEMM").all()
+    written = changes.write_changes(run, advised)
+    router_name = router_group["name"].iat[0]
+    assert any(note.startswith(f"{router_name} (Megatron's, not a TE module): no switch") for note in written.notes)
+    assert pd.isna(written.predicted_ms)  # the experts were not measured: no prediction, never a partial sum
