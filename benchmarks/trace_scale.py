@@ -10,7 +10,14 @@ capture. For each factor the script builds the replica once, checks that both to
 N times what they see on the seed, then times each tool `--rounds` times as a separate process,
 the two alternating, and prints each process's wall and CPU seconds and peak RSS.
 
-    python benchmarks/trace_scale.py [--seed PATH] [--factors 1,10,100] [--rounds 3] [--quick]
+    python benchmarks/trace_scale.py [--seed PATH|NAME] [--factors 1,10,100] [--rounds 3] [--quick]
+
+Named seeds (SEEDS): `te-stack` (the default) and `grouped-linear`, TE's GroupedLinear benchmark
+under its documented `--profile` (torch's emit_nvtx: a range per operator call, each named with
+its own op id). The committed capture is its first step alone; grown with `--renumber` (the
+default for that seed), each replica's operator ranges carry op ids of their own and its step
+range the next step's number, as a longer run of the same program names them: a trace full of
+distinct range names.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import lzma
 import math
 import os
 import platform
+import re
 import shutil
 import sqlite3
 import statistics
@@ -37,7 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_SEED = REPO / "tests" / "fixtures" / "gpu" / "corpus" / "te_stack_large_fp8-block_1gpu.sqlite.xz"
+CORPUS = REPO / "tests" / "fixtures" / "gpu" / "corpus"
+DEFAULT_SEED = CORPUS / "te_stack_large_fp8-block_1gpu.sqlite.xz"
+# Seeds by name: the export, and whether its replicas are renumbered by default.
+SEEDS = {"te-stack": (DEFAULT_SEED, False),
+         "grouped-linear": (CORPUS / "grouped_linear_fp8-block.sqlite.xz", True)}
 NSYS_FALLBACK = Path("/opt/nsys-cpu/target-linux-x64/nsys")
 
 # Tables whose rows are events on the timeline and are repeated once per replica. The rest
@@ -63,6 +75,11 @@ NVTX_DOMAIN_CREATE = 75
 # replica touches the next.
 REPLICA_GAP_NS = 1_000_000_000
 REPLICA_LABEL = "GEMMSCOPE_REPLICAS"
+# What a longer run numbers anew in its range names (--renumber): PyTorch's emit_nvtx gives every
+# operator call an op id of its own, and a program numbers its steps. Only names stored in the
+# row itself (NVTX_EVENTS.text) are renumbered; names registered once (textId) stay.
+OPERATOR_ID = re.compile(r"(?<=op_id = )\d+")
+STEP_NUMBER = re.compile(r"(?<=step|iter)([ _.:#-]*)(\d+)$", re.IGNORECASE)
 
 # Default factors: the seed grown to about these many kernels.
 DEFAULT_KERNEL_TARGETS = (10_000, 30_000, 100_000, 300_000, 1_000_000)
@@ -77,7 +94,7 @@ def columns(db: sqlite3.Connection, table: str) -> list[str]:
     return [row[1] for row in db.execute(f'PRAGMA table_info("{table}")')]
 
 
-def build_replica(seed: Path, target: Path, replicas: int) -> None:
+def build_replica(seed: Path, target: Path, replicas: int, renumber: bool = False) -> None:
     """Write to `target` the export `seed` with its timeline events repeated `replicas` times.
 
     Replica r (0 is the seed's own rows) has its start/end times shifted by r × (the seed's time
@@ -85,7 +102,8 @@ def build_replica(seed: Path, target: Path, replicas: int) -> None:
     rows stay once. The session's end (ANALYSIS_DETAILS) moves to the last replica's end, so a
     range closed in the seed is closed in every replica; a range the seed left open at the end
     of its session ends with the session in the last replica, and at its own replica's end in
-    the others."""
+    the others. With `renumber`, replica r's NVTX names have their op ids shifted by r × (the
+    largest op id + 1) and their step numbers by r × (the largest step number + 1)."""
     shutil.copyfile(seed, target)
     with closing(sqlite3.connect(target)) as db:
         # The file is scratch: a crash leaves a replica to delete, not one to recover.
@@ -103,6 +121,8 @@ def build_replica(seed: Path, target: Path, replicas: int) -> None:
                        for table, cols in tables.items() if column in cols]
             id_strides[column] = max((v for v in largest if v is not None), default=0) + 1
 
+        if renumber:
+            _register_renumbered(db)
         with db:
             for table, cols in tables.items():
                 (seed_rows,) = db.execute(f'SELECT MAX(rowid) FROM "{table}"').fetchone()
@@ -111,6 +131,7 @@ def build_replica(seed: Path, target: Path, replicas: int) -> None:
                 select = ", ".join(
                     f'"{c}" + :time_shift' if c in TIME_COLUMNS
                     else f'"{c}" + :{c}_shift' if c in ID_COLUMNS
+                    else 'renumbered("text", :replica)' if renumber and table == "NVTX_EVENTS" and c == "text"
                     else f'"{c}"'
                     for c in cols)
                 where = "rowid <= :seed_rows"
@@ -119,7 +140,7 @@ def build_replica(seed: Path, target: Path, replicas: int) -> None:
                 names = ", ".join(f'"{c}"' for c in cols)
                 insert = f'INSERT INTO "{table}" ({names}) SELECT {select} FROM "{table}" WHERE {where}'
                 for replica in range(1, replicas):
-                    shifts = {"time_shift": replica * period, "seed_rows": seed_rows}
+                    shifts = {"time_shift": replica * period, "seed_rows": seed_rows, "replica": replica}
                     shifts |= {f"{c}_shift": replica * stride for c, stride in id_strides.items()}
                     db.execute(insert, shifts)
 
@@ -128,6 +149,21 @@ def build_replica(seed: Path, target: Path, replicas: int) -> None:
                 if column in session:
                     db.execute(f'UPDATE ANALYSIS_DETAILS SET "{column}" = "{column}" + ?', (added,))
             db.execute("INSERT INTO META_DATA_EXPORT (name, value) VALUES (?, ?)", (REPLICA_LABEL, str(replicas)))
+
+
+def _register_renumbered(db: sqlite3.Connection) -> None:
+    """renumbered(text, replica) in SQL: the seed's NVTX name as replica `replica` names it."""
+    texts = [t for (t,) in db.execute("SELECT DISTINCT text FROM NVTX_EVENTS WHERE text IS NOT NULL")]
+    op_stride = max((int(n) for t in texts for n in OPERATOR_ID.findall(t)), default=0) + 1
+    step_stride = max((int(m[2]) for t in texts if (m := STEP_NUMBER.search(t))), default=0) + 1
+
+    def renumbered(text: str | None, replica: int) -> str | None:
+        if text is None:
+            return None
+        text = OPERATOR_ID.sub(lambda m: str(int(m[0]) + replica * op_stride), text)
+        return STEP_NUMBER.sub(lambda m: m[1] + str(int(m[2]) + replica * step_stride), text)
+
+    db.create_function("renumbered", 2, renumbered, deterministic=True)
 
 
 def _time_bounds(db: sqlite3.Connection, tables: dict[str, list[str]], session: list[str]) -> tuple[int, int]:
@@ -233,7 +269,8 @@ def nsys_kernel_instances(nsys: str, export: Path, scratch: Path) -> Counter:
     rows = csv.DictReader(io.StringIO(out.read_text()))
     instances: Counter = Counter()
     for row in rows:
-        instances[(row["NVTX Range"], row["Style"], row["Kernel Name"])] += int(row["Kern Inst"])
+        # numbers out of range names: a renumbered replica's are its own (op ids, steps)
+        instances[(re.sub(r"\d+", "N", row["NVTX Range"]), row["Style"], row["Kernel Name"])] += int(row["Kern Inst"])
     return instances
 
 
@@ -255,10 +292,10 @@ class Measurement:
 
 
 def measure(seed: Path, factor: int, rounds: int, nsys: str, folder: Path,
-            seed_verdicts: Counter, seed_instances: Counter) -> Measurement:
+            seed_verdicts: Counter, seed_instances: Counter, renumber: bool = False) -> Measurement:
     export = folder / f"replica-{factor}x.sqlite"
     started = time.perf_counter()
-    build_replica(seed, export, factor)
+    build_replica(seed, export, factor, renumber)
     build_s = time.perf_counter() - started
     size = size_of(export)
     print(f"  {factor}x: built in {build_s:.1f} s, {size.kernels} kernels; checking", file=sys.stderr)
@@ -356,16 +393,21 @@ def default_factors(seed_kernels: int) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=Path, default=DEFAULT_SEED, help="export to replicate (.sqlite or .sqlite.xz)")
+    parser.add_argument("--seed", default="te-stack",
+                        help=f"export to replicate (.sqlite or .sqlite.xz), or a name: {', '.join(SEEDS)}")
+    parser.add_argument("--renumber", action=argparse.BooleanOptionalAction, default=None,
+                        help="each replica's op ids and step numbers its own (default: on for grouped-linear)")
     parser.add_argument("--factors", help="comma-separated replica counts (default: ~10k to ~1M kernels)")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs of each tool per factor")
     parser.add_argument("--quick", action="store_true", help="only the two smallest factors")
     args = parser.parse_args()
     nsys = find_nsys()
+    seed_path, renumber = SEEDS.get(args.seed, (Path(args.seed), False))
+    renumber = renumber if args.renumber is None else args.renumber
 
     with tempfile.TemporaryDirectory(prefix="gemmscope-trace-scale-") as tmp:
         folder = Path(tmp)
-        seed = sqlite_of(args.seed, folder)
+        seed = sqlite_of(seed_path, folder)
         seed_size = size_of(seed)
         factors = (sorted({int(f) for f in args.factors.split(",")}) if args.factors
                    else default_factors(seed_size.kernels))
@@ -374,12 +416,13 @@ def main() -> None:
         if args.quick:
             factors = factors[:2]
         version = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip()
-        print(f"seed {args.seed.name}: {seed_size.kernels:,} kernels; factors {factors}; {args.rounds} rounds; "
+        print(f"seed {seed_path.name}: {seed_size.kernels:,} kernels; factors {factors}; {args.rounds} rounds; "
+              f"{'renumbered' if renumber else 'repeated'} names; "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; Python {platform.python_version()}; "
               f"{version}", file=sys.stderr)
         seed_verdicts = gemm_verdicts(seed, folder)
         seed_instances = nsys_kernel_instances(nsys, seed, folder)
-        measurements = [measure(seed, factor, args.rounds, nsys, folder, seed_verdicts, seed_instances)
+        measurements = [measure(seed, factor, args.rounds, nsys, folder, seed_verdicts, seed_instances, renumber)
                         for factor in factors]
     report(measurements)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,10 +140,19 @@ def first_matching_pattern(names: np.ndarray | pd.Series, patterns: Sequence[str
     """Per name, the position of the first shell pattern (case-sensitive, as --allow's and
     --expect-map's) that matches it, -1 where none does (None matches nothing); each distinct
     name is matched once: a long trace has millions of ranges and a few distinct names."""
-    values = pd.Series(np.asarray(names, dtype=object))
-    first = {v: next((i for i, p in enumerate(patterns) if fnmatch.fnmatchcase(v, p)), -1)
-             for v in values.dropna().unique() if isinstance(v, str)}
-    return values.map(first).fillna(-1).to_numpy(dtype="int64")
+    codes, distinct = pd.factorize(np.asarray(names, dtype=object))
+    first = np.full(len(distinct) + 1, -1, dtype="int64")  # the last one: a missing name's (code -1)
+    for position in reversed(range(len(patterns))):  # the first pattern that matches is written last
+        match = re.compile(fnmatch.translate(patterns[position])).match  # what fnmatchcase runs, compiled once
+        prefix = _literal_prefix(patterns[position])
+        first[[i for i, name in enumerate(distinct)
+               if isinstance(name, str) and name.startswith(prefix) and match(name)]] = position
+    return first[codes]
+
+
+def _literal_prefix(pattern: str) -> str:
+    """What every name a shell pattern matches starts with: its text up to the first wildcard."""
+    return pattern[:next((i for i, c in enumerate(pattern) if c in "*?["), len(pattern))]
 
 
 def name_matches(names: np.ndarray | pd.Series, patterns: Sequence[str]) -> np.ndarray:
@@ -317,7 +327,7 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     """ATTRIBUTION_COLUMNS per launch. `name_codes`: each NVTX row's code into `names`, its
     distinct names: TE's range grammar is read once per distinct name, not once per range."""
     n = len(launch)
-    grammar = te_ranges.classify(pd.Series(names, dtype=object))
+    grammar = te_ranges.parse_distinct(names)
 
     def of_kind(*kinds: str) -> np.ndarray:
         return np.isin(grammar["kind"].to_numpy(dtype=object), kinds)[name_codes]

@@ -33,6 +33,9 @@ PROFILERS = ("nsys", "torch")
 STAGES = 3
 # A job that ended before the steps asked for: the same words, and exit code, for both profilers.
 _NOT_REACHED = "the command ended before training step {first} (steps are its optimizer steps, from 0)"
+# A job that ended before --delay's window opened: likewise.
+_NOT_OPENED = ("the command ended before the capture window opened ({delay:g} s after the start): nothing was "
+               "collected; give a shorter --delay")
 
 
 def _stderr(line: str) -> None:
@@ -90,13 +93,13 @@ class CaptureWindow:
 
 
 def check_profiler(profiler: str, window: CaptureWindow) -> None:
-    """InputError where `profiler` cannot capture `window` (torch.profiler records each process
-    whole) or is not one of PROFILERS."""
+    """InputError where `profiler` cannot capture `window` (torch.profiler knows no NVTX range) or
+    is not one of PROFILERS."""
     if profiler not in PROFILERS:
         raise InputError(f"unknown profiler {profiler!r}: choose from {', '.join(PROFILERS)}")
-    if profiler == "torch" and window.timed_or_ranged:
-        raise InputError("--capture-range, --delay and --duration are nsys's capture window: --profiler torch "
-                         "records each process from its import of torch to its exit (give no window, or use nsys)")
+    if profiler == "torch" and window.nvtx_range is not None:
+        raise InputError("--capture-range is nsys's capture window: --profiler torch records each process from "
+                         "its import of torch to its exit, or --steps, or --delay/--duration (or use nsys)")
 
 
 @dataclass(frozen=True)
@@ -197,8 +200,7 @@ class _Run:
             if done.returncode == 0 and self.window.steps is not None:
                 raise InputError(f"{_NOT_REACHED.format(first=self.window.steps[0])}: nothing was collected")
             if done.returncode == 0 and self.window.delay_s:
-                raise InputError(f"the command ended before the capture window opened ({self.window.delay_s:g} s "
-                                 "after the start): nothing was collected; give a shorter --delay")
+                raise InputError(_NOT_OPENED.format(delay=self.window.delay_s))
             if done.returncode == 0:
                 raise InputError(f"nsys wrote no report for {' '.join(self.command)}")
             # a command that failed is reported as such even when it left nothing to read
@@ -213,18 +215,24 @@ class _Run:
 
     def torch(self) -> tuple[list[Path], int]:
         """The command with torch.profiler in each of its processes: the traces of those that used
-        CUDA (with steps, of those that ran them)."""
+        CUDA (with steps, of those that ran them; with a --delay/--duration window, that time of each)."""
         from gemmscope import torch_runner
 
-        steps = self.window.steps
+        steps, window, env = self.window.steps, self.window, dict(self.env)
+        if window.delay_s is not None or window.duration_s is not None:
+            env[gemmscope_protocol.TIME_WINDOW] = gemmscope_protocol.format_time_window(window.delay_s,
+                                                                                        window.duration_s)
+        seen = window.described()
         progress(1, "running the command under torch.profiler, in each of its processes that imports torch"
-                    f"{f', collecting {self.window.described()}' if steps is not None else ''}"
+                    f"{f', collecting {seen}' if seen else ''}"
                     f"{'' if self.echo else ' (Kineto output: --verbose)'}", self.say)
-        done = torch_runner.profile(self.command, self.out, self.env, self.echo)
-        self._say_if_failed(done, self.env)
+        done = torch_runner.profile(self.command, self.out, env, self.echo)
+        self._say_if_failed(done, env)
         traces = torch_runner.traces(self.out)
         if not traces and done.returncode == 0 and steps is not None:
             raise InputError(f"{_NOT_REACHED.format(first=steps[0])}: no process wrote a torch.profiler trace")
+        if not traces and done.returncode == 0 and window.delay_s:
+            raise InputError(_NOT_OPENED.format(delay=window.delay_s))
         if not traces and done.returncode != 0:
             self.say("gemmscope: it wrote no torch.profiler trace: no process of it used CUDA before it ended")
         progress(2, f"{len(traces)} torch.profiler trace{'s' * (len(traces) != 1)} written, one per process that "

@@ -78,6 +78,29 @@ RULES: tuple[tuple[str, str], ...] = (
     ("home-path", rf"/(?:home|Users)/[^/\s\"'`:;,=|]+|/root(?!{PATH_CHAR})"
                   rf"|(?<![A-Za-z0-9])[A-Za-z]:{_WINDOWS_SEPARATOR}(?i:users){_WINDOWS_SEPARATOR}[^\\/\s\"'`:;,=|*?<>]+"),
 )
+# What every match of each rule holds, as a regex over the text in lower case: a text
+# none of them finds is left as it is without running the rules, which cost a try of every rule
+# at every character (a trace of torch's emit_nvtx holds a long name per operator call).
+# tests/test_redaction.py checks each against text its rule matches.
+TRIGGERS: dict[str, str] = {
+    "private-key": "-----begin ",
+    "secret-assignment": "token|key|secret|passw|aws_",
+    "bearer-token": "bearer",
+    "wandb-key": "wandb login|local-",
+    "jwt": r"eyj",
+    "hugging-face-token": "hf_",
+    "github-token": "gh[pousr]_|github_pat_",
+    "api-key": "sk-",
+    "google-api-key": "aiza",
+    "slack-token": "xox[abposr]-",
+    "aws-key-id": "akia|asia",
+    "url-user-info": "://",
+    "email": "@",
+    # a dotted quad has a dot before a digit; an IPv6 address three colons with hex digits between
+    "ip-address": r"\.[0-9]|:[0-9a-f]*:[0-9a-f]*:",
+    "host-name": rf"\.(?:{_TLDS})",
+    "home-path": r"/home/|/users/|/root|:(?:\\{1,2}|/)users",
+}
 # Public sites gemmscope's own output cites (devices.py's sources, the JSON schemas' $schema):
 # not private, kept although the host-name rule matches them. `--keep` adds to these.
 PUBLIC_HOSTS = ("nvidia.com", "*.nvidia.com", "json-schema.org", "github.com", "pytorch.org", "*.pytorch.org")
@@ -86,9 +109,13 @@ RECORDED_SECRET, RECORDED_PATH, USER_OR_HOST_NAME = "recorded-secret", "recorded
 # What a document holds that has no text in it: left as it is without a call per value (a
 # per-launch document holds millions of numbers).
 _PLAIN = (int, float, bool, type(None))
+# What a text no rule could match adds to the counts (shared, never changed).
+_NOTHING: Counter[str] = Counter()
 # How many distinct texts a Redactor remembers the redaction of (a trace's names repeat millions
-# of times; a scrubbed trace's distinct texts are not kept without bound).
-_REMEMBERED = 200_000
+# of times, and one trace's distinct names, a few hundred thousand where a range is pushed per
+# operator call, are redacted in its frames and again in its launches' ranges; a scrubbed
+# trace's distinct texts are not kept without bound).
+_REMEMBERED = 1_000_000
 
 
 def _alternation(literals: Iterable[str]) -> str:
@@ -122,6 +149,10 @@ class Redactor:
             rules.append((RECORDED_PATH, rf"(?<!{PATH_CHAR})(?<!/)(?:{_alternation(paths)})(?!{PATH_CHAR})"))
         if names:
             rules.append((USER_OR_HOST_NAME, rf"(?<![A-Za-z0-9_])(?:{_alternation(names)})(?![A-Za-z0-9_])"))
+        # what any rule's match holds (TRIGGERS, and the recorded values themselves), on the text in lower case
+        recorded = [v.lower() for v in (*values, *paths, *names)]
+        triggers = [TRIGGERS[kind] for kind, _ in RULES] + ([_alternation(recorded)] if recorded else [])
+        self._could_match = re.compile("|".join(triggers)).search
         # Each rule one named group (rule0, rule1, …), its kept part lead0, lead1, …
         self._kinds = {f"rule{i}": kind for i, (kind, _) in enumerate(rules)}
         self._pattern = re.compile("|".join(
@@ -141,8 +172,11 @@ class Redactor:
         """`text` redacted, and the kinds redacted in it (what each occurrence adds to the counts)."""
         done = self._done.get(text)
         if done is None:
-            found: Counter[str] = Counter()
-            done = (self._pattern.sub(lambda match: self._replace(match, found), text), found)
+            if self._could_match(text.lower()):
+                found: Counter[str] = Counter()
+                done = (self._pattern.sub(lambda match: self._replace(match, found), text), found)
+            else:
+                done = (text, _NOTHING)
             if len(self._done) >= _REMEMBERED:
                 self._done.clear()
             self._done[text] = done

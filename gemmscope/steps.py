@@ -96,8 +96,7 @@ def described(step_range: str) -> str:
 
 def _mark_numbers(nvtx: pd.DataFrame) -> pd.Series:
     """The step number of each distinct step mark's name (gemmscope.step|n=N), indexed by name."""
-    distinct = pd.Series(pd.unique(nvtx["name"].dropna()), dtype=object)
-    marks = distinct[distinct.str.startswith(STEP_PREFIX)].tolist()  # a few names: one per step
+    marks = [name for name in pd.unique(nvtx["name"].dropna()) if name.startswith(STEP_PREFIX)]  # one per step
     fields = [parse_record(STEP_PREFIX, name) or {} for name in marks]
     number = pd.Series([f.get("n") for f in fields], index=marks, dtype=object)
     return pd.to_numeric(number, errors="coerce").dropna().astype("int64")
@@ -105,10 +104,9 @@ def _mark_numbers(nvtx: pd.DataFrame) -> pd.Series:
 
 def watched_without_steps(result: Verification) -> bool:
     """The hook watched for optimizer steps (its mark at torch's import) and marked none."""
-    marks = [pd.unique(t.nvtx["name"].dropna()) for t in result.traces]
-    names = pd.Series(np.concatenate(marks) if marks else [], dtype=object)
-    return bool(names.str.startswith(STEP_PREFIX + "watching").any()) and not names.str.startswith(
-        STEP_PREFIX + "n=").any()
+    said = [name[len(STEP_PREFIX):] for t in result.traces for name in pd.unique(t.nvtx["name"].dropna())
+            if name.startswith(STEP_PREFIX)]
+    return any(s.startswith("watching") for s in said) and not any(s.startswith("n=") for s in said)
 
 
 def default_step_pattern(result: Verification) -> str | None:
@@ -120,11 +118,14 @@ def default_step_pattern(result: Verification) -> str | None:
     parts = []
     for trace in result.traces:
         n = trace.nvtx[trace.nvtx["kind"] == "push-pop"]
-        distinct = pd.Series(pd.unique(n["name"].dropna()), dtype="object")
-        grammar = te_ranges.classify(distinct)
-        stems = distinct.str.extract(_NUMBERED)["stem"]
-        own = stems.notna() & grammar["kind"].isna().to_numpy() & ~distinct.str.contains(_OPERATOR_RANGE, regex=False)
-        stem_of = pd.Series(stems[own].to_numpy(), index=distinct[own].to_numpy())
+        names = pd.unique(n["name"].dropna())
+        # Only a name that ends in a number can be one; of those, TE's grammar (its prefix filter
+        # first) is asked only about the few that are not an operator's.
+        numbered = pd.Series([name for name in names if isinstance(name, str) and name[-1:].isdigit()
+                              and _OPERATOR_RANGE not in name], dtype=object)
+        stems = numbered.str.extract(_NUMBERED)["stem"]
+        own = stems.notna() & te_ranges.parse_distinct(numbered.to_numpy())["kind"].isna()
+        stem_of = pd.Series(stems[own].to_numpy(), index=numbered[own].to_numpy())
         numbered = n[n["name"].isin(stem_of.index)]
         parts.append(pd.DataFrame({
             "stem": stem_of.reindex(numbered["name"]).to_numpy(), "name": numbered["name"].to_numpy(),

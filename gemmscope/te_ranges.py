@@ -1,7 +1,9 @@
 """The grammar of the NVTX ranges Transformer Engine and gemmscope's hook push, in one place.
 
-`classify` reads each distinct range name once and says what it is. The forms, from TE 2.x's
-source (transformer_engine/pytorch/module/*.py, module/base.py, attention/, common/):
+`classify` reads each distinct range name once and says what it is; a name that starts with none
+of the forms' prefixes (PREFIXES: a profiler's operator ranges, the program's own) is told apart
+without being parsed. The forms, from TE 2.x's source (transformer_engine/pytorch/module/*.py,
+module/base.py, attention/, common/):
 
 - ``transformer_engine.<_Fn>.<forward|backward>[.<name>].<step>``, pushed by _Linear and
   _LayerNormLinear with ``NVTE_NVTX_ENABLED=1``. ``<name>`` is the module's userbuffers name
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from gemmscope.autocast_hook.gemmscope_protocol import (
@@ -32,6 +35,7 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     UNKNOWN,
     parse_record,
 )
+from gemmscope.traces.model import object_column
 
 # Every record gemmscope's hook leaves.
 HOOK_PREFIXES = (AUTOCAST_PREFIX, GEMM_PREFIX, PROCESS_PREFIX, SOFTWARE_PREFIX)
@@ -66,6 +70,10 @@ C_GEMM_CALLS = frozenset({
     "nvte_grouped_gemm_with_discrete_out", "nvte_all_gather_gemm", "nvte_gemm_reduce_scatter",
     "nvte_gemm_all_reduce",
 })
+
+# Every form above starts with one of these: a name that starts with none is none of TE's or ours.
+PREFIXES = ("gemmscope.", "transformer_engine.", "nvte_", "FusedAttnFunc", "AttnFuncWithCP",
+            *(f"{cls} forward" for cls in TE_MODULE_CLASSES), *(f"_{cls}_" for cls in TE_MODULE_CLASSES))
 
 _CLASSES = "|".join(TE_MODULE_CLASSES)
 _TE_PASS_RANGE = re.compile(r"^transformer_engine\.(?P<fn>_\w+)\.(?P<direction>forward|backward)\.(?P<rest>.+)$")
@@ -173,20 +181,34 @@ def parse(label: str) -> dict:
 def classify(names: pd.Series) -> pd.DataFrame:
     """`parse` of every name, index aligned with `names`; each distinct name is parsed once."""
     distinct = pd.unique(names.dropna())
-    table = pd.DataFrame([parse(str(n)) for n in distinct], columns=list(COLUMNS), index=distinct)
-    for column in _INTEGER_COLUMNS:
-        table[column] = table[column].astype("Int64")
+    table = parse_distinct(distinct).set_axis(distinct)
     return table.reindex(names.to_numpy()).set_index(names.index)
+
+
+def parse_distinct(names: np.ndarray) -> pd.DataFrame:
+    """`parse` of each of `names` (distinct; None for a range without one), a row per name in
+    their order (RangeIndex). Only names that start with one of PREFIXES are parsed: a trace of
+    torch's emit_nvtx holds a range name per operator call, none of them TE's."""
+    ours = np.flatnonzero(np.fromiter((isinstance(n, str) and n.startswith(PREFIXES) for n in names),
+                                      dtype=bool, count=len(names)))
+    parsed = [parse(names[i]) for i in ours]
+    index = pd.RangeIndex(len(names))
+    columns: dict = {}
+    for column in COLUMNS:
+        values = np.full(len(names), None, dtype=object)
+        values[ours] = [row[column] for row in parsed]
+        # text stays Python objects: pandas would check every one of a long trace's names to make them its string type
+        columns[column] = pd.array(values, dtype="Int64") if column in _INTEGER_COLUMNS else object_column(values, index)
+    return pd.DataFrame(columns, index=index, copy=False)
 
 
 def recorded_software(names: pd.Series) -> dict[str, str | None] | None:
     """The software versions gemmscope's hook recorded among these NVTX names (torch, cuda,
     transformer_engine, cublaslt; None for one it could not read), or None without its record. A
     trace of several processes records them once per process; the first is said."""
-    distinct = pd.Series(pd.unique(names.dropna()), dtype="object")
-    marks = distinct[distinct.str.startswith(SOFTWARE_PREFIX)]
-    if marks.empty:
+    mark = next((name for name in pd.unique(names.dropna()) if name.startswith(SOFTWARE_PREFIX)), None)
+    if mark is None:
         return None
-    record = parse_record(SOFTWARE_PREFIX, marks.iloc[0])
+    record = parse_record(SOFTWARE_PREFIX, mark)
     assert record is not None  # the mark starts with its prefix
     return {key: None if value == UNKNOWN else value for key, value in record.items()}

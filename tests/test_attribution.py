@@ -603,3 +603,18 @@ def test_the_torch_head_s_backward_gemms_in_te_stack_read_here():
     head = frame[(frame["role"] == "gemm") & (frame["layer"] == "head")]
     assert Counter(zip(head["te_pass"], head["pass_source"], head["precision"])) == {
         ("fprop", "hook", "bf16"): 3, ("dgrad", "layout", "bf16"): 3, ("wgrad", "layout", "bf16"): 3}
+
+
+def test_first_matching_pattern_tries_a_pattern_on_the_names_its_literal_prefix_starts():
+    """Each pattern is tried only on names that start with its text up to the first wildcard
+    (`*`, `?`, `[`): what fnmatchcase says of every name, repeated names and missing ones included."""
+    import fnmatch
+
+    from gemmscope.attribution import first_matching_pattern
+
+    names = np.array(["step_3", "step_", "ste", "step_3", "tp_step_1", "a[b]", "ab", "x?y", "xzy", None, 7.0,
+                      "step_3x"], dtype=object)
+    patterns = ["step_[0-9]", "*step_?", "a[b]", "x?y", "step_3x", "step_*"]
+    want = [next((i for i, p in enumerate(patterns) if isinstance(n, str) and fnmatch.fnmatchcase(n, p)), -1)
+            for n in names]
+    assert first_matching_pattern(names, patterns).tolist() == want == [0, 5, -1, 0, 1, -1, 2, 3, 3, -1, -1, 4]

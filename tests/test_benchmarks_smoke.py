@@ -60,6 +60,25 @@ def test_replica_holds_factor_times_the_seeds_gemms(tmp_path):
     assert not read_trace(replica).nvtx["unclosed"].any()
 
 
+def test_a_renumbered_replica_names_each_operator_call_and_step_anew(tmp_path):
+    """TE's GroupedLinear benchmark under emit_nvtx, grown 3× with --renumber: every operator
+    range and step range of a replica has a name of its own, as in a longer run (op ids and step
+    numbers shifted), and gemmscope finds 3× the seed's GEMMs with the same verdicts."""
+    trace_scale = load_benchmark()
+    seed_xz, renumber = trace_scale.SEEDS["grouped-linear"]
+    assert renumber
+    seed = trace_scale.sqlite_of(seed_xz, tmp_path)
+    replica = tmp_path / "replica.sqlite"
+    trace_scale.build_replica(seed, replica, FACTOR, renumber=True)
+    names = "SELECT COUNT(DISTINCT text) FROM NVTX_EVENTS WHERE text GLOB '*op_id = *' OR text GLOB 'step_*'"
+    assert rows(replica, names) == FACTOR * rows(seed, names) > 0
+    steps = "SELECT COUNT(*) FROM NVTX_EVENTS WHERE text IN ('step_0', 'step_1', 'step_2')"
+    assert rows(replica, steps) == FACTOR == 3 * rows(seed, steps)
+    seed_verdicts = verdicts(seed)
+    assert sum(seed_verdicts.values()) > 0
+    assert verdicts(replica) == Counter({key: n * FACTOR for key, n in seed_verdicts.items()})
+
+
 def test_grown_rank_traces_hold_factor_times_each_real_rank(tmp_path):
     rank_traces, trace_scale = load_benchmark("rank_traces"), load_benchmark()
     ranks, seeds = tmp_path / "ranks", tmp_path / "seeds"

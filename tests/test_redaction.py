@@ -3,7 +3,7 @@ leaves its near miss; --keep leaves what the user names; the counts say what wen
 
 import pytest
 
-from gemmscope.redaction import REDACTED, RULES, Redactor
+from gemmscope.redaction import REDACTED, RULES, TRIGGERS, Redactor
 
 # kind -> (text holding one match, what is left of it, a near miss that must stay as it is)
 CASES = {
@@ -128,3 +128,37 @@ def test_frame_redacts_text_labels_and_cells_and_leaves_the_rest():
     assert out["note"].tolist()[:2] == [f"see {REDACTED}", "ok"] and pd.isna(out["note"].iloc[2])
     assert redact.counts == {"email": 2, "host-name": 1, "ip-address": 1}
     assert table.columns[0] == "ops@example.com"  # the table given is left as it was
+
+
+@pytest.mark.parametrize("kind, pattern", RULES)
+def test_every_text_a_rule_matches_holds_its_trigger(kind, pattern):
+    """A text no trigger finds is left as it is without running the rules: each rule's trigger
+    must find every text the rule itself matches, texts hypothesis builds from the rule's own
+    regex (in any case where the rule takes any)."""
+    import re
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    rule = re.compile(pattern.replace("(?P<lead>", "(?:"))
+    trigger = re.compile(TRIGGERS[kind])
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.from_regex(rule))
+    def holds(text):
+        if rule.search(text):
+            assert trigger.search(text.lower()), text
+
+    holds()
+
+
+def test_a_text_no_trigger_finds_is_left_and_a_recorded_value_is_a_trigger():
+    """Torch's operator ranges (emit_nvtx), one per call, run through no rule; a value the trace
+    recorded is found wherever it stands, in any case."""
+    redact = Redactor(names=["AliceW"])
+    name = "aten::copy_, op_id = 212, sizes = [[0], [0], []], input_op_ids = [(211,0), (208,0), (0,-1)]"
+    assert not redact._could_match(name.lower()) and redact(name) == name
+    assert redact("autograd::engine::evaluate_function: AliceWBackward0") == (
+        "autograd::engine::evaluate_function: AliceWBackward0")  # a name is a whole word
+    assert redact._could_match("x AliceW y".lower()) and redact("x AliceW y") == f"x {REDACTED} y"
+    assert redact.counts == {"user-or-host-name": 1}

@@ -89,3 +89,32 @@ def test_classify_parses_each_distinct_name_once_and_keeps_the_index():
     table = te_ranges.classify(names)
     assert list(table.index) == [7, 8, 9, 10]
     assert list(table["kind"].fillna("-")) == [te_ranges.TE_C_GEMM, "-", te_ranges.TE_C_GEMM, te_ranges.TE_MODULE]
+
+
+def test_names_with_no_prefix_of_ours_are_none_of_ours_unparsed():
+    """parse_distinct says of each name what parse says, parsing only those that start with one of
+    PREFIXES; every name parse gives a kind starts with one: the filter drops none of TE's or ours."""
+    import numpy as np
+
+    from gemmscope.autocast_hook.gemmscope_protocol import AUTOCAST_PREFIX, TORCH_GEMM_PREFIX
+
+    ours = [te_pass_label("_Linear", "backward", "fc1", "wgrad_gemm"), te_pass_label("_LayerNormLinear", "forward",
+                                                                                      None, "norm"),
+            *(f"{cls} forward" for cls in te_ranges.TE_MODULE_CLASSES),
+            *(f"_{cls}_{end}" for cls in te_ranges.TE_MODULE_CLASSES for end in ("backward", "wgrad")),
+            "transformer_engine.FusedAttnFunc.forward", "FusedAttnFunc.backward", "AttnFuncWithCPAndKVP2P.forward",
+            "nvte_cublas_gemm_v2", "nvte_quantize_v2", AUTOCAST_PREFIX + "Float8BlockScaling)",
+            format_record(GEMM_PREFIX, {"module": "GroupedLinear", "pass": "wgrad", "a": "fp8-block", "b": "bf16"}),
+            format_record(TORCH_GEMM_PREFIX, {"op": "mm", "a": "bf16", "b": "bf16", "m": "8"}),
+            format_record(PROCESS_PREFIX, {"rank": "1"})]
+    others = ["aten::mm, op_id = 12, sizes = [[8, 8], [8, 8]], input_op_ids = [(3,0), (4,0)]", "step_0",
+              "_GroupedLinear, seq = 0, op_id = 168", "_GroupedLinearBackward, seq = 0, op_id = 219",
+              "autograd::engine::evaluate_function: _GroupedLinearBackward, op_id = 218", "ncclAllReduce"]
+    assert all(te_ranges.parse(name)["kind"] is not None for name in ours)
+    assert all(name.startswith(te_ranges.PREFIXES) for name in ours)
+    names = [*ours, *others, None]
+    table = te_ranges.parse_distinct(np.array(names, dtype=object))
+    assert list(table.index) == list(range(len(names)))
+    for name, row in zip(names[:-1], table.to_dict("records")):
+        assert {k: None if pd.isna(v) else v for k, v in row.items()} == te_ranges.parse(name), name
+    assert table.iloc[-1].isna().all()

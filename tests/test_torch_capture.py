@@ -69,13 +69,67 @@ def _gemmscope_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("gemmscope: ")]
 
 
-@pytest.mark.parametrize("window", [("--delay", "1"), ("--duration", "5"), ("--capture-range", "step_3"),
-                                    ("--capture-range", "cudaProfilerApi")])
-def test_a_capture_window_is_refused_with_torch(window):
-    """nsys's capture window has no torch.profiler counterpart here: refused, never ignored."""
+@pytest.mark.parametrize("window", [("--capture-range", "step_3"), ("--capture-range", "cudaProfilerApi"),
+                                    ("--capture-range", "step_3", "--delay", "1")])
+def test_an_nvtx_capture_range_is_refused_with_torch(window):
+    """nsys's NVTX capture range has no torch.profiler counterpart here: refused, never ignored."""
     done = gemmscope("verify", "--profiler", "torch", *window, "--", sys.executable, "-c", "pass")
     assert_one_line_error(done)
-    assert "--profiler torch records each process from its import of torch to its exit" in done.stderr
+    assert "--capture-range is nsys's capture window: --profiler torch records each process" in done.stderr
+
+
+# A program that calls F.linear every 10 ms for argv[1] seconds after importing torch, then says
+# how many calls it made and which traces its folder held by then. Its GEMMs count as CUDA ones:
+# the hook records them (its window opens and closes at its records) and writes the trace.
+_TIMED_PROGRAM = """\
+import os, sys, time
+import torch
+
+sys.modules["gemmscope_torch_profiler"].used_cuda = lambda torch: True
+sys.modules["gemmscope_torch_gemms"].launches_kernel = lambda tensor: True
+# a CPU torch has no NVTX
+torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop, torch.cuda.nvtx.mark = lambda label: 0, lambda: 0, lambda label: None
+start, calls = time.monotonic(), 0
+while time.monotonic() - start < float(sys.argv[1]):
+    torch.nn.functional.linear(torch.randn(4, 8), torch.randn(16, 8))
+    calls += 1
+    time.sleep(0.01)
+print(f"calls {calls}, written by then: {sorted(os.listdir(os.environ['GEMMSCOPE_TORCH_TRACE_FOLDER']))}",
+      file=sys.stderr)
+"""
+
+
+def test_a_time_window_records_that_time_alone_and_writes_as_it_stops(torch_cpu, tmp_path):
+    """--delay 1 --duration 1 on a program that runs on for 8 s after importing torch: the trace
+    holds about a second of its calls, is written when the window closes (before the program
+    ends), and verify reads it (a CPU trace: no GPU kernel ran, exit 1)."""
+    program = tmp_path / "timed.py"
+    program.write_text(_TIMED_PROGRAM)
+    out = tmp_path / "out"
+    done = _verify_torch(out, program, "8", extra=("--delay", "1", "--duration", "1"))
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert ("gemmscope: [1/3] running the command under torch.profiler, in each of its processes that imports "
+            "torch, collecting from 1 s after the start to 2 s") in done.stderr
+    said = re.search(r"^calls (\d+), written by then: \['(trace\.\d+\.json\.gz)'\]$", done.stderr, re.MULTILINE)
+    assert said, done.stderr[-2000:]
+    with gzip.open(out / said[2], "rt") as trace:
+        events = json.load(trace)["traceEvents"]
+    linear = sorted(e["ts"] for e in events if e.get("name") == "aten::linear")
+    assert 10 <= len(linear) < int(said[1]) / 3  # about a second of eight
+    assert linear[-1] - linear[0] < 1.5e6  # µs: one second's window, not the run
+
+
+def test_a_time_window_that_never_opened_is_one_line(torch_cpu, tmp_path):
+    """A job that ends before --delay: nothing written, one line, exit 2, as for --steps a job does
+    not reach and for nsys's window."""
+    program = tmp_path / "timed.py"
+    program.write_text(_TIMED_PROGRAM)
+    done = _verify_torch(tmp_path / "out", program, "0.5", extra=("--delay", "60"))
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert re.search(r"^calls \d+, written by then: \[\]$", done.stderr, re.MULTILINE)
+    assert done.stderr.splitlines()[-1] == (
+        "gemmscope: error: the command ended before the capture window opened (60 s after the start): nothing was "
+        "collected; give a shorter --delay")
 
 
 @pytest.mark.parametrize("arguments, said", [

@@ -81,6 +81,22 @@ OPERAND_TYPES = (
 TORCH_TRACE_FOLDER = "GEMMSCOPE_TORCH_TRACE_FOLDER"
 # The environment variable naming the training steps to capture, "A-B" (inclusive, from 0).
 STEPS = "GEMMSCOPE_STEPS"
+# The environment variable naming a time window to capture with torch.profiler, "DELAY:DURATION"
+# in seconds from the hook's import (DURATION empty: to the process's exit).
+TIME_WINDOW = "GEMMSCOPE_TIME_WINDOW"
+
+
+def format_time_window(delay_s: float | None, duration_s: float | None) -> str:
+    return f"{delay_s or 0:g}:{'' if duration_s is None else f'{duration_s:g}'}"
+
+
+def parse_time_window(text: str) -> tuple[float, float | None]:
+    """"DELAY:DURATION" as (delay, duration or None); ValueError unless both are >= 0."""
+    delay, _, duration = text.partition(":")
+    window = float(delay or 0), float(duration) if duration else None
+    if window[0] < 0 or (window[1] is not None and window[1] < 0):
+        raise ValueError(f"time window {text!r}: want DELAY:DURATION, seconds >= 0")
+    return window
 
 
 def parse_steps(text: str) -> tuple[int, int]:

@@ -62,7 +62,24 @@ def profiler_recording() -> bool:
     return _profiler_enabled()
 
 
+def on_main_thread_record(call) -> None:
+    """`call()` before every record the hook makes on the main thread (a GEMM call's, an optimizer
+    step's mark): where a torch.profiler time window opens and closes (gemmscope_torch_profiler),
+    on the thread that runs the program, which a profiler started elsewhere would not record."""
+    _at_record.append(call)
+
+
+_at_record: list = []
+
+
+def _record_made() -> None:
+    if _at_record and threading.current_thread() is threading.main_thread():
+        for call in _at_record:
+            call()
+
+
 def push(torch, label: str) -> None:
+    _record_made()
     torch.cuda.nvtx.range_push(label)
     handles = thread.__dict__.get("profiled")
     if handles is None:
@@ -79,6 +96,7 @@ def pop(torch) -> None:
 
 
 def mark(torch, label: str) -> None:
+    _record_made()
     torch.cuda.nvtx.mark(label)
     if _profiler_enabled():
         torch.ops.profiler._record_function_exit._RecordFunction(

@@ -2,30 +2,42 @@
 beside this file): where `gemmscope verify --profiler torch` names a folder (TORCH_TRACE_FOLDER),
 each process that imports torch records from then on and, if it used CUDA, writes its trace there
 at exit; with `--steps A-B` (STEPS), it records those training steps alone (gemmscope_steps.py):
-from a warm-up step before them to the first optimizer step after them, and writes the trace then."""
+from a warm-up step before them to the first optimizer step after them, and writes the trace then;
+with `--delay/--duration` (TIME_WINDOW), from DELAY seconds after the hook's import for DURATION
+seconds, and writes the trace as it stops."""
 
 import atexit
 import gzip
 import inspect
 import os
 import shutil
+import threading
+import time
 
-from gemmscope_protocol import STEPS, TORCH_TRACE_FOLDER, parse_steps, torch_trace_name
-from gemmscope_records import launcher_rank, note, profiler_recording
+from gemmscope_protocol import STEPS, TIME_WINDOW, TORCH_TRACE_FOLDER, parse_steps, parse_time_window, torch_trace_name
+from gemmscope_records import launcher_rank, note, on_main_thread_record, profiler_recording
 from gemmscope_steps import on_first_mark
+
+# The hook's import, at the process's start-up: a time window's DELAY counts from here.
+_IMPORTED = time.monotonic()
 
 
 def start_profiler(torch) -> None:
     """Where gemmscope captures with torch.profiler (TORCH_TRACE_FOLDER names the folder): record
     CPU and CUDA activity with operator shapes, as a user's own torch.profiler run does, from now
-    on to the exit (_write_trace), or over the steps STEPS asks (_profile_steps). A failure costs
+    on to the exit (_write_trace), or over the steps STEPS asks (_profile_steps) or the time
+    TIME_WINDOW asks (_profile_time_window). A failure costs
     the trace, never the program."""
     folder = os.environ.get(TORCH_TRACE_FOLDER)
     if not folder:
         return
-    if os.environ.get(STEPS):
+    if os.environ.get(STEPS) or os.environ.get(TIME_WINDOW):
         tear_down_cupti_after_window(torch)
+    if os.environ.get(STEPS):
         _profile_steps(torch, folder, *parse_steps(os.environ[STEPS]))
+        return
+    if os.environ.get(TIME_WINDOW):
+        _profile_time_window(torch, folder, *parse_time_window(os.environ[TIME_WINDOW]))
         return
     # acc_events: one cycle (no schedule); without it torch warns in every process, in the
     # program's own output, that a cycle's end clears the events
@@ -119,6 +131,40 @@ def _profile_steps(torch, folder: str, first: int, last: int) -> None:
     if first <= 1:  # step 0 runs from the start
         state["profiler"] = _started(torch, accumulate=True)
     on_first_mark(at_first_mark)
+    atexit.register(_guarded, at_exit)
+
+
+def _profile_time_window(torch, folder: str, delay: float, duration: float | None) -> None:
+    """From `delay` seconds after the hook's import, for `duration` seconds (to the exit without
+    one): torch.profiler starts, and stops with its trace written (_write_trace: a process that
+    used no CUDA writes none), at the first record the hook makes on the main thread (a GEMM
+    call's, an optimizer step's mark) once each time has come: a profiler started from another
+    thread records none of the program's own. A job that ends inside the window writes what it
+    recorded at exit; one that ends before it writes nothing."""
+    state: dict = {"profiler": None, "closes": None, "done": False}
+
+    def at_record() -> None:
+        if state["done"]:
+            return
+        now = time.monotonic()
+        if state["profiler"] is None:
+            if now >= _IMPORTED + delay:
+                state["profiler"] = _started(torch, accumulate=True)
+                state["done"] = state["profiler"] is None
+                # from when it records: its first start in a process can take seconds
+                state["closes"] = None if duration is None else time.monotonic() + duration
+        elif state["closes"] is not None and now >= state["closes"]:
+            state["done"] = True
+            _write_trace(torch, state["profiler"], folder)
+
+    def at_exit() -> None:
+        if state["profiler"] is not None and not state["done"]:
+            state["done"] = True
+            _write_trace(torch, state["profiler"], folder)
+
+    on_main_thread_record(at_record)
+    if threading.current_thread() is threading.main_thread():
+        at_record()  # as torch is imported: a window already due opens now
     atexit.register(_guarded, at_exit)
 
 

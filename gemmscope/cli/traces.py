@@ -148,8 +148,8 @@ def _capture_options(func):
                      help="What captures COMMAND: nsys (the default), or torch: torch.profiler, started by "
                           "gemmscope's hook in every process of COMMAND that imports torch, for machines without "
                           "nsys; each process that used CUDA writes a trace (one per rank), read as --trace reads "
-                          "one. With --steps, only those training steps; not with --capture-range, --delay, "
-                          "--duration."),
+                          "one. With --steps, only those training steps; with --delay/--duration, that time; not "
+                          "with --capture-range."),
         click.option("--capture-range", metavar="NVTX_RANGE",
                      help="Collect only the first instance of this NVTX range of COMMAND (e.g. a range your "
                           "training loop pushes around steps 10-12): a long job costs a small trace. "
