@@ -185,8 +185,8 @@ def test_the_public_gemm_table_is_the_analysis_check():
 
 def test_capture_is_a_python_call(nsys_bin, tmp_path):
     """A real capture (nsys on this CPU machine) of a program that launches nothing: its trace,
-    how it ended, the stages said, and an analysis of it that says no GEMM ran; a window nsys
-    collects by cannot go to torch.profiler."""
+    how it ended, the stages said, and an analysis of it that says no GEMM ran; an NVTX range, a
+    window nsys alone collects by, cannot go to torch.profiler."""
     said: list[str] = []
     captured = gs.capture([sys.executable, "-c", "print('no GPU here')"], tmp_path, say=said.append)
     assert captured.exit_code == 0 and not captured.failed and len(captured.traces) == 1
@@ -196,6 +196,6 @@ def test_capture_is_a_python_call(nsys_bin, tmp_path):
     result = gs.Analysis(captured, expect="bf16").check
     assert result.state is gs.State.FAIL and result.note.endswith("no GEMM ran")
     with pytest.raises(gs.InputError, match="nsys's capture window"):
-        gs.capture(["true"], profiler="torch", window=gs.CaptureWindow(delay_s=1.0))
+        gs.capture(["true"], profiler="torch", window=gs.CaptureWindow(nvtx_range="step"))
     with pytest.raises(gs.InputError, match="capture window of its own"):
         gs.CaptureWindow(nvtx_range="step", steps=(1, 2))
