@@ -1,12 +1,37 @@
 """gemmscope: is the precision Transformer Engine was asked for the precision that ran?
 
-The library's face (gemmscope.api): `load` traces, `check` their GEMMs against a recipe,
-`diagnose` where their GPU time went. Importing it loads no pandas: the calls do.
+The library's face (gemmscope.api): `Analysis` of traces under one set of `Options` (what every
+trace command of the CLI stands on), `load` traces, `check` their GEMMs against a recipe,
+`diagnose` where their GPU time went, `compare` two runs, `capture` a command's run; report,
+bundle and scrub in gemmscope.api. Importing it loads none of them (nor pandas): the first use
+of a name does, so that `python -m gemmscope` starts, and answers Ctrl-C, at once.
 """
 
-from gemmscope.api import CheckResult, Traces, check, diagnose, load
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from gemmscope.errors import InputError, State
+
+if TYPE_CHECKING:
+    from gemmscope.api import Analysis, CheckResult, Comparison, Options, Traces, check, compare, diagnose, load
+    from gemmscope.capturing import Captured, CaptureWindow, capture
 
 __version__ = "0.1.0"
 
-__all__ = ["CheckResult", "InputError", "State", "Traces", "check", "diagnose", "load", "__version__"]
+# Each public name beside the errors' -> the module it is imported from on first use.
+_PUBLIC = {name: "gemmscope.api" for name in
+           ("Analysis", "CheckResult", "Comparison", "Options", "Traces", "check", "compare", "diagnose", "load")}
+_PUBLIC |= {name: "gemmscope.capturing" for name in ("CaptureWindow", "Captured", "capture")}
+
+__all__ = ["Analysis", "CaptureWindow", "Captured", "CheckResult", "Comparison", "InputError", "Options", "State",
+           "Traces", "capture", "check", "compare", "diagnose", "load", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'gemmscope' has no attribute {name!r}")
+    value = getattr(import_module(_PUBLIC[name]), name)
+    globals()[name] = value  # once
+    return value

@@ -40,28 +40,26 @@ import json
 import shlex
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from gemmscope import interruptible, scratch, te_ranges, verify
 from gemmscope.atomic import written_whole
-from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError
 from gemmscope.jsonable import frame_records
 from gemmscope.profile_run import RUN_TRACES, load_run
 from gemmscope.redaction import REDACTED, Redactor
 from gemmscope.report import render
-from gemmscope.report.documents import SCHEMA_VERSION, analysis_document
+from gemmscope.report.documents import SCHEMA_VERSION
 from gemmscope.report.model import Report, redacted
 from gemmscope.report.profile_run import is_run_dir, profile_report
 from gemmscope.report.tables import csv_text
-from gemmscope.report.verification import verification_report
 from gemmscope.scrub import check_output, recorded_redactor, scrub
 from gemmscope.traces.model import Trace
 from gemmscope.traces.nsys_tables import recorded_environment
-from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace, redactable_source, trace_paths
+from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace, redactable_source
 
 
 class Bundle(NamedTuple):
@@ -70,27 +68,40 @@ class Bundle(NamedTuple):
     analysis_error: str | None  # why the traces could not be analyzed (report.md says it too)
 
 
-def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = None,
-           allow: tuple[str, ...] = (), step_range: str | None = None,
-           expect_map: Sequence[tuple[str, str]] = (), keep: Sequence[str] = (),
-           strict_unknown: bool = False) -> Bundle:
-    """Write the zip `out` from traces, or from one profile run directory. `expect`, `allow`,
-    `step_range`, `expect_map` and `strict_unknown` (--strict) are analyze's options, for traces;
-    `keep`: shell patterns of what the redaction leaves (Redactor)."""
+def run_directory(inputs: Sequence[str | Path]) -> Path | None:
+    """The profile run directory `inputs` name, or None when they name traces."""
     if not inputs:
         raise InputError("nothing to bundle: give traces or a gemmscope profile run directory")
-    out = Path(out)
-    run_dir = _run_dir(inputs)
-    if run_dir is None:
-        paths = trace_paths(inputs)
-    elif expect or expect_map or allow or strict_unknown or step_range:
-        raise InputError("--expect, --expect-map, --allow, --strict and --step-range are for traces, not a profile run "
-                         "directory")
-    else:
-        paths = [run_dir / name for name in RUN_TRACES if (run_dir / name).exists()][:1]
+    runs = [Path(p) for p in inputs if is_run_dir(Path(p))]
+    if runs and len(inputs) > 1:
+        raise InputError(f"{runs[0]} is a profile run directory: bundle it alone, not with other runs or traces")
+    return runs[0] if runs else None
+
+
+# The report of traces scrubbed for the zip, read under their names there; its Redactor (what
+# scrubbed them) redacts it. gemmscope.Analysis makes it (Analysis.bundle): the JSON document
+# `gemmscope analyze --per-launch`'s, so that a bug report keeps every GEMM launch.
+TraceReport = Callable[[list[Trace], Redactor], Report]
+
+
+def bundle_traces(paths: Sequence[str | Path], out: str | Path, keep: Sequence[str], report_of: TraceReport) -> Bundle:
+    """Write the zip `out` from traces (`paths`: files, as traces.read.trace_paths gives them),
+    their report made by `report_of`; `keep`: shell patterns of what the redaction leaves (Redactor)."""
+    return _bundle([Path(p) for p in paths], Path(out), [Path(p) for p in paths], keep, report_of)
+
+
+def bundle_run(run_dir: str | Path, out: str | Path, keep: Sequence[str] = ()) -> Bundle:
+    """Write the zip `out` from a `gemmscope profile` run directory: unzipped, a run directory."""
+    run_dir = Path(run_dir)
+    paths = [run_dir / name for name in RUN_TRACES if (run_dir / name).exists()][:1]
+    return _bundle(paths, Path(out), [run_dir], keep, None, run_dir)
+
+
+def _bundle(paths: list[Path], out: Path, inputs: list[Path], keep: Sequence[str], report_of: TraceReport | None,
+            run_dir: Path | None = None) -> Bundle:
     originals = [read_trace(path) for path in paths]
     sources = [redactable_source(t) for t in originals]  # a torch.profiler trace as it is
-    check_output(out, [*map(Path, inputs), *paths, *sources], "bundle")
+    check_output(out, [*inputs, *paths, *sources], "bundle")
     redactor = recorded_redactor(sources, keep)
     # The unzipped bundle of a run directory is a run directory.
     members = _member_names(originals, redactor) if run_dir is None else ["trace.sqlite.xz"] * len(originals)
@@ -101,10 +112,15 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
                   for i, (member, trace) in enumerate(zip(members, originals))}
         recipes = verify.recorded_recipes(originals) if run_dir is None else []
         try:
-            if run_dir is None:
-                report = _analyze_traces(staged, expect, allow, step_range, expect_map, strict_unknown)
+            if report_of is not None:
+                report = report_of([dataclasses.replace(read_trace(path), path=Path(member))
+                                    for member, path in staged.items()], redactor)
             else:
+                assert run_dir is not None  # a run directory's report is made here
                 report, recipes = _analyze_run(run_dir, Path(staging) if staged else run_dir)
+                # Redacted before rendering, each distinct text once: html.escape turns & < > " ' into
+                # entities, and JSON and CSV quote, which would hide a value from a pass over the text.
+                report = redacted(report, redactor)
             error = None
         except InputError as exc:  # no results document then: only documents their schema describes
             error = redactor(str(exc))
@@ -120,23 +136,12 @@ def bundle(inputs: Sequence[str | Path], out: str | Path, expect: str | None = N
             texts = {"report.md": f"# gemmscope bundle\n\ngemmscope could not analyze what this bundle holds: "
                                   f"{error}\n"}
         else:
-            # Redacted before rendering, each distinct text once: html.escape turns & < > " ' into
-            # entities, and JSON and CSV quote, which would hide a value from a pass over the text.
-            report = redacted(report, redactor)
             texts = {"report.md": render(report, "markdown"), "report.html": render(report, "html"),
                      "analysis.json" if run_dir is None else "results.json": _json(report.document)}
             texts |= {f"tables/{name}": csv_text(table) for name, table in report.tables.items()}
         texts["environment.json"] = _json(redactor.document(environment))
         _write_zip(out, texts, {member: _compressed(path) for member, path in staged.items()})
     return Bundle(out, redactor, error)
-
-
-def _run_dir(inputs: Sequence[str | Path]) -> Path | None:
-    """The profile run directory `inputs` name, or None when they name traces."""
-    runs = [Path(p) for p in inputs if is_run_dir(Path(p))]
-    if runs and len(inputs) > 1:
-        raise InputError(f"{runs[0]} is a profile run directory: bundle it alone, not with other runs or traces")
-    return runs[0] if runs else None
 
 
 def _member_names(traces: list[Trace], redactor: Redactor) -> list[str]:
@@ -168,17 +173,6 @@ def _staging_path(staging: Path, number: int, member: str) -> Path:
         path = staging / "traces" / f"{number}{'.json.gz' if member.endswith('.json.gz') else '.sqlite'}"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _analyze_traces(staged: dict[str, Path], expect: str | None, allow: tuple[str, ...],
-                    step_range: str | None, expect_map: Sequence[tuple[str, str]], strict_unknown: bool) -> Report:
-    """The report of the scrubbed traces under their names in the zip, as `gemmscope report`
-    makes it, its JSON document `gemmscope analyze --per-launch`'s (a bug report keeps every GEMM
-    launch)."""
-    traces = [dataclasses.replace(read_trace(path), path=Path(member)) for member, path in staged.items()]
-    result = verify.check(traces, expect, allow, expect_map, strict_unknown)
-    diagnosis = diagnose(result, step_range)
-    return verification_report(result, diagnosis, analysis_document(result, None, diagnosis, per_launch=True))
 
 
 def _analyze_run(run_dir: Path, scrubbed_run: Path) -> tuple[Report, list[str]]:

@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope import verify
-from gemmscope.bundle import bundle
+from gemmscope.api import bundle
 from gemmscope.cli import main
 from gemmscope.errors import InputError
 from gemmscope.profile_run import load_run

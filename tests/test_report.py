@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope import verify
-from gemmscope.bundle import bundle
+from gemmscope.api import bundle
 from gemmscope.cli import EXAMPLE_RUN, main
 from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
 from gemmscope import diagnosis, kernels, profile_run, recipes, verify
-from gemmscope.bundle import bundle
+from gemmscope.api import bundle
 from gemmscope.cli import main
 from gemmscope.report import documents
 from gemmscope.traces.read import read_trace

@@ -7,10 +7,13 @@ what the command ran are still printed).
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import sys
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -18,6 +21,8 @@ import click
 
 from gemmscope import scratch, verify
 from gemmscope.errors import ExitCode, InputError, exit_codes_help
+from gemmscope.options import Options
+from gemmscope.recipes import RECIPES
 
 EXAMPLE_TRACE = Path(__file__).parent.parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
 EXAMPLE_RUN = Path(__file__).parent.parent / "examples" / "h200-codonfm-5b"
@@ -152,50 +157,25 @@ def main() -> None:
     """Is the precision Transformer Engine was asked for the precision that ran?"""
 
 
-# analyze's and verify's formats: jsonl streams the launches, the others render the report.
+# Each output's formats, in one place: a trace report's (jsonl: its GEMM launches streamed), a
+# comparison's, a page to share's, and the tables of the commands beside the check.
 TRACE_FORMATS = ("table", "json", "jsonl", "csv", "markdown")
+COMPARISON_FORMATS = ("table", "json", "markdown")
+PAGE_FORMATS = ("html", "markdown")
+SHAPES_FORMATS = ("table", "json", "csv", "markdown")
+KERNEL_FORMATS = ("table", "json")
 
 
-def format_option(formats=TRACE_FORMATS):
-    return click.option("--format", "fmt", type=click.Choice(formats), default="table", show_default=True)
+def format_option(formats: tuple[str, ...], default: str | None = "table", help_text: str | None = None):
+    return click.option("--format", "fmt", type=click.Choice(formats), default=default,
+                        show_default=default is not None, help=help_text)
 
 
-def expect_map_option(func):
-    return click.option(
-        "--expect-map", "expect_map", multiple=True, metavar="PATTERN=RECIPE",
-        callback=lambda _ctx, _param, items: verify.parse_expect_map(items),
-        help="GEMMs inside an NVTX range whose name matches PATTERN (shell-style; the innermost "
-             "matching range decides) should run at RECIPE, e.g. 'FP8Block_*=fp8-block'; repeatable. "
-             "A mapped range that ran no GEMM, or a pattern that names no range, fails the check.")(func)
-
-
-def keep_option(func):
-    return click.option(
-        "--keep", multiple=True, metavar="PATTERN",
-        help="Leave what matches this shell pattern although a redaction rule matches it (e.g. "
-             "'*.nvidia.com', '10.0.*'; docs/redaction.md); repeatable.")(func)
-
-
-def redaction_options(func):
-    """--keep and --no-redact: what analyze, verify, diagnose and compare print is redacted as
-    report's is (docs/redaction.md)."""
-    func = click.option("--no-redact", is_flag=True,
-                        help="Print every name and text as the traces hold them, secrets included (for local "
-                             "debugging, not for pasting); by default redacted as report redacts (docs/"
-                             "redaction.md).")(func)
-    return keep_option(func)
-
-
-def say_redacted(redactor) -> None:
-    """What the redaction took out, per kind (never the values)."""
-    click.echo(f"gemmscope: redacted: {redactor.summary()}", err=True)
-
-
-def strict_option(func):
-    return click.option(
-        "--strict", "strict_unknown", is_flag=True,
-        help="A GEMM whose kernel name does not tell its precision (UNKNOWN: Triton's, ...) leaves the run NOT "
-             "FULLY CHECKED (exit 5) unless --allow names it; without it, such GEMMs are listed only.")(func)
+def with_options(func, options: list) -> Callable:
+    """`func` with `options` (click.option decorators), in the order listed."""
+    for option in reversed(options):
+        func = option(func)
+    return func
 
 
 def _steps(_ctx, _param, text: str | None) -> tuple[int, int] | None:
@@ -204,45 +184,125 @@ def _steps(_ctx, _param, text: str | None) -> tuple[int, int] | None:
     return None if text is None else step_interval(text)
 
 
-def check_options(func):
-    """What analyze and verify share: --expect-map, --allow, --strict, --step-range, --steps,
-    --workers, --scheduler, --plots."""
-    options = [
-        expect_map_option,
-        click.option("--allow", multiple=True, metavar="PATTERN",
-                     help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are "
-                          "allowed; repeatable."),
-        strict_option,
-        click.option("--step-range", metavar="PATTERN",
-                     help="NVTX range (shell pattern) that marks one training step: the breakdown covers the "
-                          "steps after the first. Default: ranges named a stem and a number that repeat in a "
-                          "process (tp_step_0, iteration 3; names saying step or iteration first); the output "
-                          "says which were taken, or that none were found."),
-        click.option("--steps", metavar="A-B", callback=_steps,
-                     help="Only training steps A to B (inclusive, numbered from 0): the optimizer steps "
-                          "gemmscope's hook marks. verify -- COMMAND collects those steps alone, on every rank "
-                          "(nsys or --profiler torch); with traces, only their GEMMs are checked."),
-        click.option("--workers", type=click.IntRange(min=1), metavar="N",
-                     help="Read several traces in N local processes (default: one per trace, up to one per CPU)."),
-        click.option("--scheduler", metavar="ADDRESS",
-                     help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead."),
+_KEEP = click.option(
+    "--keep", multiple=True, metavar="PATTERN",
+    help="Leave what matches this shell pattern although a redaction rule matches it (e.g. "
+         "'*.nvidia.com', '10.0.*'; docs/redaction.md); repeatable.")
+
+# What every trace command shares (analysis.Options), each declared here alone.
+_TRACE_OPTIONS = [
+    click.option("--expect", type=click.Choice(RECIPES),
+                 help="Recipe every GEMM should run at; default: what each GEMM was asked for, as gemmscope's hook "
+                      "recorded it, else the recipe the run's te.autocast asked for."),
+    click.option(
+        "--expect-map", "expect_map", multiple=True, metavar="PATTERN=RECIPE",
+        callback=lambda _ctx, _param, items: verify.parse_expect_map(items),
+        help="GEMMs inside an NVTX range whose name matches PATTERN (shell-style; the innermost "
+             "matching range decides) should run at RECIPE, e.g. 'FP8Block_*=fp8-block'; repeatable. "
+             "A mapped range that ran no GEMM, or a pattern that names no range, fails the check."),
+    click.option("--allow", multiple=True, metavar="PATTERN",
+                 help="Shell pattern (kernel, TE module, layer or NVTX range) whose mismatches are "
+                      "allowed; repeatable."),
+    click.option(
+        "--strict", is_flag=True,
+        help="A GEMM whose kernel name does not tell its precision (UNKNOWN: Triton's, ...) leaves the run NOT "
+             "FULLY CHECKED (exit 5) unless --allow names it; without it, such GEMMs are listed only."),
+    click.option("--step-range", metavar="PATTERN",
+                 help="NVTX range (shell pattern) that marks one training step: the breakdown covers the "
+                      "steps after the first. Default: ranges named a stem and a number that repeat in a "
+                      "process (tp_step_0, iteration 3; names saying step or iteration first); the output "
+                      "says which were taken, or that none were found."),
+    click.option("--steps", metavar="A-B", callback=_steps,
+                 help="Only training steps A to B (inclusive, numbered from 0): the optimizer steps "
+                      "gemmscope's hook marks. verify -- COMMAND collects those steps alone, on every rank "
+                      "(nsys or --profiler torch); with traces, only their GEMMs are checked."),
+    click.option("--workers", type=click.IntRange(min=1), metavar="N",
+                 help="Read several traces in N local processes (default: one per trace, up to one per CPU)."),
+    click.option("--scheduler", metavar="ADDRESS",
+                 help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead."),
+    _KEEP,
+]
+_NO_REDACT = click.option(
+    "--no-redact", is_flag=True,
+    help="Print every name and text as the traces hold them, secrets included (for local debugging, not for "
+         "pasting); by default redacted as report redacts (docs/redaction.md).")
+
+
+def trace_options(printed: bool = True):
+    """The options every trace command shares, given to it as one validated analysis.Options
+    (`options`). `printed`: what the command prints is redacted unless --no-redact; else (report,
+    bundle: made from the traces scrubbed) it is always redacted."""
+    def decorate(func):
+        @functools.wraps(func)
+        def command(*args, **params):
+            options = Options(
+                expect=params.pop("expect"), expect_map=params.pop("expect_map"), allow=params.pop("allow"),
+                strict=params.pop("strict"), step_range=params.pop("step_range"), steps=params.pop("steps"),
+                workers=params.pop("workers"), scheduler=params.pop("scheduler"), keep=params.pop("keep"),
+                redact=not params.pop("no_redact", False))
+            return func(*args, options=options, **params)
+
+        return with_options(command, _TRACE_OPTIONS + [_NO_REDACT] * printed)
+    return decorate
+
+
+def keep_option(func):
+    return _KEEP(func)
+
+
+@dataclass(frozen=True)
+class Output:
+    """How a trace report is printed: its format, its detail ("quiet", "normal", "verbose"),
+    every GEMM launch in its JSON (`per_launch`), and the folder its plots go to."""
+
+    fmt: str
+    detail: str
+    per_launch: bool
+    plots: Path | None
+
+    def make_plots_folder(self) -> None:
+        """Made before the traces are read: one that cannot be made fails first."""
+        make_dir(self.plots, "--plots")
+
+
+def output_options(func):
+    """--format, --quiet, --verbose, --per-launch and --plots, given to the command as one Output (`output`)."""
+    @functools.wraps(func)
+    def command(*args, **params):
+        output = Output(params.pop("fmt"), detail_level(params.pop("quiet"), params.pop("verbose")),
+                        params.pop("per_launch"), params.pop("plots_dir"))
+        return func(*args, output=output, **params)
+
+    return with_options(command, [
+        format_option(TRACE_FORMATS),
+        click.option("--quiet", is_flag=True, help="Print only the verdict block."),
+        click.option("--verbose", is_flag=True, help="Also list every GEMM launch."),
+        click.option("--per-launch", is_flag=True,
+                     help="JSON: also one object per GEMM launch (analyze: `gemms`; verify: `mismatches` and "
+                          "`allowed`); by default GEMMs come grouped per layer, module, pass and kernel."),
         click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
                      help="Also write the plots as PNG files into DIR (made if missing): GPU time per rank, "
                           "GEMM TFLOP/s against the GPU's peak, and GPU time per step when steps are found."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    ])
 
 
-def detail_options(func):
-    """--quiet (the verdict block only) and --verbose (every GEMM launch too) for text output;
-    --per-launch (every GEMM launch too) for JSON."""
-    func = click.option("--per-launch", is_flag=True,
-                        help="JSON: also one object per GEMM launch (analyze: `gemms`; verify: `mismatches` and "
-                             "`allowed`); by default GEMMs come grouped per layer, module, pass and kernel.")(func)
-    func = click.option("--verbose", is_flag=True, help="Also list every GEMM launch.")(func)
-    return click.option("--quiet", is_flag=True, help="Print only the verdict block.")(func)
+def make_dir(directory: Path | None, option: str) -> None:
+    """A folder an option names, made before the traces are read: one that cannot be made fails first."""
+    if directory is not None:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot make the {option} folder {directory}: {exc.strerror}") from None
+
+
+def say_redacted(redactor) -> None:
+    """What the redaction took out, per kind (never the values)."""
+    click.echo(f"gemmscope: redacted: {redactor.summary()}", err=True)
+
+
+def note(text: str) -> None:
+    """A line on stderr beside the output."""
+    click.echo(text, err=True)
 
 
 def detail_level(quiet: bool, verbose: bool) -> str:

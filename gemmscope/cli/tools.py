@@ -1,4 +1,4 @@
-"""The commands beside the check: `shapes`, `kernel`, `scrub`, `bundle`, `doctor` and `profile`."""
+"""The commands beside the check: `shapes`, `kernel`, `doctor` and `profile`."""
 
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ import pandas as pd
 from gemmscope import kernels, shapes
 from gemmscope.cli.group import (
     EXAMPLE_RUN,
-    TRACE_PATH,
+    KERNEL_FORMATS,
+    SHAPES_FORMATS,
     detail_level,
     emit,
-    expect_map_option,
-    keep_option,
+    format_option,
     main,
-    say_redacted,
-    strict_option,
+    with_options,
 )
 from gemmscope.errors import ExitCode, InputError
 from gemmscope.hf_config import resolve_config
@@ -32,7 +31,7 @@ from gemmscope.report.profile_run import profile_report, write_profile_reports
 
 def config_options(func):
     """Model config sources shared by `shapes` and `profile`: a preset, an HF config.json, flags."""
-    options = [
+    return with_options(func, [
         click.option("--model", help=f"Preset: {', '.join(PRESETS)}."),
         click.option("--config", "config_path", type=click.Path(), help="Hugging Face config.json."),
         click.option("--hidden-size", type=int),
@@ -51,10 +50,7 @@ def config_options(func):
         click.option("--mtp-layers", type=int,
                      help="Multi-token prediction modules trained with the model (DeepSeek-V3's config: 1)."),
         click.option("--lm-head", is_flag=True, help="Include the LM head GEMMs."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    ])
 
 
 def plan_from_options(options: dict) -> tuple[ModelConfig, list[shapes.Gemm]]:
@@ -65,8 +61,7 @@ def plan_from_options(options: dict) -> tuple[ModelConfig, list[shapes.Gemm]]:
 
 @main.command("shapes")
 @config_options
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table",
-              show_default=True)
+@format_option(SHAPES_FORMATS)
 def shapes_cmd(fmt: str, **options) -> None:
     """The GEMMs a transformer runs per training step: op, pass, M×K×N, FLOPs, count."""
     config, plan = plan_from_options(options)
@@ -94,7 +89,7 @@ def _names_from(source: str) -> list[str]:
 @main.command("kernel")
 @click.argument("names", nargs=-1)
 @click.option("--from", "source", metavar="FILE", help="Also read names from FILE, one a line ('-': stdin).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@format_option(KERNEL_FORMATS)
 def kernel_cmd(names: tuple[str, ...], source: str | None, fmt: str) -> None:
     """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout, whether
     grouped, and why a precision is unknown. NAMES, or one a line from --from FILE or stdin (piped,
@@ -122,49 +117,6 @@ def _with_remarks(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[["name", *kernels.TABLE_COLUMNS]].assign(name=names)
 
 
-@main.command("scrub")
-@click.argument("trace", type=TRACE_PATH)
-@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path))
-@keep_option
-def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
-    """Copy a trace without the environment, command line, user and host names nsys recorded,
-    and with every text in it redacted (docs/redaction.md; stderr says what was taken out). Exit 0
-    once written: scrub checks nothing."""
-    from gemmscope.scrub import recorded_redactor, scrub
-    from gemmscope.traces.read import trace_source
-
-    redactor = recorded_redactor([trace_source(trace)], keep)
-    click.echo(f"wrote {scrub(trace, out, redactor)}")
-    say_redacted(redactor)
-
-
-@main.command("bundle")
-@click.argument("inputs", nargs=-1, required=True, type=TRACE_PATH)
-@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="The zip to write.")
-@click.option("--expect", type=click.Choice(RECIPES), help="For traces: as analyze's --expect.")
-@expect_map_option
-@click.option("--allow", multiple=True, metavar="PATTERN", help="For traces: as analyze's --allow; repeatable.")
-@strict_option
-@click.option("--step-range", metavar="PATTERN", help="For traces: as analyze's --step-range.")
-@keep_option
-def bundle_cmd(inputs: tuple[Path, ...], out: Path, expect: str | None, expect_map: tuple[tuple[str, str], ...],
-               allow: tuple[str, ...], strict_unknown: bool, step_range: str | None, keep: tuple[str, ...]) -> None:
-    """A zip to attach to a bug report, secrets taken out: report.md and its JSON, the report's
-    tables as CSV (tables/, as `report --tables`), the traces scrubbed, and environment.json (GPU,
-    driver, CUDA, nsys, recipes, the command line redacted). INPUTS: traces (files, folders or
-    globs), or one `gemmscope profile` run directory. Every member redacted (docs/redaction.md;
-    stderr says what was taken out). Exit 0 once written, whatever the verdict (report.md says it),
-    also for traces that cannot be analyzed (report.md says why)."""
-    from gemmscope.bundle import bundle
-
-    made = bundle(inputs, out, expect, allow, step_range, expect_map, keep, strict_unknown)
-    if made.analysis_error:
-        click.echo(f"gemmscope: note: the traces could not be analyzed ({made.analysis_error}); the bundle "
-                   "holds them, the environment and this reason", err=True)
-    click.echo(f"wrote {made.path}")
-    say_redacted(made.redactor)
-
-
 @main.command()
 @click.option("--canary", is_flag=True,
               help="Also run a tiny GEMM that asks for FP8 but runs BF16, under nsys, and check it is flagged.")
@@ -180,8 +132,6 @@ def doctor(canary: bool) -> None:
         flagged = doctor_checks.canary()
         click.echo(flagged.message)
         sys.exit(ExitCode.OK if flagged.ok else ExitCode.MISMATCH)
-
-
 
 
 def _csv_choice(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
