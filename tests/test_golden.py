@@ -111,6 +111,12 @@ def _cases() -> dict[str, list[str]]:
     cases["whatif.megatron_gpt_first-last-bf16.table"] = ["whatif", TRACES["megatron_gpt_first-last-bf16"]]
     cases["whatif.torchao_rowwise.json"] = ["whatif", TRACES["torchao_rowwise"], "--format", "json"]
     cases["whatif.hf_llama_accelerate-fp8.table"] = ["whatif", f"{GPU}/steps/hf_llama_accelerate-fp8_10steps.sqlite.xz"]
+    # whatif advising from a measurement an H200 made of the same trace's groups
+    measured = f"{GPU}/whatif/megatron_first-last-bf16_h200"
+    cases["whatif.megatron_gpt_first-last-bf16.measured.table"] = [
+        "whatif", TRACES["megatron_gpt_first-last-bf16"], "--measured", measured]
+    cases["whatif.megatron_gpt_first-last-bf16.measured.json"] = [
+        "whatif", TRACES["megatron_gpt_first-last-bf16"], "--measured", measured, "--format", "json"]
     cases["kernel.names"] = ["kernel", "nvjet_sm90_qqtst_96x128_128x7_2x1_v_bz_bias_TNN",
                              "nvjet_sm100_oohsh_128x256_128x4_2x1_2cta_v_bz_Avec16UE4M3_Bvec16UE4M3_TNN",
                              "cublasLt::splitKreduce_kernel", "triton_tem_fused_mm_0", "cast_transpose_kernel"]

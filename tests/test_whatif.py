@@ -392,3 +392,52 @@ def test_moe_grouped_gemms_are_said_unmeasurable_and_the_router_has_no_switch():
     router_name = router_group["name"].iat[0]
     assert any(note.startswith(f"{router_name} (Megatron's, not a TE module): no switch") for note in written.notes)
     assert pd.isna(written.predicted_ms)  # the experts were not measured: no prediction, never a partial sum
+
+
+MEASURED_H200 = TESTS / "fixtures" / "gpu" / "whatif" / "megatron_first-last-bf16_h200"
+
+
+def _runner_times(folder: Path, scratch: Path) -> dict[tuple[str, str, str], float]:
+    """The runner's own CUDA-event time per iteration (e2e_ms of its result marks, read with SQL from
+    the export), per (kind, shape, recipe): a clock apart from the kernel times whatif advises from."""
+    import lzma
+    import sqlite3
+
+    export = scratch / "measurement.sqlite"
+    export.write_bytes(lzma.decompress((folder / "trace.sqlite.xz").read_bytes()))
+    with sqlite3.connect(export) as db:
+        names = [row[0] for row in db.execute(
+            "SELECT coalesce(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id "
+            "WHERE coalesce(e.text, s.value) LIKE 'gemmscope.result|%'")]
+    times = {}
+    for name in names:
+        fields = dict(part.split("=", 1) for part in name.split("|")[1:])
+        if fields["status"] == "ok":
+            times[(fields["mode"], f"{fields['m']}x{fields['k']}x{fields['n']}", fields["precision"])] = float(
+                fields["e2e_ms"])
+    return times
+
+
+def test_measured_on_hopper_keeps_slow_fp8_in_bf16_and_says_what_hopper_cannot_run(tmp_path):
+    """The committed measurement (an H200 timing each module shape of the Megatron-Core first/last
+    BF16 run, forward and backward, at every recipe): every group kept in BF16 is one whose FP8 the
+    runner's own CUDA-event clock also found slower for its shape, with the ratio said; MXFP8 and
+    NVFP4, which need compute capability 10.0, are said unsupported, never timed."""
+    done = subprocess.run([sys.executable, "-m", "gemmscope", "whatif", str(FIRST_LAST), "--measured",
+                           str(MEASURED_H200), "--format", "json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["state"] == "measured" and "H200" in report["device"]["name"]
+    clock = _runner_times(MEASURED_H200, tmp_path)
+    shapes = {g["name"]: g for g in report["groups"]}
+    kept = [r for r in report["recommendations"] if r["action"] == "keep"]
+    assert {r["name"] for r in kept} >= {n for n in shapes if n.startswith("decoder.layers.{0,3}")}
+    for rec in kept:
+        assert re.search(r"FP8 0\.\d\d× here", rec["text"]), rec["text"]
+        assert rec["speedup"] < 1
+    for (kind, shape, recipe), ms in clock.items():
+        if recipe.startswith("fp8"):
+            assert ms > clock[(kind, shape, "bf16")], (kind, shape, recipe)
+    unsupported = {r["recipe"] for r in report["per_recipe"] if r["status"] == "unsupported"}
+    assert unsupported == {"mxfp8", "nvfp4"}
+    assert not any(r["predicted_ms"] for r in report["per_recipe"] if r["recipe"] in unsupported)
