@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from gemmscope.recipes import HIGH_PRECISIONS, RECIPES
-from gemmscope.steps import NO_STEPS, launching_step, located_steps
+from gemmscope.steps import NO_STEPS, described, launching_step, located_steps
 from gemmscope.verify import Verification, recorded_recipes
 
 # A number between dots in a module path: a layer, an expert, an index in a container.
@@ -81,12 +81,12 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
         step_count = int(round(per_process.mean()))
         processes = len(per_process)
         dropped = len(steps) - len(counted)
-        steps_note = (f"per step: {step_count} steps ({pattern}){' after the first' * bool(dropped)}"
+        steps_note = (f"per step: {step_count} steps{' after the first' * bool(dropped)}: {described(pattern)}"
                       f"{f', averaged over {processes} processes' if processes > 1 else ''}")
     else:
         keep_step = np.ones(len(kernels), dtype=bool)
         step_count, processes = 0, max(1, kernels["global_pid"].nunique())
-        steps_note = (f"per whole capture: the ranges found as steps ({pattern}) hold none of its GEMMs; "
+        steps_note = (f"per whole capture: {described(pattern)} hold none of its GEMMs; "
                       f"{NO_STEPS.split(', ', 1)[1]}" if unstepped else f"per whole capture: {NO_STEPS}")
     divisor = max(step_count, 1) * processes
 
