@@ -187,6 +187,8 @@ CASES = {
     "report TRACE -o -": False,
     "bundle TRACE -o OUT/issue.zip": False,
     "scrub TRACE -o OUT/shared.sqlite.xz": False,
+    "whatif TRACE --out OUT": True,  # without a GPU: the groups (module paths) and the report files
+    "whatif TRACE --format json": True,
 }
 
 

@@ -189,6 +189,23 @@ _KEEP = click.option(
     help="Leave what matches this shell pattern although a redaction rule matches it (e.g. "
          "'*.nvidia.com', '10.0.*'; docs/redaction.md); repeatable.")
 
+# What every command that reads traces shares (steps, workers), each declared here alone.
+_READING_OPTIONS = [
+    click.option("--step-range", metavar="PATTERN",
+                 help="NVTX range (shell pattern) that marks one training step: the breakdown covers the "
+                      "steps after the first. Default: ranges named a stem and a number that repeat in a "
+                      "process (tp_step_0, iteration 3; names saying step or iteration first); the output "
+                      "says which were taken, or that none were found."),
+    click.option("--steps", metavar="A-B", callback=_steps,
+                 help="Only training steps A to B (inclusive, numbered from 0): the optimizer steps "
+                      "gemmscope's hook marks. verify -- COMMAND collects those steps alone, on every rank "
+                      "(nsys or --profiler torch); with traces, only their GEMMs are checked."),
+    click.option("--workers", type=click.IntRange(min=1), metavar="N",
+                 help="Read several traces in N local processes (default: one per trace, up to one per CPU)."),
+    click.option("--scheduler", metavar="ADDRESS",
+                 help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead."),
+]
+
 # What every trace command shares (analysis.Options), each declared here alone.
 _TRACE_OPTIONS = [
     click.option("--expect", type=click.Choice(RECIPES),
@@ -207,19 +224,7 @@ _TRACE_OPTIONS = [
         "--strict", is_flag=True,
         help="A GEMM whose kernel name does not tell its precision (UNKNOWN: Triton's, ...) leaves the run NOT "
              "FULLY CHECKED (exit 5) unless --allow names it; without it, such GEMMs are listed only."),
-    click.option("--step-range", metavar="PATTERN",
-                 help="NVTX range (shell pattern) that marks one training step: the breakdown covers the "
-                      "steps after the first. Default: ranges named a stem and a number that repeat in a "
-                      "process (tp_step_0, iteration 3; names saying step or iteration first); the output "
-                      "says which were taken, or that none were found."),
-    click.option("--steps", metavar="A-B", callback=_steps,
-                 help="Only training steps A to B (inclusive, numbered from 0): the optimizer steps "
-                      "gemmscope's hook marks. verify -- COMMAND collects those steps alone, on every rank "
-                      "(nsys or --profiler torch); with traces, only their GEMMs are checked."),
-    click.option("--workers", type=click.IntRange(min=1), metavar="N",
-                 help="Read several traces in N local processes (default: one per trace, up to one per CPU)."),
-    click.option("--scheduler", metavar="ADDRESS",
-                 help="Read the traces on a Dask distributed cluster (e.g. tcp://host:8786) instead."),
+    *_READING_OPTIONS,
     _KEEP,
 ]
 _NO_REDACT = click.option(
@@ -244,6 +249,20 @@ def trace_options(printed: bool = True):
 
         return with_options(command, _TRACE_OPTIONS + [_NO_REDACT] * printed)
     return decorate
+
+
+def reading_options(func):
+    """The options of a command that reads traces without judging them (whatif): the trace
+    commands' steps, workers and redaction, as one analysis.Options (`options`); what it prints is
+    redacted unless --no-redact."""
+    @functools.wraps(func)
+    def command(*args, **params):
+        options = Options(step_range=params.pop("step_range"), steps=params.pop("steps"),
+                          workers=params.pop("workers"), scheduler=params.pop("scheduler"), keep=params.pop("keep"),
+                          redact=not params.pop("no_redact"))
+        return func(*args, options=options, **params)
+
+    return with_options(command, [*_READING_OPTIONS, _KEEP, _NO_REDACT])
 
 
 def keep_option(func):

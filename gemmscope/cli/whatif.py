@@ -11,9 +11,11 @@ from pathlib import Path
 import click
 
 from gemmscope.atomic import written_whole
-from gemmscope.cli.group import TRACE_PATH, emit, main
+from gemmscope.cli.group import TRACE_PATH, emit, format_option, main, note, reading_options
 from gemmscope.errors import ExitCode, InputError
+from gemmscope.options import Options
 from gemmscope.report import render
+from gemmscope.report.model import redacted
 
 # What `whatif` writes into its --out folder beside the change files.
 JSON_NAME, HTML_NAME, MEASUREMENT = "whatif.json", "whatif.html", "measurement"
@@ -28,13 +30,13 @@ JSON_NAME, HTML_NAME, MEASUREMENT = "whatif.json", "whatif.html", "measurement"
               help="Advise from a measurement made before (the `measurement` folder a run on a GPU wrote), "
                    "on any machine.")
 @click.option("--no-measure", is_flag=True, help="List the groups and the command that measures them; time nothing.")
-@click.option("--step-range", metavar="PATTERN", help="NVTX range that marks one training step (see analyze).")
 @click.option("--iters", type=click.IntRange(min=2), default=30, show_default=True,
               help="Timed forward+backward iterations per module shape and recipe.")
 @click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True)
-@click.option("--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True)
-def whatif_cmd(traces: tuple[Path, ...], out: Path | None, measured: Path | None, no_measure: bool,
-               step_range: str | None, iters: int, warmup: int, fmt: str) -> None:
+@format_option(("table", "json"))
+@reading_options
+def whatif_cmd(traces: tuple[Path, ...], out: Path | None, measured: Path | None, no_measure: bool, iters: int,
+               warmup: int, fmt: str, options: Options) -> None:
     """Per group of the run's GEMMs (module pattern and precision, layer numbers folded): its time
     per step now, its time measured on this GPU at BF16 and each low-precision recipe (the module's
     forward and backward, quantization included, under nsys), what to keep and what to move, and
@@ -42,15 +44,20 @@ def whatif_cmd(traces: tuple[Path, ...], out: Path | None, measured: Path | None
     filter, a TE debug-API file, a te.autocast region). Without a GPU: the groups that would be
     measured and the command that measures them (exit 0, as profile without a GPU). A run that
     launched no GPU kernel: one line, exit 1."""
-    import gemmscope as gs
+    from gemmscope.analysis import Analysis
     from gemmscope.whatif import advice, changes, measure, report
     from gemmscope.whatif.groups import group_gemms
 
-    result = gs.check(list(traces))
+    analysis = Analysis(list(traces), options, say=note)
+    result = analysis.check
+    # what the traces recorded (host, paths, the program's names) redacted wherever it is said, as the
+    # trace commands do; the change files are the user's own to apply, left as the program names things
+    redactor = analysis.traces.redactor
+    say = redactor if redactor is not None else str
     if result.verification is None:  # the run launched no GPU kernel: nothing to group, as a check fails it
         click.echo(f"gemmscope: {result.note}", err=True)
         sys.exit(ExitCode.MISMATCH)
-    run = group_gemms(result.verification, step_range)
+    run = group_gemms(result.verification, options.step_range)
     if run.groups.empty:  # kernels ran, no GEMM among them: nothing to group, as a check with a recipe fails it
         click.echo("gemmscope: the traces hold no GEMM: nothing to group or measure", err=True)
         sys.exit(ExitCode.MISMATCH)
@@ -58,7 +65,7 @@ def whatif_cmd(traces: tuple[Path, ...], out: Path | None, measured: Path | None
     why = None if measured else ("--no-measure" if no_measure else measure.measuring_possible(run.framework))
     if why is not None:
         command = shlex.join(["gemmscope", "whatif", *map(str, traces), "--out", str(out or "whatif-out")])
-        click.echo(f"gemmscope: {why}: nothing measured; on a GPU machine run: {command}", err=True)
+        click.echo(say(f"gemmscope: {why}: nothing measured; on a GPU machine run: {command}"), err=True)
         whole = report.listing_report(run, planned, why, command)
     else:
         if measured is None:
@@ -74,6 +81,8 @@ def whatif_cmd(traces: tuple[Path, ...], out: Path | None, measured: Path | None
             out.mkdir(parents=True, exist_ok=True)
             for name, text in written.files.items():
                 _write(out / name, text)
+    if redactor is not None:
+        whole = redacted(whole, redactor)
     if out:
         out.mkdir(parents=True, exist_ok=True)
         _write(out / JSON_NAME, render(whole, "json"))

@@ -67,6 +67,7 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
     kernels = result.kernels
     gemms = result.gemms
     steps, pattern = located_steps(result, step_range)
+    found = described(pattern) if pattern is not None else None  # a pattern whenever steps were found
     kernel_step = launching_step(kernels, steps) if len(steps) else np.zeros(len(kernels), dtype=int)
     gemm_rows = gemms["kernel_row"].to_numpy()
     unstepped = len(steps) > 0 and not (kernel_step[gemm_rows] >= 0).any()
@@ -81,12 +82,12 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
         step_count = int(round(per_process.mean()))
         processes = len(per_process)
         dropped = len(steps) - len(counted)
-        steps_note = (f"per step: {step_count} steps{' after the first' * bool(dropped)}: {described(pattern)}"
+        steps_note = (f"per step: {step_count} steps{' after the first' * bool(dropped)}: {found}"
                       f"{f', averaged over {processes} processes' if processes > 1 else ''}")
     else:
         keep_step = np.ones(len(kernels), dtype=bool)
         step_count, processes = 0, max(1, kernels["global_pid"].nunique())
-        steps_note = (f"per whole capture: {described(pattern)} hold none of its GEMMs; "
+        steps_note = (f"per whole capture: {found} hold none of its GEMMs; "
                       f"{NO_STEPS.split(', ', 1)[1]}" if unstepped else f"per whole capture: {NO_STEPS}")
     divisor = max(step_count, 1) * processes
 
