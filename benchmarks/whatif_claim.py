@@ -12,8 +12,10 @@ first and last layers in BF16, a Hugging Face Llama through accelerate's torchao
    (the program alone, `--step-times`, no nsys, no hook: median and IQR of the steps after
    WARMUP), flagging an after-step slower than before beyond the before-steps' IQR.
 
-Needs a GPU with TE, torchao, megatron-core, transformers and accelerate; about 5 minutes on one
-H100 for all three (small models, few steps).
+Needs a GPU with TE, torchao, megatron-core, transformers and accelerate. All three take longer than
+5.5 minutes on an H200 (2026-11-27: stopped by a 330 s limit in the third, before any result was
+printed; each program's result is now printed as it ends): under a 10-minute limit a call, run one
+or two programs a call (--programs).
 
     python benchmarks/whatif_claim.py [--programs torchao_mlp,megatron_gpt,hf_accelerate] [--keep DIR]
 """
@@ -116,30 +118,33 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the captures and whatif folders here")
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="whatif-claim-"))
-    rows = []
+    print(f"{'program':14s} {'now':>8s} {'predicted':>9s} {'measured':>9s} {'error':>7s}  "
+          f"{'step before [IQR]':>22s} {'step after [IQR]':>22s}  change", flush=True)
     for name in args.programs.split(","):
         print(f"whatif_claim: {name} ...", file=sys.stderr, flush=True)
         try:
-            rows.append(claim(name, PROGRAMS[name], root / name))
+            row = claim(name, PROGRAMS[name], root / name)
         except (RuntimeError, subprocess.CalledProcessError) as exc:  # said, and the next program runs
-            rows.append({"program": name, "failed": str(exc)[-500:]})
-    print(f"{'program':14s} {'now':>8s} {'predicted':>9s} {'measured':>9s} {'error':>7s}  "
-          f"{'step before [IQR]':>22s} {'step after [IQR]':>22s}  change")
-    for row in rows:
-        if "failed" in row:
-            print(f"{row['program']:14s} FAILED: {row['failed']}")
-            continue
-        error = f"{row['error']:+.1%}" if row["error"] is not None else "n/a"
-        verdict = "ok" if row["error"] is not None and abs(row["error"]) <= TARGET else "OUTSIDE ±10 %"
-        b, a = row["step_before"], row["step_after"]
-        print(f"{row['program']:14s} {row['now_ms']:8.3f} {row['predicted_ms'] or float('nan'):9.3f} "
-              f"{row['measured_ms']:9.3f} {error:>7s}  {b[0]:8.2f} [{b[1]:.2f}-{b[2]:.2f}] ms "
-              f"{a[0]:8.2f} [{a[1]:.2f}-{a[2]:.2f}] ms  {row['change']}")
-        print(f"{'':14s} GEMM+quantize ms/step; prediction {verdict}; step time "
-              f"{'WORSE beyond noise' if row['worse'] else 'not worse beyond noise'}")
-        for line in row["top"]:
-            print(f"{'':14s} - {line}")
+            row = {"program": name, "failed": str(exc)[-500:]}
+        print_row(row)  # as each program ends: a run a time limit stops keeps what it measured
     print(f"folders: {root}", file=sys.stderr)
+
+
+def print_row(row: dict) -> None:
+    if "failed" in row:
+        print(f"{row['program']:14s} FAILED: {row['failed']}", flush=True)
+        return
+    error = f"{row['error']:+.1%}" if row["error"] is not None else "n/a"
+    verdict = "ok" if row["error"] is not None and abs(row["error"]) <= TARGET else "OUTSIDE ±10 %"
+    b, a = row["step_before"], row["step_after"]
+    print(f"{row['program']:14s} {row['now_ms']:8.3f} {row['predicted_ms'] or float('nan'):9.3f} "
+          f"{row['measured_ms']:9.3f} {error:>7s}  {b[0]:8.2f} [{b[1]:.2f}-{b[2]:.2f}] ms "
+          f"{a[0]:8.2f} [{a[1]:.2f}-{a[2]:.2f}] ms  {row['change']}")
+    print(f"{'':14s} GEMM+quantize ms/step; prediction {verdict}; step time "
+          f"{'WORSE beyond noise' if row['worse'] else 'not worse beyond noise'}")
+    for line in row["top"]:
+        print(f"{'':14s} - {line}")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
