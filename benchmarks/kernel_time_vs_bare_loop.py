@@ -75,7 +75,7 @@ def inner(iters: int) -> None:
     """Runs under nsys: gemmscope's prequantized fprop entries and the bare loops, alternating."""
     import torch
 
-    from gemmscope.workload import PLAN_PREFIX, Entry, run_entry, warm_up_gpu
+    from gemmscope.plan.workload import PLAN_PREFIX, Entry, run_entry, warm_up_gpu
 
     gemms = [{"op": f"shape{i}.round{r}", "pass": "fprop", "m": m, "k": k, "n": n, "count": 1}
              for r in range(ROUNDS) for i, (m, k, n) in enumerate(SHAPES)]
@@ -111,7 +111,7 @@ def main() -> None:
 
     from gemmscope import nsys_runner
     from gemmscope.attribution import launches_with_ranges
-    from gemmscope.profile_run import analyze_run
+    from gemmscope.plan.profile_run import analyze_run
     from gemmscope.traces.read import read_trace
 
     report = Path(tempfile.mkdtemp(prefix="gemmscope-bench-")) / "bench.nsys-rep"

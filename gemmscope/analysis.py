@@ -38,9 +38,9 @@ if TYPE_CHECKING:
     from gemmscope.capturing import Captured
     from gemmscope.diagnosis import Diagnosis
     from gemmscope.job import Job
-    from gemmscope.plots import Plot
     from gemmscope.redaction import Redactor
     from gemmscope.report.model import Report
+    from gemmscope.report.plots import Plot
     from gemmscope.traces.model import Trace
     from gemmscope.verify import Verification
 
@@ -359,7 +359,7 @@ class Analysis:
 
     def plots(self) -> list[Plot]:
         """The trace plots: GPU time per rank, GEMM TFLOP/s against the GPU's peak, time per step."""
-        from gemmscope import plots
+        from gemmscope.report import plots
 
         return plots.trace_plots(self.verification, self.diagnosis)
 

@@ -156,7 +156,8 @@ def _run_report(run_dir: Path, keep: Sequence[str]) -> Shared:
     """A profile run directory's report, from its trace scrubbed; and the Redactor that scrubbed it."""
     import tempfile
 
-    from gemmscope import profile_run, scratch
+    from gemmscope import scratch
+    from gemmscope.plan import profile_run
     from gemmscope.report.model import redacted
     from gemmscope.report.profile_run import profile_report
     from gemmscope.scrub import recorded_redactor

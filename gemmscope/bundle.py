@@ -49,7 +49,7 @@ from gemmscope import interruptible, scratch, te_ranges, verify
 from gemmscope.atomic import written_whole
 from gemmscope.errors import InputError
 from gemmscope.jsonable import frame_records
-from gemmscope.profile_run import RUN_TRACES, load_run
+from gemmscope.plan.profile_run import RUN_TRACES, load_run
 from gemmscope.redaction import REDACTED, Redactor
 from gemmscope.report import render
 from gemmscope.report.documents import SCHEMA_VERSION

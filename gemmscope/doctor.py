@@ -76,7 +76,7 @@ def canary() -> CanaryResult:
     from gemmscope.traces.read import read_trace
 
     report = Path(tempfile.mkdtemp(dir=scratch.folder())) / "canary.nsys-rep"
-    done = nsys_runner.profile([sys.executable, "-m", "gemmscope.workload", "canary"], report,
+    done = nsys_runner.profile([sys.executable, "-m", "gemmscope.plan.workload", "canary"], report,
                                dict(os.environ, NVTE_NVTX_ENABLED="1"))
     if done.returncode != 0 or not report.exists():
         return CanaryResult(False, f"canary: the planted workload failed (exit {done.returncode})")

@@ -28,7 +28,7 @@ from gemmscope import verify
 from gemmscope.api import bundle
 from gemmscope.cli import main
 from gemmscope.errors import InputError
-from gemmscope.profile_run import load_run
+from gemmscope.plan.profile_run import load_run
 from gemmscope.redaction import Redactor
 from gemmscope.report import render
 from gemmscope.report.documents import results_document

@@ -1,4 +1,4 @@
-"""Plots (gemmscope/plots.py) on real data. What each figure draws is checked against figures
+"""Plots (gemmscope/report/plots.py) on real data. What each figure draws is checked against figures
 computed here from outside gemmscope: the example run's own results.json, and SQLite exports
 read straight (kernels joined to the launch calls and to the hook's NVTX records). Pixels are
 not compared: the PNGs are checked to be PNGs, written where they belong and embedded in the
@@ -16,10 +16,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import diagnosis, plots, profile_run
+from gemmscope import diagnosis
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
 from gemmscope.cli import EXAMPLE_RUN, EXAMPLE_TRACE, main
 from gemmscope.kernels import decode
+from gemmscope.plan import profile_run
+from gemmscope.report import plots
 from gemmscope.report.profile_run import write_profile_reports
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import check

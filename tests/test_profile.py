@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gemmscope import gpu_profile, profile_run, run_marks
+from gemmscope.plan import gpu_profile, profile_run, run_marks
 from gemmscope.report.documents import results_document
 from gemmscope.report.profile_run import device_line, write_profile_reports
 from gemmscope.traces.read import read_trace
@@ -33,7 +33,7 @@ class Reference:
 
 
 RUNS = {
-    "h200": Reference(Path(profile_run.__file__).parent / "examples" / "h200-codonfm-5b",
+    "h200": Reference(Path(profile_run.__file__).parent.parent / "examples" / "h200-codonfm-5b",
                       {"fp8-current": 1.61, "fp8-delayed": 1.72, "fp8-block": 1.42}, 29.6),
     "h100": Reference(Path(__file__).parent / "fixtures" / "runs" / "h100-codonfm-5b",
                       {"fp8-current": 1.50, "fp8-delayed": 1.65, "fp8-block": 1.40}, 28.6),

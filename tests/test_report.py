@@ -17,7 +17,7 @@ from gemmscope.api import bundle
 from gemmscope.cli import EXAMPLE_RUN, main
 from gemmscope.diagnosis import diagnose
 from gemmscope.errors import InputError
-from gemmscope.profile_run import load_run
+from gemmscope.plan.profile_run import load_run
 from gemmscope.report import render
 from gemmscope.report.documents import analysis_document
 from gemmscope.report.model import Table, table_parts

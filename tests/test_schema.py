@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
-from gemmscope import diagnosis, kernels, profile_run, recipes, verify
+from gemmscope import diagnosis, kernels, recipes, verify
 from gemmscope.api import bundle
 from gemmscope.cli import main
+from gemmscope.plan import profile_run
 from gemmscope.report import documents
 from gemmscope.traces.read import read_trace
 
@@ -24,7 +25,7 @@ TESTS = Path(__file__).parent
 GPU = TESTS / "fixtures" / "gpu"
 CORPUS = GPU / "corpus"
 HF_CONFIGS = TESTS / "fixtures" / "hf_configs"
-RUNS = {"h200-example": Path(profile_run.__file__).parent / "examples" / "h200-codonfm-5b",
+RUNS = {"h200-example": Path(profile_run.__file__).parent.parent / "examples" / "h200-codonfm-5b",
         "h100": TESTS / "fixtures" / "runs" / "h100-codonfm-5b"}
 # analyze and verify: exit 1 (mismatches) and 4 (no recipe known, verify) still write the document.
 DOCUMENT_EXITS = (0, 1, 4)

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from gemmscope.cli import main
 from gemmscope.errors import InputError
-from gemmscope.hf_config import from_hf_config, resolve_config
-from gemmscope.model_config import PRESETS, LatentAttention, Mamba2Mixer, ModelConfig, preset
-from gemmscope.shapes import PASSES, Gemm, plan, plan_frame
+from gemmscope.plan.hf_config import from_hf_config, resolve_config
+from gemmscope.plan.model_config import PRESETS, LatentAttention, Mamba2Mixer, ModelConfig, preset
+from gemmscope.plan.shapes import PASSES, Gemm, plan, plan_frame
 
 from test_cli import gemmscope
 

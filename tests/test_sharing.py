@@ -332,7 +332,7 @@ def test_doctor_canary_without_torch_or_a_gpu_is_one_line():
 
 
 def test_profile_of_a_model_without_a_gpu_says_so():
-    from gemmscope.gpu_profile import gpu_available
+    from gemmscope.plan.gpu_profile import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is here")

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import gpu_profile, profile_run
 from gemmscope.cli import EXAMPLE_RUN, main
+from gemmscope.plan import gpu_profile, profile_run
 from gemmscope.report import terminal
 from gemmscope.traces.read import read_trace
 

@@ -289,8 +289,8 @@ def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_pa
     shape, a BF16 range of 3 GEMM kernels per iteration, an FP8 range of 3 GEMM and 2 quantize
     kernels, MXFP8 unsupported. The reader splits the shared ranges per group and counts kernel
     time per iteration; the advice scales each group's time now by FP8 / BF16."""
-    from gemmscope.run_marks import PLAN_PREFIX, RESULT_PREFIX
-    from gemmscope.workload import Entry
+    from gemmscope.plan.run_marks import PLAN_PREFIX, RESULT_PREFIX
+    from gemmscope.plan.workload import Entry
 
     from nsys_export import BF16_GEMM, MARK, START_END, HandBuiltExport
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from gemmscope import kernels, shapes
+from gemmscope import kernels
 from gemmscope.cli.group import (
     EXAMPLE_RUN,
     KERNEL_FORMATS,
@@ -21,8 +21,9 @@ from gemmscope.cli.group import (
     with_options,
 )
 from gemmscope.errors import ExitCode, InputError
-from gemmscope.hf_config import resolve_config
-from gemmscope.model_config import ACTIVATIONS, PRESETS, ModelConfig
+from gemmscope.plan import shapes
+from gemmscope.plan.hf_config import resolve_config
+from gemmscope.plan.model_config import ACTIVATIONS, PRESETS, ModelConfig
 from gemmscope.recipes import RECIPES
 from gemmscope.report import documents, render, terminal
 from gemmscope.report.markdown import markdown_table
@@ -158,7 +159,7 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
     machine without a GPU: the run shipped with gemmscope, re-derived from its trace."""
     import time
 
-    from gemmscope import gpu_profile, profile_run
+    from gemmscope.plan import gpu_profile, profile_run
 
     started = time.perf_counter()
     detail = detail_level(quiet, verbose)

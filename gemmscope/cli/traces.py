@@ -73,7 +73,7 @@ def _emit(analysis: Analysis, output: Output, kind: str) -> None:
     else:
         emit(analysis.render(output.fmt, kind, output.detail, output.per_launch))
     if output.plots is not None:
-        from gemmscope import plots
+        from gemmscope.report import plots
 
         written = plots.write(analysis.plots(), output.plots)
         note(f"gemmscope: plots in {output.plots}: {', '.join(p.name for p in written) or 'none'}")

@@ -13,7 +13,7 @@ from gemmscope import devices
 from gemmscope.diagnosis import Diagnosis
 from gemmscope.figures import Coverage, verdict_figures
 from gemmscope.jsonable import frame_records, plain
-from gemmscope.shapes import Gemm
+from gemmscope.plan.shapes import Gemm
 from gemmscope.traces.model import Trace
 from gemmscope.verify import Verification
 

@@ -23,7 +23,7 @@ from gemmscope.jsonable import plain
 from gemmscope.redaction import Redactor
 
 if TYPE_CHECKING:
-    from gemmscope.plots import Plot
+    from gemmscope.report.plots import Plot
 
 # A report's status (errors.State's values) -> the word its verdict block leads with.
 STATUS_WORDS = {state.value: state.word for state in State}

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from gemmscope import devices, plots
+from gemmscope import devices
 from gemmscope.errors import InputError
-from gemmscope.profile_run import ProfileRun
+from gemmscope.plan.profile_run import ProfileRun
+from gemmscope.report import plots
 from gemmscope.report.documents import results_document
 from gemmscope.report.model import Details, Figure, Fit, Groups, More, Report, Section, Table, count
 from gemmscope.report.verdict import environment_line
@@ -26,7 +27,7 @@ COLUMNS_MEANING = ("e2e: CUDA-event time per iteration (median over the timed lo
                    "arithmetic intensity (A, B and the BF16 output). speedup reason, the first that applies: the "
                    "kernel fell back; memory-bound (intensity below the ridge point); quantization or idle time "
                    "between kernels, where it costs the speedup more than the kernel's efficiency next to the BF16 "
-                   "kernel's; else the kernel's % of peak (rules: `gemmscope.profile_run.with_speed_figures`).")
+                   "kernel's; else the kernel's % of peak (rules: `gemmscope.plan.profile_run.with_speed_figures`).")
 
 KERNELS_TITLE = "GEMM kernels that ran (per mode, precision and pass)"
 

@@ -12,10 +12,11 @@ import json
 
 import pandas as pd
 
-from gemmscope import kernels, plots
+from gemmscope import kernels
 from gemmscope.diagnosis import Diagnosis
 from gemmscope.findings import Finding
 from gemmscope.jsonable import plain
+from gemmscope.report import plots
 from gemmscope.report.documents import gemm_fields, gemm_records
 from gemmscope.report.frames import (
     ALLOWED_TITLE,

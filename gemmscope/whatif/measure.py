@@ -23,9 +23,9 @@ import pandas as pd
 
 from gemmscope.attribution import launches_with_ranges
 from gemmscope.errors import InputError
-from gemmscope.profile_run import RUN_TRACES, parse_label
+from gemmscope.plan.profile_run import RUN_TRACES, parse_label
+from gemmscope.plan.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX
 from gemmscope.recipes import RECIPES
-from gemmscope.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX
 from gemmscope.traces.read import read_trace
 from gemmscope.whatif.groups import RunGroups
 

@@ -4,7 +4,7 @@ a GPU, and Transformer Engine or torchao for their groups.
 
     python -m gemmscope.whatif.runner SPEC.json
 
-The protocol is `gemmscope profile`'s (gemmscope.workload, run_marks): each timed loop inside a
+The protocol is `gemmscope profile`'s (gemmscope.plan.workload, run_marks): each timed loop inside a
 process-wide NVTX start/end range (the backward's kernels are launched from torch's autograd
 thread) ``gemmscope.gemm|op=<groups>|pass=fwd+bwd|precision=<recipe>|mode=<kind>|m=…|k=…|n=…|iters=…``
 followed by a result mark with its CUDA-event median and IQR, or ``status=unsupported`` /
@@ -25,8 +25,8 @@ import sys
 
 import torch
 
-from gemmscope.run_marks import PLAN_PREFIX
-from gemmscope.workload import Entry, _te, run_entry, te_recipe, warm_up_gpu
+from gemmscope.plan.run_marks import PLAN_PREFIX
+from gemmscope.plan.workload import Entry, _te, run_entry, te_recipe, warm_up_gpu
 
 # torchao's recipe names (Float8LinearConfig.from_recipe_name) per whatif recipe.
 TORCHAO_RECIPE_NAMES = {"fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}

@@ -29,7 +29,7 @@ import pandas as pd
 from gemmscope import devices
 from gemmscope.diagnosis import CATEGORIES, Diagnosis
 from gemmscope.errors import InputError
-from gemmscope.profile_run import ProfileRun
+from gemmscope.plan.profile_run import ProfileRun
 from gemmscope.recipes import recipe_precision
 from gemmscope.throughput import device_name, gemm_group_throughput
 from gemmscope.verify import Verification

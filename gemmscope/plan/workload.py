@@ -1,14 +1,14 @@
 """The GPU side of `gemmscope profile`: every GEMM of a plan through Transformer Engine, at each
 recipe and mode, timed with CUDA events inside NVTX ranges. Needs torch, TE and a GPU.
 
-    python -m gemmscope.workload SPEC.json
+    python -m gemmscope.plan.workload SPEC.json
 
 The trace is the record: each timed loop runs inside an NVTX range
 ``gemmscope.gemm|op=…|pass=…|precision=…|mode=…|m=…|k=…|n=…|iters=…`` and is followed by an NVTX
 mark ``gemmscope.result|<same keys>|status=ok|e2e_ms=<median>|e2e_iqr_ms=…|e2e_mean_ms=…``
 (CUDA-event times per iteration); an entry that cannot run leaves only a mark with
 ``status=unsupported`` or ``status=failed`` and ``reason=<TE's message>`` (always last).
-`gemmscope.profile_run` reads all of it back from the trace alone.
+`gemmscope.plan.profile_run` reads all of it back from the trace alone.
 
 Modes:
 - ``autocast``: what training does, quantization included: a ``te.Linear(k, n)`` forward on an
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from gemmscope.plan.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
 from gemmscope.recipes import RECIPES
-from gemmscope.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
 
 
 @dataclass(frozen=True)

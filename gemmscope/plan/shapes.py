@@ -9,7 +9,7 @@ and one launch costs 2·M·K·N FLOPs. Tensor parallelism is Megatron style with
 parallelism: every rank sees all T tokens; qkv, mlp_up, expert_up and lm_head are column-parallel
 (O / tp), attn_out, mlp_down and expert_down row-parallel (I / tp), the router is replicated. The
 projections of MLA, shared experts, Mamba2 and MTP follow Megatron-Core's layer specs too: the
-function that plans each says how it is split. The model itself: gemmscope.model_config.
+function that plans each says how it is split. The model itself: gemmscope.plan.model_config.
 """
 
 import math
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from gemmscope.errors import InputError
-from gemmscope.model_config import ATTENTION, GATED_ACTIVATIONS, MAMBA, MLP, MOE, ModelConfig
+from gemmscope.plan.model_config import ATTENTION, GATED_ACTIVATIONS, MAMBA, MLP, MOE, ModelConfig
 
 PASSES = ("fprop", "dgrad", "wgrad")
 

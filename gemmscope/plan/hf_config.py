@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from gemmscope.errors import InputError
-from gemmscope.model_config import (
+from gemmscope.plan.model_config import (
     ATTENTION,
     GATED_ACTIVATIONS,
     MAMBA,

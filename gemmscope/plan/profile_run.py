@@ -1,7 +1,7 @@
 """A `gemmscope profile` run directory read back: the plan's GEMMs at each recipe and mode, their
 timings and verdicts. `analyze_run` derives everything from the trace alone (the workload leaves
 its plan, its CUDA-event timings and each entry's status in NVTX marks), so a run directory can be
-re-analyzed anywhere, without a GPU; gemmscope.gpu_profile makes one.
+re-analyzed anywhere, without a GPU; gemmscope.plan.gpu_profile makes one.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pandas as pd
 from gemmscope import devices
 from gemmscope.attribution import launches_with_ranges
 from gemmscope.errors import InputError
+from gemmscope.plan.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
 from gemmscope.recipes import recipe_precision
-from gemmscope.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import read_trace
 from gemmscope.verify import verdict

@@ -1,6 +1,6 @@
-"""`gemmscope profile` on a GPU: writes a spec of the plan's GEMMs, runs `gemmscope.workload`
+"""`gemmscope profile` on a GPU: writes a spec of the plan's GEMMs, runs `gemmscope.plan.workload`
 (under nsys unless told not to) into a new run directory and exports its trace, which
-gemmscope.profile_run reads back.
+gemmscope.plan.profile_run reads back.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gemmscope import shapes
 from gemmscope.errors import InputError
-from gemmscope.model_config import ModelConfig
-from gemmscope.profile_run import MODES
+from gemmscope.plan import shapes
+from gemmscope.plan.model_config import ModelConfig
+from gemmscope.plan.profile_run import MODES
 from gemmscope.recipes import RECIPES
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def run(spec: dict, out: Path, use_nsys: bool = True) -> Path:
     partial.mkdir(parents=True)
     spec = dict(spec, events_out=str(partial / "events.json"))
     (partial / "spec.json").write_text(json.dumps(spec, indent=1))
-    command = [sys.executable, "-m", "gemmscope.workload", str(partial / "spec.json")]
+    command = [sys.executable, "-m", "gemmscope.plan.workload", str(partial / "spec.json")]
     done: Capture | subprocess.CompletedProcess[bytes]  # how the workload ended, under nsys or not
     try:
         if use_nsys:
