@@ -442,3 +442,17 @@ def test_measured_on_hopper_keeps_slow_fp8_in_bf16_and_says_what_hopper_cannot_r
     unsupported = {r["recipe"] for r in report["per_recipe"] if r["status"] == "unsupported"}
     assert unsupported == {"mxfp8", "nvfp4"}
     assert not any(r["predicted_ms"] for r in report["per_recipe"] if r["recipe"] in unsupported)
+
+
+def test_whatif_is_a_library_call_as_the_command_is(tmp_path):
+    """gemmscope.whatif.answer gives the report the command prints, and the files it writes."""
+    from gemmscope.report import render
+    from gemmscope.whatif import answer
+
+    found = answer.answer([FIRST_LAST], measured=MEASURED_H200, out=tmp_path / "out")
+    done = _cli(str(FIRST_LAST), "--measured", str(MEASURED_H200), "--format", "json", "--no-redact")
+    assert json.loads(render(found.report, "json")) == json.loads(done.stdout)
+    assert {"whatif.json", "whatif.html", "megatron_args.txt"} <= set(found.files) and found.out == tmp_path / "out"
+    assert not (tmp_path / "out").exists()  # the caller writes them; nothing was measured here
+    with pytest.raises(answer.NothingToGroup):
+        answer.answer([TESTS / "fixtures" / "gpu" / "request_mxfp8.sqlite.xz"])
