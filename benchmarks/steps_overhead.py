@@ -29,13 +29,11 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from window_overhead import _NEVER_S, _NSYS_ALONE, compare
+from window_overhead import _NEVER_S, _NSYS_ALONE, compare, timed
 
 import gemmscope
 from gemmscope.autocast_hook.gemmscope_protocol import STEPS
@@ -92,7 +90,7 @@ def main() -> None:
         step_times: dict[str, list[float]] = {kind: [] for kind in runs}
 
         def timed_verify(argv: list[str], env: dict | None = None):
-            wall_s, status, stages, printed = timed_with_output(argv, env)
+            wall_s, status, stages, printed = timed(argv, env)
             kind = next(k for k in runs if runs[k][0] is argv and runs[k][1] is env)  # bare and hook share argv
             figure = program_step_time(args.step_time, printed) if args.step_time else None
             if figure is not None:
@@ -104,7 +102,7 @@ def main() -> None:
                 sizes = sum(f.stat().st_size for f in Path(out, kind.split("-")[0]).rglob("*") if f.is_file())
                 print(f"  {kind}: checked {wall_s - checking[0]:.1f} s after the program ended; "
                       f"capture folder {sizes / 1e6:.1f} MB", flush=True)
-            return wall_s, status, stages
+            return wall_s, status, stages, printed
 
         compare(runs, command, args.rounds, args.warmup, target={"torch-steps": 1.03}, timer=timed_verify)
     bare_step = statistics.median(step_times["bare"]) if step_times["bare"] else None
@@ -117,25 +115,6 @@ def main() -> None:
         if seconds:
             print(f"median {kind}: checked {statistics.median(seconds):.1f} s after the program ended "
                   f"({min(seconds):.1f}-{max(seconds):.1f} s; target <= 5 s for torch-steps)")
-
-
-def timed_with_output(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, list[str], str]:
-    """window_overhead.timed's wall seconds, exit status and verify's stage times, and everything the
-    run printed (a bare program prints on stdout; under verify its output is relayed to stderr)."""
-    started = time.perf_counter()
-    stages, printed = [], []
-    with tempfile.TemporaryFile("w+", errors="replace") as stdout, \
-            subprocess.Popen(command, stdout=stdout, stderr=subprocess.PIPE, text=True, errors="replace",
-                             env=env) as process:
-        for line in process.stderr:
-            printed.append(line)
-            if line.startswith("gemmscope: ["):
-                stages.append(f"{time.perf_counter() - started:.1f} s {line.split(']')[0].split('[')[1]}")
-        process.wait()
-        wall_s = time.perf_counter() - started
-        stdout.seek(0)
-        printed.append(stdout.read())
-    return wall_s, process.returncode, stages, "".join(printed)
 
 
 def program_step_time(pattern: re.Pattern, printed: str) -> float | None:

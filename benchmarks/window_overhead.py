@@ -47,16 +47,24 @@ PARTS = {
 }
 
 
-def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, list[str]]:
-    """Wall seconds, exit status, and when each of verify's stage lines came (seconds from start)."""
+def timed(command: list[str], env: dict[str, str] | None = None) -> tuple[float, int, list[str], str]:
+    """Wall seconds, exit status, when each of verify's stage lines came (seconds from start), and
+    everything the run printed (a bare program prints on stdout; under verify its output is relayed
+    to stderr)."""
     started = time.perf_counter()
-    stages = []
-    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          errors="replace", env=env) as process:
+    stages, printed = [], []
+    with tempfile.TemporaryFile("w+", errors="replace") as stdout, \
+            subprocess.Popen(command, stdout=stdout, stderr=subprocess.PIPE, text=True, errors="replace",
+                             env=env) as process:
         for line in process.stderr:
+            printed.append(line)
             if line.startswith("gemmscope: ["):
                 stages.append(f"{time.perf_counter() - started:.1f} s {line.split(']')[0].split('[')[1]}")
-    return time.perf_counter() - started, process.returncode, stages
+        process.wait()
+        wall_s = time.perf_counter() - started
+        stdout.seek(0)
+        printed.append(stdout.read())
+    return wall_s, process.returncode, stages, "".join(printed)
 
 
 def main() -> None:
@@ -99,12 +107,12 @@ def compare(runs: dict[str, tuple[list[str], dict | None]], command: list[str], 
     walls: dict[str, list[float]] = {kind: [] for kind in runs}
     statuses: dict[str, set[int]] = {kind: set() for kind in runs}
     for _ in range(warmup):
-        wall_s, status, _ = timed(command)
+        wall_s, status, *_ = timed(command)
         print(f"warm-up  bare        {wall_s:8.1f} s  exit {status} (not counted)", flush=True)
     for round_ in range(rounds):
         kinds = list(runs)
         for kind in kinds[round_ % len(kinds):] + kinds[:round_ % len(kinds)]:  # the order rotated
-            wall_s, status, stages = timer(*runs[kind])
+            wall_s, status, stages, _ = timer(*runs[kind])
             walls[kind].append(wall_s)
             statuses[kind].add(status)
             print(f"round {round_ + 1} {kind:11s} {wall_s:8.1f} s  exit {status}"

@@ -56,7 +56,7 @@ VERDICT_COLUMNS = {"expected": "expected", "verdict": "verdict", "cause": "cause
 # The reports an Analysis makes (`Analysis.report`): analyze's (its JSON document analyze's),
 # verify's (its JSON document verify's), the page `report` writes (no JSON document) and diagnose's.
 REPORT_KINDS = ("analysis", "verification", "page", "diagnosis")
-# What `render` writes besides a report's formats (report.FORMATS): one JSON line per GEMM launch.
+# What `render` writes besides a report's formats (report.render's): one JSON line per GEMM launch.
 STREAMED = "jsonl"
 
 
@@ -338,7 +338,7 @@ class Analysis:
 
     def render(self, fmt: str = "table", kind: str = "analysis", detail: str = "normal",
                per_launch: bool = False) -> str:
-        """The report of `kind` as the text of `fmt` (report.FORMATS, or "jsonl": one JSON line
+        """The report of `kind` as the text of `fmt` (what report.render writes, or "jsonl": one JSON line
         per GEMM launch, as `launch_lines`)."""
         if fmt == STREAMED:
             return "".join(self.launch_lines())
