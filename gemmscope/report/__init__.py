@@ -11,6 +11,7 @@ from collections.abc import Callable
 from gemmscope.errors import InputError
 from gemmscope.report.model import Report
 
+
 def renderers() -> dict[str, Callable[[Report], str]]:
     """Each format a report's sections are rendered in, and its renderer: a module of its own over
     the report model (model.py), named here. JSON and CSV are the report's document and rows."""
