@@ -115,7 +115,7 @@ def analyze_run(trace: Trace) -> ProfileRun:
     gpu = trace.meta["gpus"][0] if trace.meta["gpus"] else {"name": "unknown", "sm": None}
     results = [n for n in marks if n.startswith(RESULT_PREFIX)]
     run = _run_from(json.loads(plans[0][len(PLAN_PREFIX):]), results, {"name": gpu["name"], "sm": gpu["sm"]},
-                    _measured(trace), _memory_by_precision(trace))
+                    timed_ranges(trace), _memory_by_precision(trace))
     run.trace_meta = trace.meta
     return run
 
@@ -131,8 +131,7 @@ def _run_from(plan: dict, result_marks: list[str], device: dict, measured: dict,
     per_layer_ops = {(g["op"], g["pass"]) for g in plan["gemms"] if g["count"] == plan["num_layers"]}
     rows = []
     for r in map(parse_label, result_marks):
-        label = RANGE_PREFIX + "|".join(f"{k}={r[k]}" for k in (*_KEY, "iters"))
-        m = measured.get(label, {})
+        m = measured.get(range_label(r), {})
         flops = 2 * r["m"] * r["k"] * r["n"]
         row = {k: r[k] for k in _KEY} | {
             "iters": r["iters"], "status": r["status"], "reason": r.get("reason"),
@@ -257,8 +256,14 @@ def _speedup_reasons(rows: pd.DataFrame, baseline: pd.DataFrame, peak_label: pd.
     return pd.Series(reasons, index=rows.index).where(rows["status"] == "ok")  # no reason for what did not run
 
 
-def _measured(trace: Trace) -> dict[str, dict]:
-    """Per timed range: the GEMM kernels it launched and the rest (quantization overhead)."""
+def range_label(result: dict) -> str:
+    """The NVTX range a result mark's loop was timed in (the workload's protocol, run_marks)."""
+    return RANGE_PREFIX + "|".join(f"{k}={result[k]}" for k in (*_KEY, "iters"))
+
+
+def timed_ranges(trace: Trace) -> dict[str, dict]:
+    """Per timed range (its label): the GEMM kernels it launched, the quantization kernels among
+    the rest, and the rest (overhead), per iteration."""
     k, ranges = launches_with_ranges(trace)
     # a timed range holds one entry's loop; no two nest
     k["timed"] = ranges.innermost_matching([glob.escape(RANGE_PREFIX) + "*"], np.arange(len(k)))
@@ -278,6 +283,7 @@ def _measured(trace: Trace) -> dict[str, dict]:
             "kernel_median_ms": q[0.5] if q is not None else math.nan,
             "kernel_iqr_ms": (q[0.75] - q[0.25]) if q is not None else math.nan,
             "overhead_ms": rest["duration_ns"].sum() / iters / 1e6,
+            "quantize_ms": rest.loc[rest["role"] == "quantize", "duration_ns"].sum() / iters / 1e6,
             "e2e_trace_ms": (grp["end"].max() - grp["start"].min()) / iters / 1e6,
         }
     return out

@@ -11,7 +11,6 @@ quantization kernel time and the precision of the GEMM kernel that ran.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -21,10 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemmscope.attribution import launches_with_ranges
 from gemmscope.errors import InputError
-from gemmscope.plan.profile_run import RUN_TRACES, parse_label
-from gemmscope.plan.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX
+from gemmscope.plan.profile_run import RUN_TRACES, parse_label, range_label, timed_ranges
+from gemmscope.plan.run_marks import PLAN_PREFIX, RESULT_PREFIX
 from gemmscope.recipes import RECIPES
 from gemmscope.traces.read import read_trace
 from gemmscope.whatif.groups import RunGroups
@@ -133,11 +131,9 @@ def read_measurement(folder: Path) -> tuple[pd.DataFrame, dict]:
     results = [parse_label(name) for name in marks[marks.str.startswith(RESULT_PREFIX)]]
     if not results:
         raise InputError(f"{trace_path} holds no whatif result: the runner stopped before its first module")
-    kernels = _kernels_per_range(trace)
     rows = pd.DataFrame(results).rename(columns={"op": "group", "precision": "recipe", "mode": "kind"})
-    rows["label"] = [RANGE_PREFIX + "|".join(f"{k}={r[k]}" for k in ("op", "pass", "precision", "mode", "m", "k", "n",
-                                                                     "iters")) for r in results]
-    rows = rows.join(kernels, on="label")
+    rows["label"] = [range_label(r) for r in results]
+    rows = rows.join(_kernels_per_range(trace), on="label")
     rows = rows.assign(group=rows["group"].str.split("+")).explode("group", ignore_index=True)  # shared shapes
     for column in RESULT_COLUMNS:
         if column not in rows:
@@ -148,18 +144,10 @@ def read_measurement(folder: Path) -> tuple[pd.DataFrame, dict]:
 
 def _kernels_per_range(trace) -> pd.DataFrame:
     """Per timed range (its label): GEMM and quantization kernel ms per iteration, and the GEMM
-    kernel and precision met most."""
-    k, ranges = launches_with_ranges(trace)
-    k["timed"] = ranges.innermost_matching([glob.escape(RANGE_PREFIX) + "*"], np.arange(len(k)))
-    k = k[k["timed"].notna()]
-    iters = k["timed"].map(lambda label: parse_label(label)["iters"]).astype(float)
-    k = k.assign(ms=k["duration_ns"] / iters / 1e6, gemm=k["role"].isin(["gemm", "gemm-tail"]),
-                 quant=k["role"] == "quantize")
-    per = k.groupby("timed")
-    gemm = k[k["role"] == "gemm"].groupby("timed")
-    return pd.DataFrame({
-        "gemm_ms": k[k["gemm"]].groupby("timed")["ms"].sum(),
-        "quant_ms": k[k["quant"]].groupby("timed")["ms"].sum(),
-        "kernel": gemm["name"].agg(lambda n: n.mode().iat[0]),
-        "kernel_precision": gemm["precision"].agg(lambda p: p.mode().iat[0]),
-    }, index=per.size().index).fillna({"quant_ms": 0.0})
+    kernel and precision met most (profile_run.timed_ranges); a range that launched no GEMM has no
+    GEMM time, never 0."""
+    ranges = pd.DataFrame.from_dict(timed_ranges(trace), orient="index",
+                                    columns=["kernel_ms", "quantize_ms", "kernel", "precision", "gemm_launches"])
+    return pd.DataFrame({"gemm_ms": ranges["kernel_ms"].where(ranges["gemm_launches"] > 0),
+                         "quant_ms": ranges["quantize_ms"], "kernel": ranges["kernel"],
+                         "kernel_precision": ranges["precision"]})
