@@ -50,6 +50,13 @@ def first_last():
     return _groups(FIRST_LAST)
 
 
+@pytest.fixture(scope="module")
+def all_fp8():
+    """Megatron's layers all in FP8, its output layer BF16: no module pattern ran at two precisions,
+    so every prediction is the measured ratio."""
+    return _groups(MEGATRON_10)
+
+
 @pytest.mark.parametrize("trace", [FIRST_LAST, MEGATRON_10])
 def test_megatron_groups_fold_layers_of_one_precision(trace):
     """Per module pattern and FP8-or-not, the layer numbers the module tree says: one group each."""
@@ -144,43 +151,68 @@ def _slow_small_fp8(p, recipe):
     return {"bf16": 1.0, "fp8-current": 1.4 if p.out_features == p.in_features else 0.6}.get(recipe)
 
 
-def test_advice_keeps_slow_fp8_in_bf16_and_moves_what_gains(first_last):
-    advised = advice.advise(first_last, _results(first_last, _slow_small_fp8), {"name": "NVIDIA H100 80GB HBM3"})
+def test_advice_keeps_slow_fp8_in_bf16_and_moves_what_gains(all_fp8):
+    slow_projections = lambda p, recipe: {"bf16": 1.0,  # noqa: E731
+                                          "fp8-current": 1.4 if p.in_features == p.out_features else 0.6}.get(recipe)
+    advised = advice.advise(all_fp8, _results(all_fp8, slow_projections), {"name": "NVIDIA H200"})
     groups = advised.groups.set_index("name")
-    proj_bf16 = groups.loc["decoder.layers.{0,3}.self_attention.linear_proj"]
-    assert proj_bf16["action"] == "keep"
-    assert proj_bf16["text"].startswith("keep decoder.layers.{0,3}.self_attention.linear_proj in BF16 (FP8 0.71×")
-    fc1_bf16 = groups.loc["decoder.layers.{0,3}.mlp.linear_fc1"]
-    assert fc1_bf16["action"] == "move" and fc1_bf16["speedup"] == pytest.approx(1 / 0.6)
-    assert fc1_bf16["target_ms"] == pytest.approx(fc1_bf16["now_ms"] * 0.6)
-    assert f"{fc1_bf16['stake_ms']:.2f} ms per step" in fc1_bf16["text"]
-    proj_fp8 = groups.loc["decoder.layers.{1,2}.self_attention.linear_proj"]
-    assert proj_fp8["action"] == "move" and proj_fp8["target"] == "bf16"  # BF16 is 1/1.4 of FP8's time
+    proj = groups.loc["decoder.layers.*.self_attention.linear_proj"]
+    assert proj["action"] == "move" and proj["target"] == "bf16"  # BF16 is 1/1.4 of FP8's time
+    assert proj["target_ms"] == pytest.approx(proj["now_ms"] / 1.4)
+    assert proj["text"].startswith("move decoder.layers.*.self_attention.linear_proj to BF16 (1.4×, ")
+    fc1 = groups.loc["decoder.layers.*.mlp.linear_fc1"]
+    assert fc1["action"] == "keep" and fc1["speedup"] == pytest.approx(0.6)
+    assert fc1["text"].startswith("keep decoder.layers.*.mlp.linear_fc1 in FP8 (BF16 0.6× here, ")
+    assert f"{fc1['stake_ms']:.2f} ms per step lost" in fc1["text"]
+    head = groups.loc["output_layer"]
+    assert head["action"] == "move" and head["target_ms"] == pytest.approx(head["now_ms"] * 0.6)
     # ordered by time at stake; MXFP8 unsupported on this GPU: no figure, never zero
     assert advised.recommendations["stake_ms"].is_monotonic_decreasing
     mx = advised.per_recipe[advised.per_recipe["recipe"] == "mxfp8"]
     assert mx["predicted_ms"].isna().all() and (mx["status"] == "unsupported").all()
-    assert advised.other_gpu is None  # the trace ran on an H100 too
+    assert advised.per_recipe["source"].isna().all()  # no pattern ran at two precisions
+    assert advised.other_gpu is None  # the trace ran on an H200 too
+
+
+def test_advice_takes_a_recipe_the_run_itself_ran_from_the_run(first_last):
+    """Megatron's layers 0 and 3 in BF16, 1 and 2 in FP8, the same shapes: each group's time at the
+    other precision is the other group's time in the run per GEMM, whatever the runner measured."""
+    advised = advice.advise(first_last, _results(first_last, _slow_small_fp8), {"name": "NVIDIA H100 80GB HBM3"})
+    groups = advised.groups.set_index("name")
+    for pattern in ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2"):
+        bf16, fp8 = groups.loc[f"decoder.layers.{{0,3}}.{pattern}"], groups.loc[f"decoder.layers.{{1,2}}.{pattern}"]
+        assert bf16["target_ms"] == pytest.approx(fp8["now_ms"] * bf16["gemms_per_step"] / fp8["gemms_per_step"])
+        assert fp8["target_ms"] == pytest.approx(bf16["now_ms"] * fp8["gemms_per_step"] / bf16["gemms_per_step"])
+        assert bf16["target_source"] == f"decoder.layers.{{1,2}}.{pattern}"
+    proj = groups.loc["decoder.layers.{0,3}.self_attention.linear_proj"]
+    assert proj["action"] == "keep" and proj["text"].startswith(
+        "keep decoder.layers.{0,3}.self_attention.linear_proj in BF16 (FP8 0.56× in this run, ")
+    # a recipe the run did not run, and the output layer, which has no sibling: the measured ratio
+    per_recipe = advised.per_recipe.set_index(["group", "recipe"])
+    assert pd.isna(per_recipe.loc[(proj["group"], "fp8-block"), "source"])
+    head = groups.loc["output_layer"]
+    assert pd.isna(head["target_source"]) and head["target_ms"] == pytest.approx(head["now_ms"] * 0.6)
 
 
 def test_advice_on_another_gpu_says_so(first_last):
     advised = advice.advise(first_last, _results(first_last, _slow_small_fp8), {"name": "NVIDIA H200"})
     assert advised.other_gpu and "NVIDIA H200" in advised.other_gpu and "this GPU's" in advised.other_gpu
+    assert "those taken from the run's own groups are the trace's" in advised.other_gpu
 
 
-def test_megatron_change_parses_with_megatron_gpt_and_keeps_whole_layers(first_last):
-    # every FP8 GEMM slower: the first-last layers stay, the middle ones would go BF16 too
+def test_megatron_change_parses_with_megatron_gpt_and_keeps_whole_layers(all_fp8):
+    # every FP8 GEMM slower: every layer goes BF16
     slow = lambda p, recipe: {"bf16": 1.0, "fp8-current": 1.5}.get(recipe)  # noqa: E731
-    written = changes.write_changes(first_last, advice.advise(first_last, _results(first_last, slow), {}))
+    written = changes.write_changes(all_fp8, advice.advise(all_fp8, _results(all_fp8, slow), {}))
     args = written.files[changes.MEGATRON_ARGS].split()
     parsed = _program("megatron_gpt").parse_args(args)
     assert parsed.first_last_bf16 and parsed.num_layers_at_start_in_bf16 + parsed.num_layers_at_end_in_bf16 == 4
-    groups = first_last.groups
+    groups = all_fp8.groups
     low = groups["low_precision"]
     assert written.predicted_ms == pytest.approx(groups.loc[~low, "now_ms"].sum() + groups.loc[low, "now_ms"].sum() / 1.5)
     # every FP8 GEMM faster: no layer BF16, and the output layer has no switch
     fast = lambda p, recipe: {"bf16": 1.0, "fp8-current": 0.5}.get(recipe)  # noqa: E731
-    written = changes.write_changes(first_last, advice.advise(first_last, _results(first_last, fast), {}))
+    written = changes.write_changes(all_fp8, advice.advise(all_fp8, _results(all_fp8, fast), {}))
     parsed = _program("megatron_gpt").parse_args(written.files[changes.MEGATRON_ARGS].split("#")[0].split())
     assert not parsed.first_last_bf16
     assert "Megatron's output layer: no switch moves it to low precision: it stays BF16" in written.notes
@@ -190,8 +222,8 @@ def test_megatron_change_parses_with_megatron_gpt_and_keeps_whole_layers(first_l
         ~low & layers, "now_ms"].sum() * 0.5 + groups.loc[~layers, "now_ms"].sum())
 
 
-def test_megatron_change_finer_than_layers_is_said(first_last):
-    written = changes.write_changes(first_last, advice.advise(first_last, _results(first_last, _slow_small_fp8), {}))
+def test_megatron_change_finer_than_layers_is_said(all_fp8):
+    written = changes.write_changes(all_fp8, advice.advise(all_fp8, _results(all_fp8, _slow_small_fp8), {}))
     assert any("finer than whole layers" in note for note in written.notes)
     yaml_text = written.files[changes.TE_DEBUG_YAML]
     assert "DisableFP8Layer" in yaml_text and "decoder\\.layers\\.1\\.self_attention\\.linear_proj" in yaml_text
@@ -261,9 +293,9 @@ def test_measured_report_json_validates(first_last):
     assert_valid(document, "whatif")
     top = advised.recommendations["text"].head(3).tolist()
     text = render(whole, "table")
-    first_screen = "\n".join(text.splitlines()[:10])
+    first_screen = " ".join(" ".join(text.splitlines()[:12]).split())  # the terminal wraps at 100 columns
     assert max(map(len, text.splitlines())) <= 100 and not [line for line in text.splitlines() if line != line.rstrip()]
-    assert all(line in first_screen for line in top)
+    assert all(" ".join(line.split()) in first_screen for line in top)
     page = render(whole, "html")
     assert all(line.replace("&", "&amp;") in page for line in advised.recommendations["text"])
     assert [r["text"] for r in document["recommendations"]] == advised.recommendations["text"].tolist()
@@ -288,7 +320,8 @@ def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_pa
     """The runner's protocol in an export with nsys's schema (tests/nsys_export.py): per shared
     shape, a BF16 range of 3 GEMM kernels per iteration, an FP8 range of 3 GEMM and 2 quantize
     kernels, MXFP8 unsupported. The reader splits the shared ranges per group and counts kernel
-    time per iteration; the advice scales each group's time now by FP8 / BF16."""
+    time per iteration; the advice scales a group's time now by FP8 / BF16 where the run did not
+    itself run its pattern at the other precision."""
     from gemmscope.plan.run_marks import PLAN_PREFIX, RESULT_PREFIX
     from gemmscope.plan.workload import Entry
 
@@ -334,10 +367,12 @@ def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_pa
     advised = advice.advise(first_last, results, device)
     assert advised.other_gpu is not None  # the trace ran on an H100
     groups = advised.groups.set_index("group")
-    bf16_group = first_last.groups.loc[~first_last.groups["low_precision"]].iloc[0]
-    assert groups.loc[bf16_group["group"], "target_ms"] == pytest.approx(bf16_group["now_ms"] * 8 / 12)
-    fp8_group = first_last.groups.loc[first_last.groups["low_precision"]].iloc[0]
-    assert groups.loc[fp8_group["group"], "target_ms"] == pytest.approx(fp8_group["now_ms"] * 12 / 8)
+    by_name = first_last.groups.set_index("name")
+    head = by_name.loc["output_layer"]  # no other group of its pattern: the measured ratio
+    assert groups.loc[head["group"], "target_ms"] == pytest.approx(head["now_ms"] * 8 / 12)
+    # FP8 layers whose pattern the run also ran in BF16: that group's own time in the run
+    fp8_fc2, bf16_fc2 = by_name.loc["decoder.layers.{1,2}.mlp.linear_fc2"], by_name.loc["decoder.layers.{0,3}.mlp.linear_fc2"]
+    assert groups.loc[fp8_fc2["group"], "target_ms"] == pytest.approx(bf16_fc2["now_ms"])
     verdicts = advised.per_recipe.set_index("recipe")[["kernel_precision", "kernel_verdict"]].dropna()
     assert set(map(tuple, verdicts.loc["fp8-current"].to_numpy())) == {("fp8", "OK")}
     assert set(map(tuple, verdicts.loc["bf16"].to_numpy())) == {("bf16", "OK")}
@@ -346,7 +381,7 @@ def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_pa
     assert set(unsupported["reason"]) == {"MXFP8 needs compute capability 10.0 (sm100)"}
 
 
-def test_the_claim_benchmark_applies_the_written_change_as_the_program_takes_it(first_last, tmp_path):
+def test_the_claim_benchmark_applies_the_written_change_as_the_program_takes_it(all_fp8, tmp_path):
     """benchmarks/whatif_claim.py passes whatif's files to the corpus programs unmodified: here
     Megatron's arguments, parsed by megatron_gpt.py's own parser, and no change at all."""
     spec = importlib.util.spec_from_file_location("whatif_claim", TESTS.parent / "benchmarks" / "whatif_claim.py")
@@ -356,7 +391,7 @@ def test_the_claim_benchmark_applies_the_written_change_as_the_program_takes_it(
     megatron = claim.PROGRAMS["megatron_gpt"]
     for factor, bf16_layers in ((1.5, 4), (0.5, 0)):
         slow_or_fast = lambda p, recipe, f=factor: {"bf16": 1.0, "fp8-current": f}.get(recipe)  # noqa: E731
-        written = changes.write_changes(first_last, advice.advise(first_last, _results(first_last, slow_or_fast), {}))
+        written = changes.write_changes(all_fp8, advice.advise(all_fp8, _results(all_fp8, slow_or_fast), {}))
         folder = tmp_path / str(factor)
         folder.mkdir()
         for name, text in written.files.items():
@@ -432,9 +467,14 @@ def test_measured_on_hopper_keeps_slow_fp8_in_bf16_and_says_what_hopper_cannot_r
     clock = _runner_times(MEASURED_H200, tmp_path)
     shapes = {g["name"]: g for g in report["groups"]}
     kept = [r for r in report["recommendations"] if r["action"] == "keep"]
-    assert {r["name"] for r in kept} >= {n for n in shapes if n.startswith("decoder.layers.{0,3}")}
-    for rec in kept:
-        assert re.search(r"FP8 0\.\d\d× here", rec["text"]), rec["text"]
+    assert "decoder.layers.{0,3}.self_attention.linear_proj" in {r["name"] for r in kept}
+    sources = {(r["group"], r["recipe"]): r["source"] for r in report["per_recipe"]}
+    for rec in kept:  # the BF16 layers' FP8 time: the FP8 layers' own in the run, not the runner's ratio
+        sibling = shapes[rec["name"].replace("{0,3}", "{1,2}")]
+        assert sources[(rec["group"], rec["target"])] == sibling["name"]
+        assert rec["target_ms"] == pytest.approx(sibling["now_ms"] * shapes[rec["name"]]["gemms_per_step"]
+                                                 / sibling["gemms_per_step"])
+        assert re.search(r"FP8 0\.\d\d× in this run", rec["text"]), rec["text"]
         assert rec["speedup"] < 1
     for (kind, shape, recipe), ms in clock.items():
         if recipe.startswith("fp8"):

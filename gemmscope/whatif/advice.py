@@ -4,7 +4,9 @@ group's own recipe, times the group's time now per step), and what to change, ti
 A group's time at a recipe is, per module shape, its time now × measured(recipe) /
 measured(recipe now), where measured is the GEMM and quantization kernel time of the module's
 forward and backward inside the runner's timed range; a shape that was not measured at either
-leaves the group's figure missing, never zero. The recommendation compares the group's recipe
+leaves the group's figure missing, never zero. Where the run itself ran the same module shape at
+that recipe, in another group of the same module pattern, its time there per GEMM is the figure
+(_from_the_run), and the recommendation says whose it is. The recommendation compares the group's recipe
 now with the one it could switch to in this program: BF16 for a low-precision group, the
 program's own low-precision recipe for a BF16 group (the best measured one where the program ran
 none). A change smaller than NOISE of the time now is no change.
@@ -62,9 +64,11 @@ def advise(run: RunGroups, results: pd.DataFrame, device: dict) -> Advice:
     recipes = pd.DataFrame({"recipe": results["recipe"].unique()})
     grid = shapes.merge(recipes, how="cross").merge(measured, on=["group", "m", "k", "n", "recipe"], how="left")
     grid["predicted_ms"] = grid["now_ms"] * grid["measured_ms"] / grid["base_ms"]
+    grid = _from_the_run(run, grid)
     per_recipe = (grid.assign(missing=grid["predicted_ms"].isna())
                   .groupby(["group", "recipe"], sort=False)
-                  .agg(predicted_ms=("predicted_ms", "sum"), missing=("missing", "any")).reset_index())
+                  .agg(predicted_ms=("predicted_ms", "sum"), missing=("missing", "any"),
+                       source=("source", "first")).reset_index())
     per_recipe.loc[per_recipe.pop("missing"), "predicted_ms"] = np.nan  # a shape not measured: no figure
     status = results.groupby(["group", "recipe"], sort=False).agg(
         status=("status", lambda s: "ok" if (s == "ok").all() else s[s != "ok"].iat[0]),
@@ -76,9 +80,33 @@ def advise(run: RunGroups, results: pd.DataFrame, device: dict) -> Advice:
     groups = _recommend(run, per_recipe)
     changes = groups[groups["action"].notna()].sort_values("stake_ms", ascending=False, ignore_index=True)
     trace_gpu = run.gpu
+    sourced = per_recipe["source"].notna().any()
     other = (f"measured on {device.get('name')}, the trace ran on {trace_gpu}: the figures are this GPU's"
+             + ("; those taken from the run's own groups are the trace's" if sourced else "")
              if trace_gpu and device.get("name") and device.get("name") != trace_gpu else None)
     return Advice(per_recipe=per_recipe, groups=groups, recommendations=changes, device=device, other_gpu=other)
+
+
+def _from_the_run(run: RunGroups, grid: pd.DataFrame) -> pd.DataFrame:
+    """Where the run itself ran a group's module shape at a recipe in another group of the same
+    module pattern (Megatron's first and last layers in BF16, the middle ones in FP8), the time
+    there per GEMM launch, not the runner's ratio: the program's own evidence of how it runs that
+    module, quantization as it does it, included (a program that keeps its FP8 weights between
+    steps quantizes less than the runner's module does). `source` names that group."""
+    groups = run.groups[["group", "name", "pattern", "now_recipe"]]
+    shapes = run.shapes.rename(columns={"tokens": "m", "in_features": "k", "out_features": "n"})
+    ran = shapes.merge(groups, on="group").astype({"m": "float64", "k": "float64", "n": "float64"})
+    ran = ran.assign(ms_per_gemm=ran["now_ms"] / ran["gemms_per_step"]).rename(
+        columns={"now_recipe": "recipe", "group": "sibling", "name": "source"})
+    ran = ran[["pattern", "m", "k", "n", "recipe", "sibling", "source", "ms_per_gemm"]].drop_duplicates(
+        ["pattern", "m", "k", "n", "recipe"])
+    keyed = grid.merge(groups[["group", "pattern"]], on="group", how="left")
+    keyed = keyed.merge(ran, on=["pattern", "m", "k", "n", "recipe"], how="left")
+    other = (keyed["sibling"].notna() & (keyed["sibling"] != keyed["group"])).to_numpy()
+    grid = grid.copy()
+    grid["source"] = np.where(other, keyed["source"], None)
+    grid.loc[other, "predicted_ms"] = (keyed["ms_per_gemm"] * keyed["gemms_per_step"])[other].to_numpy()
+    return grid
 
 
 def _kernel_verdicts(ok: pd.DataFrame, device: dict) -> pd.DataFrame:
@@ -106,6 +134,7 @@ def _recommend(run: RunGroups, per_recipe: pd.DataFrame) -> pd.DataFrame:
                                                how="left")
     groups["target_ms"] = target["predicted_ms"].to_numpy()
     groups["target_status"] = target["status"].to_numpy()
+    groups["target_source"] = target["source"].to_numpy()
     # a group the runner could not build has no result at all: the plan says why
     unbuildable = plan(run).dropna(subset=["unmeasurable"]).drop_duplicates("group").set_index("group")["unmeasurable"]
     groups["target_reason"] = target["reason"].where(target["reason"].notna(),
@@ -119,6 +148,10 @@ def _recommend(run: RunGroups, per_recipe: pd.DataFrame) -> pd.DataFrame:
     target_label = groups["target"].fillna("low precision").map(_label)
     name = groups["name"]
     speed = groups["speedup"].map(lambda s: f"{s:.2f}".rstrip("0").rstrip(".") + "×" if pd.notna(s) else "")
+    # a measured figure is this GPU's ("here"); one another group of the run ran is the run's own
+    # (which group: per_recipe's source)
+    sourced = np.where(groups["target_source"].notna(), " in this run", "")
+    where = np.where(groups["target_source"].notna(), " in this run", " here")
     per_step = groups["stake_ms"].map(lambda ms: f"{ms:.2f} ms per step" if pd.notna(ms) else "")
     action = np.select([unmeasured.to_numpy(), gains.to_numpy(), losses.to_numpy()], ["unmeasured", "move", "keep"],
                        default="")
@@ -127,8 +160,9 @@ def _recommend(run: RunGroups, per_recipe: pd.DataFrame) -> pd.DataFrame:
         [unmeasured.to_numpy(), gains.to_numpy(), losses.to_numpy()],
         [name + ": not measured at " + target_label + groups["target_reason"].fillna("").map(
             lambda r: f" ({r})" if r else ""),
-         "move " + name + " to " + target_label + " (" + speed + ", " + per_step + ")",
-         "keep " + name + " in " + now_label + " (" + target_label + " " + speed + " here, " + per_step + " lost)"],
+         "move " + name + " to " + target_label + " (" + speed + sourced + ", " + per_step + ")",
+         "keep " + name + " in " + now_label + " (" + target_label + " " + speed + where + ", " + per_step
+         + " lost)"],
         default="no change for " + name + ": " + target_label + " within " + f"{NOISE:.0%}" + " of now")
     groups.loc[groups["action"] == "unmeasured", "stake_ms"] = np.nan
     return groups

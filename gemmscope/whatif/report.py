@@ -92,7 +92,7 @@ def advice_report(run: RunGroups, advice: Advice, changes: Changes, written_to: 
         "recommendations": frame_records(recs[["group", "name", "action", "text", "now_recipe", "target", "now_ms",
                                                "target_ms", "speedup", "stake_ms"]]),
         "per_recipe": frame_records(advice.per_recipe[["group", "recipe", "status", "reason", "predicted_ms",
-                                                       "ratio", "kernel_precision", "kernel_verdict"]]),
+                                                       "ratio", "source", "kernel_precision", "kernel_verdict"]]),
         "changes": {"framework": changes.framework, "lines": changes.lines, "notes": changes.notes,
                     "files": sorted(changes.files), "now_ms": plain(run.groups["now_ms"].sum()),
                     "predicted_ms": plain(changes.predicted_ms)}}
