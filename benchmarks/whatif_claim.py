@@ -9,13 +9,13 @@ first and last layers in BF16, a Hugging Face Llama through accelerate's torchao
 4. run it again under verify and group its GEMMs as whatif does (gemmscope.whatif.groups);
 5. compare the predicted GEMM + quantization ms per step (whatif's `changes.predicted_ms`) with the
    re-run's measured one (target: within 10 %), and the step time before and after the change
-   (the program alone, `--step-times`, no nsys, no hook: median and IQR of the steps after
-   WARMUP), flagging an after-step slower than before beyond the before-steps' IQR.
+   (the program alone, `--step-times`, no nsys, no hook; before and after alternating
+   TIMED_ROUNDS times: median and IQR of the steps after WARMUP, pooled), flagging an after-step
+   slower than before beyond the before-steps' IQR.
 
-Needs a GPU with TE, torchao, megatron-core, transformers and accelerate. All three take longer than
-5.5 minutes on an H200 (2026-11-27: stopped by a 330 s limit in the third, before any result was
-printed; each program's result is now printed as it ends): under a 10-minute limit a call, run one
-or two programs a call (--programs).
+Needs a GPU with TE, torchao, megatron-core, transformers and accelerate. Each program's row is
+printed as it ends; on an H200 torchao_mlp and megatron_gpt together took under 5 minutes, and
+hf_accelerate 2 (2026-11-27): under a 10-minute limit a call, run them as two series (--programs).
 
     python benchmarks/whatif_claim.py [--programs torchao_mlp,megatron_gpt,hf_accelerate] [--keep DIR]
 """
@@ -35,8 +35,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "tests" / "fixtures" / "gpu" / "corpus"
 CAPTURE_STEPS = 6  # under verify: the groups are per step over the steps after the first
-TIMED_STEPS = 12  # --step-times runs, of which the first WARMUP are dropped
-WARMUP = 3
+TIMED_STEPS = 30  # --step-times runs, of which the first WARMUP are dropped
+WARMUP = 5
+TIMED_ROUNDS = 2  # before and after alternate, each ROUNDS times, their steps pooled
 TARGET = 0.10  # the claim: predicted within ±10 % of the re-run
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
 
@@ -81,13 +82,23 @@ def gemm_ms_per_step(capture: Path) -> float:
     return float(group_gemms(gs.check(capture).verification).groups["now_ms"].sum())
 
 
-def step_times(command: list[str]) -> tuple[float, float, float]:
+def step_samples(command: list[str]) -> list[float]:
     done = subprocess.run([*command, "--steps", str(TIMED_STEPS), "--step-times"], capture_output=True, text=True,
                           check=True)
     line = next(line for line in done.stdout.splitlines() if line.startswith("step_ms "))
-    samples = json.loads(line.removeprefix("step_ms "))[WARMUP:]
-    q1, median, q3 = statistics.quantiles(samples, n=4)
-    return median, q1, q3
+    return json.loads(line.removeprefix("step_ms "))[WARMUP:]
+
+
+def step_times(before_cmd: list[str], after_cmd: list[str]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Median and IQR (ms) of the steps before and after the change: the two programs alternate,
+    so that a slow spell of the machine falls on both."""
+    before: list[float] = []
+    after: list[float] = []
+    for _ in range(TIMED_ROUNDS):
+        before += step_samples(before_cmd)
+        after += step_samples(after_cmd)
+    quartiles = [statistics.quantiles(samples, n=4) for samples in (before, after)]
+    return tuple((median, q1, q3) for q1, median, q3 in quartiles)  # type: ignore[return-value]
 
 
 def claim(name: str, program: Program, work: Path) -> dict:
@@ -103,7 +114,7 @@ def claim(name: str, program: Program, work: Path) -> dict:
     gemmscope("verify", "--quiet", "--out", str(work / "after"), "--", *after_cmd, "--steps", str(CAPTURE_STEPS))
     predicted = document["changes"]["predicted_ms"]
     measured = gemm_ms_per_step(work / "after")
-    before_step, after_step = step_times(before_cmd), step_times(after_cmd)
+    before_step, after_step = step_times(before_cmd, after_cmd)
     return {"program": name, "change": shlex.join(change) or "(none)", "top": [r["text"] for r in
                                                                               document["recommendations"][:3]],
             "now_ms": document["changes"]["now_ms"], "predicted_ms": predicted, "measured_ms": measured,

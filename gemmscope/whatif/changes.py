@@ -130,7 +130,8 @@ def _torchao(run: RunGroups, modules: pd.DataFrame) -> Changes:
     fqns = sorted(modules.loc[modules["low_after"], "path"].unique())
     changes.files[MODULE_FILTER] = module_filter_file(fqns)
     changes.predicted_ms = _applied_ms(modules, modules["low_after"])
-    kept = sorted(modules.loc[~modules["low_after"], "path"].unique())
+    # said by group (layer numbers folded), the file lists every FQN
+    kept = sorted(modules.loc[~modules["low_after"], "name"].unique())
     changes.lines.append(f"torchao module filter: float8 for {len(fqns)} modules, BF16 for {', '.join(kept) or 'none'} "
                          f"({MODULE_FILTER}: convert_to_float8_training(model, module_filter_fn=module_filter_fn), or "
                          "accelerate's AORecipeKwargs(module_filter_func=module_filter_fn))")
