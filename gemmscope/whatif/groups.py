@@ -40,8 +40,10 @@ _MODULE_DIMS = {"fprop": ("gemm_m", "gemm_k", "gemm_n"), "dgrad": ("gemm_m", "ge
 TORCHAO_RECIPES = {"fp8": "fp8-tensorwise", "fp8-rowwise": "fp8-rowwise"}
 # The frameworks whatif writes a change for (changes.py) and how it tells them apart.
 FRAMEWORKS = ("megatron-core", "hf-accelerate-te", "transformer-engine", "torchao", "torch")
-_MEGATRON_PATH = r"^(?:module\.)*decoder\.layers\.\d+\.(?:self_attention|mlp)\.|^output_layer$"
-_HF_PATH = r"^(?:model\.)?(?:model\.)?layers\.\d+\.(?:self_attn|mlp)\.|^lm_head$"
+# A layer number in a group's name: one, or folded (`*`, `{0,3}`: _group_names).
+_LAYER = r"(?:\d+|\*|\{[\d,]+\})"
+_MEGATRON_PATH = rf"^(?:module\.)*decoder\.layers\.{_LAYER}\.(?:self_attention|mlp)\.|^output_layer$"
+_HF_PATH = rf"^(?:model\.)?(?:model\.)?layers\.{_LAYER}\.(?:self_attn|mlp)\.|^lm_head$"
 
 
 @dataclass
