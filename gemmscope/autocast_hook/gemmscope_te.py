@@ -114,7 +114,7 @@ def member_shapes(a, b, layout: str) -> list[tuple[int, int, int]] | None:
     alone: a list of one), None when a shape cannot be read."""
     pairs = list(zip(a, b)) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else [(a, b)]
     shapes = [gemm_shape(x, y, layout) for x, y in pairs]
-    return shapes if shapes and None not in shapes else None  # type: ignore[return-value]
+    return shapes if shapes and None not in shapes else None
 
 
 def gemm_flops(shapes: list[tuple[int, int, int]]) -> int:
