@@ -23,7 +23,7 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
 )
 from gemmscope.plan.profile_run import parse_label, range_label
 from gemmscope.plan.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX
-from gemmscope.whatif import advice, measure
+from gemmscope.whatif import advice, changes, measure
 from gemmscope.whatif.groups import group_gemms
 
 from nsys_export import MARK, PUSH_POP, START_END, HandBuiltExport
@@ -132,9 +132,13 @@ def test_the_runner_builds_a_grouped_entry_whose_range_the_reader_names_back(moe
     assert "|m=1024|k=64|n=128|m_splits=212,300,212,300|iters=2" in grouped[0].label(RANGE_PREFIX)
 
 
-def test_a_measured_grouped_module_is_advised(moe, gpu_sqlite, tmp_path):
-    """A measurement in the runner's protocol: BF16 twice FP8 block scaling's kernel time, for the
-    experts and the projection alike; the experts' group gets its figure at BF16 from its own rows."""
+@pytest.mark.parametrize("bf16_ns, action, bf16_layers", [(4_000, "keep", 0), (1_000, "move", 2)])
+def test_a_measured_grouped_module_is_advised_and_changed_with_its_layer(moe, gpu_sqlite, tmp_path, bf16_ns, action,
+                                                                        bf16_layers):
+    """A measurement in the runner's protocol: BF16 twice (or half) FP8 block scaling's kernel
+    time, for the experts and the projection alike. The experts' group gets its figure at BF16
+    from its own rows; Megatron's arguments move whole layers, experts included, and the change's
+    prediction counts the experts (never a partial sum)."""
     from gemmscope.plan.workload import Entry
 
     run = group_gemms(moe[0])
@@ -146,7 +150,7 @@ def test_a_measured_grouped_module_is_advised(moe, gpu_sqlite, tmp_path):
     export.nvtx(MARK, PID, PID, 1_000, None, PLAN_PREFIX + json.dumps({"whatif": spec["plan"]}))
     clock = 10_000
     for item in spec["entries"]:
-        for recipe, ns in (("bf16", 4_000), ("fp8-block", 2_000)):
+        for recipe, ns in (("bf16", bf16_ns), ("fp8-block", 2_000)):
             entry = Entry(item["group"], "fwd+bwd", item["m"], item["k"], item["n"], recipe, item["kind"], 2,
                           tuple(item.get("m_splits", ())))
             start = clock
@@ -161,8 +165,13 @@ def test_a_measured_grouped_module_is_advised(moe, gpu_sqlite, tmp_path):
     results, device = measure.read_measurement(folder)
     experts = run.groups.set_index("name").loc[EXPERTS.format("*")]
     rows = results[results["group"] == experts["group"]].set_index("recipe")
-    assert rows.loc["bf16", "gemm_ms"] == pytest.approx(0.012) and rows.loc["fp8-block", "gemm_ms"] == pytest.approx(0.006)
-    advised = advice.advise(run, results, device).groups.set_index("group")
-    assert advised.loc[experts["group"], "target"] == "bf16"
-    assert advised.loc[experts["group"], "target_ms"] == pytest.approx(experts["now_ms"] * 2)
-    assert advised.loc[experts["group"], "action"] == "keep"
+    assert rows.loc["bf16", "gemm_ms"] == pytest.approx(bf16_ns * 3e-6) and rows.loc["fp8-block", "gemm_ms"] == (
+        pytest.approx(0.006))
+    advised = advice.advise(run, results, device)
+    group = advised.groups.set_index("group").loc[experts["group"]]
+    assert group["target"] == "bf16" and group["action"] == action
+    assert group["target_ms"] == pytest.approx(experts["now_ms"] * bf16_ns / 2_000)
+    written = changes.write_changes(run, advised)
+    args = written.files[changes.MEGATRON_ARGS]
+    assert (f"--num-layers-at-start-in-bf16 {bf16_layers}" in args) == bool(bf16_layers)
+    assert written.predicted_ms == pytest.approx(run.groups["now_ms"].sum() * (bf16_ns / 2_000 if bf16_layers else 1))
