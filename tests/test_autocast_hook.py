@@ -866,7 +866,8 @@ def test_a_grouped_tensor_gemm_records_no_members(hook, torch, nvtx):
     assert MEMBERS_FIELD not in record and record["flops"] == "?" and "m" not in record
 
 
-@pytest.mark.parametrize("text", ["", "4", "0:1x2x3", "x:1x2x3", "3:1,2x2x3", "2:1x2", "2:1x2x3x4", "2:1,-2x2x3"])
+@pytest.mark.parametrize("text", ["", "4", "0:1x2x3", "x:1x2x3", "3:1,2x2x3", "2:1x2", "2:1x2x3x4", "2:1,-2x2x3",
+                                  "100000000:1x2x3"])
 def test_a_members_field_not_as_written_reads_as_none(text):
     assert parse_members(text) is None
 

@@ -86,6 +86,9 @@ OPERAND_TYPES = (
 MEMBERS_FIELD = "members"
 _MEMBER_DIMS = "x"
 _MEMBER_VALUES = ","
+# More members than any MoE layer has experts (DeepSeek-V3: 256): a field claiming more is not
+# one the hook wrote, and is not expanded.
+_MAX_MEMBERS = 1 << 16
 
 
 def format_members(shapes: list) -> str:
@@ -100,7 +103,7 @@ def parse_members(text: str) -> list[tuple[int, int, int]] | None:
     """The members' (M, N, K) from a members field, None when it is not one format_members wrote."""
     count, _, dims = text.partition(":")
     parts = dims.split(_MEMBER_DIMS)
-    if not count.isdigit() or int(count) < 1 or len(parts) != 3:
+    if not count.isdigit() or not 1 <= int(count) <= _MAX_MEMBERS or len(parts) != 3:
         return None
     columns = []
     for part in parts:
