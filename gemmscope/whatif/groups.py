@@ -10,10 +10,11 @@ feed them), measured from the trace.
 
 A grouped module (TE's GroupedLinear: one GEMM per expert) has its shape from the members the
 hook recorded of each call (gemmscope_protocol.MEMBERS_FIELD): tokens the members' sum, and
-`m_splits`, the tokens per member. Routing changes them every call: per shape (tokens, in, out)
-the one call whose sizes, largest first, are nearest the calls' average stands for them all (a
-call that ran, so its sizes are ones the program's recipe takes). A grouped module whose members
-were not recorded has no shape.
+`m_splits`, the tokens per member. Routing changes them every call (and the tokens in all, where
+the program pads each expert's): per group and (in, out) features, the one call whose sizes,
+largest first, are nearest the calls' average stands for them all, one shape to time (a call that
+ran, so its sizes are ones the program's recipe takes). A grouped module whose members were not
+recorded has no shape.
 
 Per step: over the run's steps (gemmscope.steps) after the first (the first holds the warm-up:
 autotuning, lazy initialisation), averaged over ranks; without steps, over the whole capture,
@@ -145,10 +146,10 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
 
     shape_rows = rows.merge(groups[["pattern", "precision", "group"]].rename(columns={"precision": "group_precision"}),
                             on=key)
+    shape_rows = _standing_calls(shape_rows)
     shapes = (shape_rows.groupby(["group", "tokens", "in_features", "out_features"], dropna=False, sort=False)
               .agg(passes=("te_pass", lambda p: ",".join(sorted(set(p.dropna())))),
-                   gemms_per_step=("te_pass", "size"), now_ns=("time_ns", "sum"),
-                   m_splits=("m_splits", _representative_splits))
+                   gemms_per_step=("te_pass", "size"), now_ns=("time_ns", "sum"), m_splits=("m_splits", "first"))
               .reset_index())
     shapes["gemms_per_step"] = shapes["gemms_per_step"] / divisor
     shapes["now_ms"] = shapes.pop("now_ns") / divisor / 1e6
@@ -220,6 +221,22 @@ def _module_members(text: str, gemm_pass: str) -> tuple:
     if len(set(inputs)) != 1 or len(set(outputs)) != 1:
         return None, None, None, None
     return sum(tokens), inputs[0], outputs[0], ",".join(map(str, tokens))
+
+
+def _standing_calls(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` (with their group) where each grouped call's tokens and m_splits are those of the
+    call that stands for its group and features (_representative_splits): one shape to time."""
+    grouped = rows["m_splits"].notna()
+    if not grouped.any():
+        return rows
+    keys = ["group", "in_features", "out_features"]
+    stands = rows[grouped].groupby(keys)["m_splits"].agg(_representative_splits).rename("stands").reset_index()
+    stands["stands_tokens"] = [sum(map(int, splits.split(","))) for splits in stands["stands"]]  # one per group
+    rows = rows.merge(stands, on=keys, how="left")
+    standing = rows["stands"].notna() & grouped.to_numpy()
+    rows["tokens"] = rows["tokens"].mask(standing, rows["stands_tokens"].astype("Int64"))
+    rows["m_splits"] = rows["stands"].where(standing, None)
+    return rows.drop(columns=["stands", "stands_tokens"])
 
 
 def _representative_splits(splits: pd.Series) -> str | None:
