@@ -47,7 +47,7 @@ _FAR_FUTURE = np.int64(1 << 62)  # an unclosed range is open until the end of th
 # What `launches` adds to each kernel row from the ranges around its launch.
 ATTRIBUTION_COLUMNS = ("te_module", "te_name", "layer", "te_pass", "pass_source", "requested_a",
                        "requested_b", "requested", "requested_scale", "gemm_m", "gemm_n", "gemm_k", "call_flops",
-                       "via_te", "recorded", "rank")
+                       "gemm_members", "via_te", "recorded", "rank")
 
 
 @dataclass
@@ -169,7 +169,8 @@ def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     """One row per kernel launch: the kernel's record, its decoded name, the API call that
     launched it (`launch_*`, `thread`), and what the NVTX ranges open around the launch say
     (ATTRIBUTION_COLUMNS): the TE module, its name and layer, the pass, the
-    operand types TE was handed (`requested_*`) and the call's shape (`gemm_m/n/k`, `call_flops`),
+    operand types TE was handed (`requested_*`) and the call's shape (`gemm_m/n/k`, `call_flops`;
+    a grouped call's members, `gemm_members`, as the record wrote them: gemmscope_protocol.parse_members),
     both from gemmscope's hook, whether TE launched it
     (`via_te`), whether the hook recorded it (`recorded`) and the process's rank. `pass_source`
     says what told the pass: "hook", "te-range" (TE's per-GEMM range), "te-order" (the launch
@@ -367,7 +368,8 @@ def _attribute(launch: pd.DataFrame, launch_ids: np.ndarray, range_ids: np.ndarr
     # FLOPs are its members' sum, shared by the kernels it launched: `call_flops`).
     hook_name = np.full(n, -1, dtype="int64")  # (a trace without NVTX has no name to index)
     hook_name[hook >= 0] = name_codes[hook[hook >= 0]]
-    for column, source in (("gemm_m", "m"), ("gemm_n", "n"), ("gemm_k", "k"), ("call_flops", "flops")):
+    for column, source in (("gemm_m", "m"), ("gemm_n", "n"), ("gemm_k", "k"), ("call_flops", "flops"),
+                           ("gemm_members", "members")):
         out[column] = grammar[source].array.take(hook_name, allow_fill=True)  # NA where no record
     out["recorded"] = hook >= 0
     te_record = first((hook, "kind")) == te_ranges.HOOK_GEMM

@@ -29,6 +29,7 @@ import pandas as pd
 from gemmscope.autocast_hook.gemmscope_protocol import (
     AUTOCAST_PREFIX,
     GEMM_PREFIX,
+    MEMBERS_FIELD,
     PROCESS_PREFIX,
     SOFTWARE_PREFIX,
     TORCH_GEMM_PREFIX,
@@ -96,7 +97,7 @@ PRECISION_OF_FP8_SCALING = {"tensorwise": "fp8", "rowwise": "fp8-rowwise", "roww
 PRECISION_OF_FP4_SCALING = {"mx": "mxfp4"}
 
 COLUMNS = ("kind", "module", "name", "layer", "pass", "direction", "step", "operand_a", "operand_b",
-           "requested", "scale", "m", "n", "k", "flops", "recipe_class", "rank")
+           "requested", "scale", "m", "n", "k", "flops", "members", "recipe_class", "rank")
 _INTEGER_COLUMNS = ("m", "n", "k", "flops", "rank")
 
 
@@ -137,6 +138,7 @@ def parse(label: str) -> dict:
         out.update(kind=HOOK_GEMM, module=_module_label(record.get("module", UNKNOWN)),
                    name=record.get("name") or None, layer=record.get("layer") or None,
                    operand_a=a, operand_b=b, requested=requested_precision(a, b),
+                   members=record.get(MEMBERS_FIELD) or None,  # as written: parse_members reads it
                    **{key: _integer(record.get(key)) for key in ("m", "n", "k", "flops")})
         out["pass"] = None if record.get("pass", UNKNOWN) == UNKNOWN else record["pass"]
         if out["module"] == UNKNOWN:  # a GEMM handed to TE from a module of the program's own

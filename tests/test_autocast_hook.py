@@ -30,12 +30,14 @@ from gemmscope import te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import (
     CAPTURE_RANGE,
     GEMM_PREFIX,
+    MEMBERS_FIELD,
     PASS_BY_LAYOUT,
     PROCESS_PREFIX,
     SOFTWARE_PREFIX,
     STEP_PREFIX,
     TORCH_GEMM_PREFIX,
     format_record,
+    parse_members,
     parse_record,
 )
 
@@ -785,15 +787,89 @@ def test_te_gemm_shape_and_flops_from_operands_and_layout(hook, torch, gemm_pass
     assert PASS_BY_LAYOUT[layout] == gemm_pass
     assert hook.te.gemm_shape(a, b, layout) == shape
     m, n, k = shape
-    assert hook.te.gemm_flops(a, b, layout) == 2 * m * n * k
-    # a grouped GEMM (lists of operands): its members' FLOPs summed
-    assert hook.te.gemm_flops([a, a], [b, b], layout) == 2 * (2 * m * n * k)
+    assert hook.te.member_shapes(a, b, layout) == [shape]
+    assert hook.te.gemm_flops([shape]) == 2 * m * n * k
+    # a grouped GEMM (lists of operands): each member's shape, their FLOPs summed
+    assert hook.te.member_shapes([a, a], [b, b], layout) == [shape, shape]
+    assert hook.te.gemm_flops([shape, shape]) == 2 * (2 * m * n * k)
 
 
 def test_te_gemm_shape_unknown_without_matrices(hook, torch):
     assert hook.te.gemm_shape(torch.zeros(8), torch.zeros(4, 8), "TN") is None
     assert hook.te.gemm_shape(None, torch.zeros(4, 8), "TN") is None
-    assert hook.te.gemm_flops([torch.zeros(4, 8), None], [torch.zeros(4, 8)] * 2, "TN") is None
+    assert hook.te.member_shapes([torch.zeros(4, 8), None], [torch.zeros(4, 8)] * 2, "TN") is None
+    assert hook.te.member_shapes([], [], "TN") is None
+
+
+# TE's grouped GEMM entry points with their 2.x signatures (cpp_extensions/gemm.py): operands as
+# lists, one member per expert; GroupedLinear's calls (module/grouped_linear.py) hand it fprop
+# (weights, inputs split by m_splits, "TN"), dgrad (weights, grad outputs, "NN") and wgrad
+# (inputs, grad outputs, "NT"). Weights out×in (2048×1024); tokens per expert M_SPLITS.
+M_SPLITS = (310, 198, 0, 516)
+
+
+def general_grouped_gemm(A, B, out, quantization_params, out_dtype, layout="TN", m_splits=None, gelu=False,
+                         grad=False, accumulate=False, bias=None, use_bias=False, use_split_accumulator=False,
+                         D_dtype=None, single_output=False):
+    return "ran"
+
+
+def general_grouped_gemm_for_grouped_tensor(A, B, out, *, layout="TN", accumulate=False,
+                                            use_split_accumulator=False, bias=None, bias_scale=None, grad=False,
+                                            alpha=None, beta=None):
+    return "ran"
+
+
+def _matrices(*shapes):
+    return [SimpleNamespace(shape=shape, dtype="torch.bfloat16") for shape in shapes]
+
+
+@pytest.mark.parametrize("layout, a, b, members", [
+    ("TN", _matrices(*[(2048, 1024)] * 4), _matrices(*[(m, 1024) for m in M_SPLITS]),
+     "4:310,198,0,516x2048x1024"),
+    ("NN", _matrices(*[(2048, 1024)] * 4), _matrices(*[(m, 2048) for m in M_SPLITS]),
+     "4:310,198,0,516x1024x2048"),
+    ("NT", _matrices(*[(m, 1024) for m in M_SPLITS]), _matrices(*[(m, 2048) for m in M_SPLITS]),
+     "4:2048x1024x310,198,0,516"),
+    ("TN", _matrices(*[(2048, 1024)] * 4), _matrices(*[(128, 1024)] * 4), "4:128x2048x1024"),
+])
+def test_a_grouped_gemm_records_its_members_and_their_flops(hook, torch, nvtx, layout, a, b, members):
+    """Each member's shape from its operands and the layout, compact (what every member shares
+    once), read back by gemmscope's reader as written; the FLOPs their sum; the call runs as it would."""
+    gemm = hook.te._recording("general_grouped_gemm", general_grouped_gemm, torch)
+    assert gemm(a, b, [None], [None] * 4, "bf16", layout=layout, m_splits=list(M_SPLITS), single_output=True) == "ran"
+    (label,) = [label for label in nvtx.pushed() if label.startswith(GEMM_PREFIX)]
+    read = te_ranges.parse(label)
+    assert read["members"] == parse_record(GEMM_PREFIX, label)[MEMBERS_FIELD] == members
+    shapes = parse_members(members)
+    assert len(shapes) == 4 and read["flops"] == sum(2 * m * n * k for m, n, k in shapes)
+    assert (read["m"], read["n"], read["k"]) == (None, None, None)  # a grouped call has no one shape
+    assert read["pass"] == PASS_BY_LAYOUT[layout] and nvtx.balanced()
+
+
+def test_a_grouped_gemm_whose_members_cannot_be_read_records_none_and_runs(hook, torch, nvtx):
+    gemm = hook.te._recording("general_grouped_gemm", general_grouped_gemm, torch)
+    a = _matrices((2048, 1024), (2048, 1024))
+    for b in ([*_matrices((4, 1024)), object()], _matrices((4, 1024), (4, 1024))[0]):  # a member without a shape; no list
+        assert gemm(a, b, [None], [None, None], "bf16") == "ran"
+    records = [parse_record(GEMM_PREFIX, label) for label in nvtx.pushed() if label.startswith(GEMM_PREFIX)]
+    assert len(records) == 2 and all(MEMBERS_FIELD not in r and r["flops"] == "?" for r in records)
+    assert nvtx.balanced()
+
+
+def test_a_grouped_tensor_gemm_records_no_members(hook, torch, nvtx):
+    """GroupedTensor operands keep their members' sizes on the device: nothing read, nothing recorded."""
+    gemm = hook.te._recording("general_grouped_gemm_for_grouped_tensor", general_grouped_gemm_for_grouped_tensor, torch)
+    grouped = SimpleNamespace(shape=(1024, 1024), num_tensors=4, dtype="torch.bfloat16")
+    assert gemm(grouped, grouped, None, layout="TN") == "ran"
+    (record,) = [parse_record(GEMM_PREFIX, label) for label in nvtx.pushed() if label.startswith(GEMM_PREFIX)]
+    assert MEMBERS_FIELD not in record and record["flops"] == "?" and "m" not in record
+
+
+@pytest.mark.parametrize("text", ["", "4", "0:1x2x3", "x:1x2x3", "3:1,2x2x3", "2:1x2", "2:1x2x3x4", "2:1,-2x2x3",
+                                  "100000000:1x2x3"])
+def test_a_members_field_not_as_written_reads_as_none(text):
+    assert parse_members(text) is None
 
 
 def test_te_base_class_of_a_framework_subclass(hook, torch):

@@ -18,7 +18,9 @@ A record is a prefix followed by ``key=value`` fields separated by ``|``:
   call (Megatron's MoE router hands TE its GEMM from a module of its own), ``pass`` follows from the GEMM's layout (TE calls fprop TN, dgrad NN, wgrad NT), ``a`` /
   ``b`` are the operand types TE was handed (see OPERAND_TYPES), ``m``, ``n``, ``k`` the GEMM's
   shape (output M×N, K contracted; absent for grouped calls) and ``flops`` its 2·M·N·K (summed
-  over a grouped call's members);
+  over a grouped call's members); ``members`` a grouped call's member GEMMs (MEMBERS_FIELD:
+  format_members) where TE handed them as lists of operands (general_grouped_gemm), absent where
+  the hook could not read them;
 - ``gemmscope.torch_gemm|op=…|module=…|layer=…|pass=…|a=…|b=…|scale=…``: the same for a GEMM that
   does not go through TE: a call of ``torch.nn.functional.linear``, ``torch.matmul`` / ``mm`` /
   ``bmm`` / ``addmm`` / ``baddbmm`` (and their Tensor methods, ``@``) or ``torch._scaled_mm``, on
@@ -75,6 +77,41 @@ SCALINGS = ("tensorwise", "rowwise", "rowwise-rescaled", "blockwise", "mx")
 OPERAND_TYPES = (
     "bf16", "fp16", "fp32", "fp8-delayed", "fp8-current", "fp8", "fp8-block", "mxfp8", "nvfp4", "fp4",
 )
+
+
+# A grouped GEMM call's members (TE's general_grouped_gemm: one GEMM per expert) as a record field,
+# "<count>:<M>x<N>x<K>": each of M, N, K one number every member shares or, where the members
+# differ, their values in order joined by ","; e.g. a forward of 4 experts with 1024 in- and 2048
+# out-features: "4:310,198,0,516x2048x1024" (the token counts, TE's m_splits, in M; a wgrad's in K).
+MEMBERS_FIELD = "members"
+_MEMBER_DIMS = "x"
+_MEMBER_VALUES = ","
+# More members than any MoE layer has experts (DeepSeek-V3: 256): a field claiming more is not
+# one the hook wrote, and is not expanded.
+_MAX_MEMBERS = 1 << 16
+
+
+def format_members(shapes: list) -> str:
+    """The members field of a grouped call from its members' (M, N, K), in order (at least one)."""
+    dims = []
+    for values in zip(*shapes):
+        dims.append(str(values[0]) if len(set(values)) == 1 else _MEMBER_VALUES.join(map(str, values)))
+    return f"{len(shapes)}:{_MEMBER_DIMS.join(dims)}"
+
+
+def parse_members(text: str) -> list[tuple[int, int, int]] | None:
+    """The members' (M, N, K) from a members field, None when it is not one format_members wrote."""
+    count, _, dims = text.partition(":")
+    parts = dims.split(_MEMBER_DIMS)
+    if not count.isdigit() or not 1 <= int(count) <= _MAX_MEMBERS or len(parts) != 3:
+        return None
+    columns = []
+    for part in parts:
+        values = part.split(_MEMBER_VALUES)
+        if not all(v.isdigit() for v in values) or len(values) not in (1, int(count)):
+            return None
+        columns.append([int(v) for v in values] * (int(count) if len(values) == 1 else 1))
+    return list(zip(*columns))
 
 
 # The environment variable naming the folder torch.profiler traces are written into.

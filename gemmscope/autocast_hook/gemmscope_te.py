@@ -6,7 +6,15 @@ import inspect
 import threading
 
 from gemmscope_modules import await_backward_node, calling_module
-from gemmscope_protocol import AUTOCAST_PREFIX, GEMM_PREFIX, PASS_BY_LAYOUT, UNKNOWN, format_record
+from gemmscope_protocol import (
+    AUTOCAST_PREFIX,
+    GEMM_PREFIX,
+    MEMBERS_FIELD,
+    PASS_BY_LAYOUT,
+    UNKNOWN,
+    format_members,
+    format_record,
+)
 from gemmscope_records import argument, mark_process, mark_software_once, note, pop, push, te_base_class
 
 QUANTIZATION_MODULE = "transformer_engine.pytorch.quantization"
@@ -101,17 +109,17 @@ def gemm_shape(a, b, layout: str) -> tuple[int, int, int] | None:
     return mb[1 - kb], ma[1 - ka], ma[ka]
 
 
-def gemm_flops(a, b, layout: str) -> int | None:
-    """2·M·N·K summed over a grouped GEMM's members (None when a shape cannot be read)."""
-    pairs = zip(a, b) if isinstance(a, (list, tuple)) else [(a, b)]
-    total = 0
-    for x, y in pairs:
-        shape = gemm_shape(x, y, layout)
-        if shape is None:
-            return None
-        m, n, k = shape
-        total += 2 * m * n * k
-    return total
+def member_shapes(a, b, layout: str) -> list[tuple[int, int, int]] | None:
+    """(M, N, K) of each member of a grouped GEMM handed over as lists of operands (one GEMM
+    alone: a list of one), None when a shape cannot be read."""
+    pairs = list(zip(a, b)) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else [(a, b)]
+    shapes = [gemm_shape(x, y, layout) for x, y in pairs]
+    return shapes if shapes and None not in shapes else None
+
+
+def gemm_flops(shapes: list[tuple[int, int, int]]) -> int:
+    """2·M·N·K summed over a grouped GEMM's members (member_shapes)."""
+    return sum(2 * m * n * k for m, n, k in shapes)
 
 
 def _recording(entry: str, original, torch):
@@ -131,12 +139,15 @@ def _recording(entry: str, original, torch):
             record = {"entry": entry, **calling_module(torch, function_ctx_type),
                       "pass": PASS_BY_LAYOUT.get(layout, UNKNOWN),
                       "a": operand_type(a), "b": operand_type(b)}
-            # A GroupedTensor operand's shape is not its members' (grouped_tensor entry point).
-            shape = gemm_shape(a, b, layout) if entry == "general_gemm" else None
-            if shape is not None:
-                record.update(zip(("m", "n", "k"), shape))
-            flops = gemm_flops(a, b, layout) if entry != "general_grouped_gemm_for_grouped_tensor" else None
-            record["flops"] = flops or UNKNOWN
+            # A GroupedTensor operand's shape is not its members' (grouped_tensor entry point): its
+            # members' first dims are a device tensor (GroupedTensorStorage.first_dims), which only a
+            # host-device sync could read, and a CUDA graph's capture forbids. Its FLOPs stay unknown.
+            members = member_shapes(a, b, layout) if entry != "general_grouped_gemm_for_grouped_tensor" else None
+            if entry == "general_gemm" and members is not None:
+                record.update(zip(("m", "n", "k"), members[0]))
+            record["flops"] = (gemm_flops(members) if members else None) or UNKNOWN
+            if entry == "general_grouped_gemm" and members:
+                record[MEMBERS_FIELD] = format_members(members)
             label = format_record(GEMM_PREFIX, record)
             if record["module"] == UNKNOWN:  # no TE module's autograd context will say whose backward it is
                 await_backward_node({"module": record["owner"], "layer": record["layer"],

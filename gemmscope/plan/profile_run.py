@@ -257,8 +257,10 @@ def _speedup_reasons(rows: pd.DataFrame, baseline: pd.DataFrame, peak_label: pd.
 
 
 def range_label(result: dict) -> str:
-    """The NVTX range a result mark's loop was timed in (the workload's protocol, run_marks)."""
-    return RANGE_PREFIX + "|".join(f"{k}={result[k]}" for k in (*_KEY, "iters"))
+    """The NVTX range a result mark's loop was timed in (the workload's protocol, run_marks; a
+    grouped module's m_splits where its entry has them: workload.Entry.label)."""
+    keys = (*_KEY, *(["m_splits"] if "m_splits" in result else []), "iters")
+    return RANGE_PREFIX + "|".join(f"{k}={result[k]}" for k in keys)
 
 
 def timed_ranges(trace: Trace) -> dict[str, dict]:

@@ -4,7 +4,8 @@ recipe and mode, timed with CUDA events inside NVTX ranges. Needs torch, TE and 
     python -m gemmscope.plan.workload SPEC.json
 
 The trace is the record: each timed loop runs inside an NVTX range
-``gemmscope.gemm|op=…|pass=…|precision=…|mode=…|m=…|k=…|n=…|iters=…`` and is followed by an NVTX
+``gemmscope.gemm|op=…|pass=…|precision=…|mode=…|m=…|k=…|n=…|iters=…`` (an entry of a grouped
+module, `gemmscope whatif`'s, with ``|m_splits=a,b,…`` before ``iters``) and is followed by an NVTX
 mark ``gemmscope.result|<same keys>|status=ok|e2e_ms=<median>|e2e_iqr_ms=…|e2e_mean_ms=…``
 (CUDA-event times per iteration); an entry that cannot run leaves only a mark with
 ``status=unsupported`` or ``status=failed`` and ``reason=<TE's message>`` (always last).
@@ -40,10 +41,12 @@ class Entry:
     precision: str
     mode: str
     iters: int
+    m_splits: tuple[int, ...] = ()  # a grouped module's tokens per member GEMM (m their sum)
 
     def label(self, prefix: str) -> str:
+        splits = f"|m_splits={','.join(map(str, self.m_splits))}" if self.m_splits else ""
         return (f"{prefix}op={self.op}|pass={self.pass_}|precision={self.precision}|mode={self.mode}"
-                f"|m={self.m}|k={self.k}|n={self.n}|iters={self.iters}")
+                f"|m={self.m}|k={self.k}|n={self.n}{splits}|iters={self.iters}")
 
 
 def _te():

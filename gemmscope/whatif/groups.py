@@ -8,6 +8,14 @@ FP8 make two groups, `decoder.layers.{1,2}.mlp.linear_fc1` (FP8) and
 the calls and the GPU time per training step (its GEMM kernels and the quantization kernels that
 feed them), measured from the trace.
 
+A grouped module (TE's GroupedLinear: one GEMM per expert) has its shape from the members the
+hook recorded of each call (gemmscope_protocol.MEMBERS_FIELD): tokens the members' sum, and
+`m_splits`, the tokens per member. Routing changes them every call (and the tokens in all, where
+the program pads each expert's): per group and (in, out) features, the one call whose sizes,
+largest first, are nearest the calls' average stands for them all, one shape to time (a call that
+ran, so its sizes are ones the program's recipe takes). A grouped module whose members were not
+recorded has no shape.
+
 Per step: over the run's steps (gemmscope.steps) after the first (the first holds the warm-up:
 autotuning, lazy initialisation), averaged over ranks; without steps, over the whole capture,
 which the groups say.
@@ -25,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gemmscope.autocast_hook.gemmscope_protocol import parse_members
 from gemmscope.recipes import HIGH_PRECISIONS, RECIPES
 from gemmscope.steps import NO_STEPS, described, launching_step, located_steps
 from gemmscope.verify import Verification, recorded_recipes
@@ -40,8 +49,10 @@ _MODULE_DIMS = {"fprop": ("gemm_m", "gemm_k", "gemm_n"), "dgrad": ("gemm_m", "ge
 TORCHAO_RECIPES = {"fp8": "fp8-tensorwise", "fp8-rowwise": "fp8-rowwise"}
 # The frameworks whatif writes a change for (changes.py) and how it tells them apart.
 FRAMEWORKS = ("megatron-core", "hf-accelerate-te", "transformer-engine", "torchao", "torch")
-_MEGATRON_PATH = r"^(?:module\.)*decoder\.layers\.\d+\.(?:self_attention|mlp)\.|^output_layer$"
-_HF_PATH = r"^(?:model\.)?(?:model\.)?layers\.\d+\.(?:self_attn|mlp)\.|^lm_head$"
+# A layer number in a group's name: one, or folded (`*`, `{0,3}`: _group_names).
+_LAYER = r"(?:\d+|\*|\{[\d,]+\})"
+_MEGATRON_PATH = rf"^(?:module\.)*decoder\.layers\.{_LAYER}\.(?:self_attention|mlp)\.|^output_layer$"
+_HF_PATH = rf"^(?:model\.)?(?:model\.)?layers\.{_LAYER}\.(?:self_attn|mlp)\.|^lm_head$"
 
 
 @dataclass
@@ -103,7 +114,10 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
     rows["number"] = rows["layer"].astype(str).str.extract(f"({_NUMBER})", expand=False)
     rows["time_ns"] = rows["duration_ns"].astype("int64") + rows["quant_ns"]
     tokens, inputs, outputs = _module_dims(rows)
-    rows["tokens"], rows["in_features"], rows["out_features"] = tokens, inputs, outputs
+    members = _member_dims(rows)
+    rows["tokens"] = tokens.fillna(members["tokens"])
+    rows["in_features"], rows["out_features"] = inputs.fillna(members["in"]), outputs.fillna(members["out"])
+    rows["m_splits"] = members["m_splits"]
     for dim in ("tokens", "in_features", "out_features"):  # a backward node's GEMMs: their module's forward shape
         rows[dim] = rows[dim].fillna(rows.groupby("layer")[dim].transform("first"))
 
@@ -132,9 +146,10 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
 
     shape_rows = rows.merge(groups[["pattern", "precision", "group"]].rename(columns={"precision": "group_precision"}),
                             on=key)
+    shape_rows = _standing_calls(shape_rows)
     shapes = (shape_rows.groupby(["group", "tokens", "in_features", "out_features"], dropna=False, sort=False)
               .agg(passes=("te_pass", lambda p: ",".join(sorted(set(p.dropna())))),
-                   gemms_per_step=("te_pass", "size"), now_ns=("time_ns", "sum"))
+                   gemms_per_step=("te_pass", "size"), now_ns=("time_ns", "sum"), m_splits=("m_splits", "first"))
               .reset_index())
     shapes["gemms_per_step"] = shapes["gemms_per_step"] / divisor
     shapes["now_ms"] = shapes.pop("now_ns") / divisor / 1e6
@@ -175,6 +190,67 @@ def _module_dims(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
                    for dims in _MODULE_DIMS.values()]
         out.append(pd.Series(np.select(conditions, choices, default=np.nan), index=rows.index).astype("Int64"))
     return out[0], out[1], out[2]
+
+
+def _member_dims(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per GEMM of a grouped call whose members the hook recorded: its module's tokens (the
+    members' sum), in- and out-features (which every member shares) and m_splits (each member's
+    tokens, in order, "a,b,c"); NA elsewhere. Each distinct (members, pass) is read once."""
+    out = pd.DataFrame({"tokens": pd.NA, "in": pd.NA, "out": pd.NA, "m_splits": None}, index=rows.index)
+    recorded = (rows["gemm_members"].notna() & rows["te_pass"].isin(list(_MODULE_DIMS)) if "gemm_members" in rows
+                else pd.Series(False, index=rows.index))
+    if not recorded.any():
+        return out.astype({"tokens": "Int64", "in": "Int64", "out": "Int64"})
+    keys = rows.loc[recorded, ["gemm_members", "te_pass"]].astype(str)
+    distinct = keys.drop_duplicates()
+    read = [_module_members(text, gemm_pass) for text, gemm_pass in zip(distinct["gemm_members"], distinct["te_pass"])]
+    table = pd.DataFrame(read, columns=["tokens", "in", "out", "m_splits"], index=pd.MultiIndex.from_frame(distinct))
+    found = table.reindex(pd.MultiIndex.from_frame(keys)).set_axis(keys.index)
+    out.loc[recorded, ["tokens", "in", "out", "m_splits"]] = found.to_numpy()
+    return out.astype({"tokens": "Int64", "in": "Int64", "out": "Int64"})
+
+
+def _module_members(text: str, gemm_pass: str) -> tuple:
+    """(tokens, in, out, m_splits) of one grouped call from its members field and pass (all None
+    where the field is not one the hook writes, or the members do not share their features)."""
+    members = parse_members(text)
+    if members is None:
+        return None, None, None, None
+    dims = [("gemm_m", "gemm_n", "gemm_k").index(d) for d in _MODULE_DIMS[gemm_pass]]
+    tokens, inputs, outputs = ([member[d] for member in members] for d in dims)
+    if len(set(inputs)) != 1 or len(set(outputs)) != 1:
+        return None, None, None, None
+    return sum(tokens), inputs[0], outputs[0], ",".join(map(str, tokens))
+
+
+def _standing_calls(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` (with their group) where each grouped call's tokens and m_splits are those of the
+    call that stands for its group and features (_representative_splits): one shape to time."""
+    grouped = rows["m_splits"].notna()
+    if not grouped.any():
+        return rows
+    keys = ["group", "in_features", "out_features"]
+    stands = rows[grouped].groupby(keys)["m_splits"].agg(_representative_splits).rename("stands").reset_index()
+    stands["stands_tokens"] = [sum(map(int, splits.split(","))) for splits in stands["stands"]]  # one per group
+    rows = rows.merge(stands, on=keys, how="left")
+    standing = rows["stands"].notna() & grouped.to_numpy()
+    rows["tokens"] = rows["tokens"].mask(standing, rows["stands_tokens"].astype("Int64"))
+    rows["m_splits"] = rows["stands"].where(standing, None)
+    return rows.drop(columns=["stands", "stands_tokens"])
+
+
+def _representative_splits(splits: pd.Series) -> str | None:
+    """The m_splits that stand for a grouped shape's calls (module docstring): of the distinct
+    ones, the one whose sizes sorted largest first are nearest (L1), position by position, the
+    calls' average of theirs; the first met of equals."""
+    counts = splits.dropna().value_counts(sort=False)
+    if counts.empty:
+        return None
+    lists = [sorted(map(int, text.split(",")), reverse=True) for text in counts.index]
+    width = max(map(len, lists))
+    sizes = np.array([values + [0] * (width - len(values)) for values in lists], dtype="float64")
+    average = np.average(sizes, axis=0, weights=counts.to_numpy())
+    return str(counts.index[int(np.abs(sizes - average).sum(axis=1).argmin())])
 
 
 def _quantize_ns(kernels: pd.DataFrame, gemms: pd.DataFrame, keep_step: np.ndarray) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 `plan` lists, per group, the module kind and the shapes to time and the recipes to time them at,
 or why a group cannot be measured (a grouped GEMM whose member shapes the trace does not hold, a
-module no shape was recorded for). `run` runs gemmscope.whatif.runner under nsys into a new
+module no shape was recorded for); a grouped module (TE GroupedLinear) is timed with the m_splits
+that stand for its calls (groups.py). `run` runs gemmscope.whatif.runner under nsys into a new
 folder (`gemmscope profile`'s way: nsys_runner, the run_marks protocol); `read_measurement`
 reads that folder's trace back, anywhere, without a GPU: per (group, shape, recipe) the CUDA-event
 median and IQR, and, from the kernels inside the timed range, the GEMM kernel time, the
@@ -35,31 +36,35 @@ TORCHAO_RECIPES = ("bf16", "fp8-tensorwise", "fp8-rowwise")
 # Module classes timed as te.LayerNormLinear (the LayerNorm fused in); other linears as te.Linear.
 _LAYERNORM_LINEAR = {"LayerNormLinear", "TELayerNormColumnParallelLinear"}
 _GROUPED = {"GroupedLinear", "TEGroupedLinear"}
+GROUPED_KIND = "te-grouped-linear"
+UNRECORDED_MEMBERS = "a grouped GEMM: the trace holds its summed FLOPs, not its members' shapes"
 RESULT_COLUMNS = ["group", "m", "k", "n", "recipe", "kind", "status", "reason", "e2e_ms", "e2e_iqr_ms",
                   "gemm_ms", "quant_ms", "kernel", "kernel_precision"]
 SPEC_NAME = "whatif-spec.json"
 
 
 def kind_of(module_class: str, framework: str) -> str | None:
-    """The runner's module kind for a group (runner docstring), None: one it cannot build."""
+    """The runner's module kind for a group (runner docstring)."""
     if framework in ("torchao", "torch"):
         return "torchao"
     classes = set(module_class.split("/"))
     if classes & _GROUPED:
-        return None
+        return GROUPED_KIND
     return "te-layernorm-linear" if classes & _LAYERNORM_LINEAR else "te-linear"
 
 
 def plan(run: RunGroups) -> pd.DataFrame:
-    """Per group and distinct module shape: what the runner times (kind, recipes), or, in
-    `unmeasurable`, why it cannot (never a time of zero)."""
+    """Per group and distinct module shape: what the runner times (kind, recipes; m_splits for a
+    grouped module), or, in `unmeasurable`, why it cannot (never a time of zero); a grouped module
+    whose members the trace does not hold has no kind: the runner cannot build it."""
     shapes = run.shapes.merge(run.groups[["group", "name", "module_class"]], on="group")
     shapes["kind"] = shapes["module_class"].map(lambda c: kind_of(c, run.framework))
+    unrecorded = (shapes["kind"] == GROUPED_KIND) & shapes["m_splits"].isna()
+    shapes.loc[unrecorded, "kind"] = None
     missing = shapes[["tokens", "in_features", "out_features"]].isna().any(axis=1)
     shapes["unmeasurable"] = np.select(
-        [shapes["kind"].isna().to_numpy(), missing.to_numpy()],
-        ["a grouped GEMM: the trace holds its summed FLOPs, not its members' shapes",
-         "no shape recorded for this module's GEMMs"], default="")
+        [unrecorded.to_numpy(), missing.to_numpy()],
+        [UNRECORDED_MEMBERS, "no shape recorded for this module's GEMMs"], default="")
     shapes["unmeasurable"] = shapes["unmeasurable"].replace("", None)
     recipes = TORCHAO_RECIPES if run.framework in ("torchao", "torch") else TE_RECIPES
     shapes["recipes"] = [list(recipes)] * len(shapes)
@@ -68,14 +73,18 @@ def plan(run: RunGroups) -> pd.DataFrame:
 
 def spec(planned: pd.DataFrame, run: RunGroups, iters: int, warmup: int) -> dict:
     """The runner's spec: each distinct (module kind, shape) timed once, under an `op` naming every
-    group that shares it (g2+g5: the reader gives each its own rows)."""
+    group that shares it (g2+g5: the reader gives each its own rows); a grouped module's entry
+    with its `m_splits` (tokens per member GEMM)."""
     ok = planned[planned["unmeasurable"].isna()].astype({"tokens": "int64", "in_features": "int64",
                                                          "out_features": "int64"})
-    shared = ok.groupby(["kind", "tokens", "in_features", "out_features"], sort=False).agg(
+    ok = ok.assign(m_splits=ok["m_splits"].fillna(""))
+    shared = ok.groupby(["kind", "tokens", "in_features", "out_features", "m_splits"], sort=False).agg(
         op=("group", "+".join), recipes=("recipes", "first")).reset_index()
     entries = [{"group": op, "kind": kind, "m": int(m), "k": int(k), "n": int(n), "recipes": list(recipes)}
-               for op, kind, m, k, n, recipes in zip(shared["op"], shared["kind"], shared["tokens"],
-                                                     shared["in_features"], shared["out_features"], shared["recipes"])]
+               | ({"m_splits": [int(t) for t in splits.split(",")]} if splits else {})
+               for op, kind, m, k, n, recipes, splits in zip(
+                   shared["op"], shared["kind"], shared["tokens"], shared["in_features"], shared["out_features"],
+                   shared["recipes"], shared["m_splits"])]
     return {"plan": {"framework": run.framework, "trace_gpu": run.gpu, "groups": run.groups["name"].tolist()},
             "entries": entries, "iters": iters, "warmup": warmup, "gpu_warmup_s": 3.0}
 

@@ -27,7 +27,9 @@ def _groups_table(run: RunGroups) -> pd.DataFrame:
 
 
 def _shapes_table(run: RunGroups, planned: pd.DataFrame) -> pd.DataFrame:
-    frame = planned[["name", "tokens", "in_features", "out_features", "kind", "unmeasurable"]]
+    """The shapes to time; a grouped module's m_splits (tokens per member GEMM) where there is one."""
+    splits = ["m_splits"] if planned["m_splits"].notna().any() else []
+    frame = planned[["name", "tokens", "in_features", "out_features", *splits, "kind", "unmeasurable"]]
     return frame.rename(columns={"name": "modules", "in_features": "in", "out_features": "out",
                                  "unmeasurable": "not measurable"})
 
@@ -40,7 +42,7 @@ def _section(title: str, frame: pd.DataFrame) -> Section:
 def listing_report(run: RunGroups, planned: pd.DataFrame, why: str, command: str) -> Report:
     """Without a GPU: the groups that would be measured, and the command that measures them."""
     measurable = planned[planned["unmeasurable"].isna()]
-    to_time = len(measurable.drop_duplicates(["kind", "tokens", "in_features", "out_features"]))
+    to_time = len(measurable.drop_duplicates(["kind", "tokens", "in_features", "out_features", "m_splits"]))
     intro = [f"NOT MEASURED ({why}): the groups below would be timed on a GPU.",
              f"On a GPU machine, run: {command}",
              f"{len(run.groups)} groups of GEMMs, {to_time} distinct module shapes to time at "

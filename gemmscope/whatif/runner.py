@@ -10,12 +10,14 @@ thread) ``gemmscope.gemm|op=<groups>|pass=fwd+bwd|precision=<recipe>|mode=<kind>
 followed by a result mark with its CUDA-event median and IQR, or ``status=unsupported`` /
 ``status=failed`` with the library's own message; the reader (measure.read_measurement) takes the
 kernels inside each range from the nsys trace. `m, k, n` are the module's tokens, in- and
-out-features; `op` the groups that share the shape, joined by `+`.
+out-features; `op` the groups that share the shape, joined by `+`; a grouped module's entry also
+has ``m_splits=a,b,…``, its tokens per member GEMM (m their sum).
 
 Kinds (`mode`): ``te-linear`` (te.Linear), ``te-layernorm-linear`` (te.LayerNormLinear, the
-LayerNorm fused in as TE runs it), each under ``te.autocast(recipe)`` (BF16: no autocast);
-``torchao`` (an nn.Linear; low precision: torchao's convert_to_float8_training with the recipe's
-Float8LinearConfig, as a torchao program converts it).
+LayerNorm fused in as TE runs it), ``te-grouped-linear`` (te.GroupedLinear, one GEMM per
+m_splits member, called with the m_splits as the program's MoE experts call it), each under
+``te.autocast(recipe)`` (BF16: no autocast); ``torchao`` (an nn.Linear; low precision: torchao's
+convert_to_float8_training with the recipe's Float8LinearConfig, as a torchao program converts it).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 
 from gemmscope.plan.run_marks import PLAN_PREFIX
 from gemmscope.plan.workload import Entry, _te, run_entry, te_recipe, warm_up_gpu
+from gemmscope.whatif.measure import GROUPED_KIND
 
 # torchao's recipe names (Float8LinearConfig.from_recipe_name) per whatif recipe.
 TORCHAO_RECIPE_NAMES = {"fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
@@ -36,8 +39,15 @@ TORCHAO_MIN_CAPABILITY = (8, 9)
 
 def _te_step(entry: Entry):
     te, _, _ = _te()
-    cls = te.LayerNormLinear if entry.mode == "te-layernorm-linear" else te.Linear
-    layer = cls(entry.k, entry.n, bias=False, params_dtype=torch.bfloat16)
+    if entry.mode == GROUPED_KIND:
+        grouped = te.GroupedLinear(len(entry.m_splits), entry.k, entry.n, bias=False, params_dtype=torch.bfloat16)
+        splits = list(entry.m_splits)
+
+        def layer(x):
+            return grouped(x, splits)
+    else:
+        layer = (te.LayerNormLinear if entry.mode == "te-layernorm-linear" else te.Linear)(
+            entry.k, entry.n, bias=False, params_dtype=torch.bfloat16)
     x = torch.randn(entry.m, entry.k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     grad = torch.randn(entry.m, entry.n, device="cuda", dtype=torch.bfloat16)
     recipe = te_recipe(entry.precision)
@@ -77,7 +87,8 @@ def _step(entry: Entry):
 def entries(spec: dict) -> list[Entry]:
     """Recipe-major, then the spec's order: each recipe's memory is one stretch of the trace."""
     recipes = list(dict.fromkeys(r for item in spec["entries"] for r in item["recipes"]))
-    return [Entry(item["group"], "fwd+bwd", item["m"], item["k"], item["n"], recipe, item["kind"], spec["iters"])
+    return [Entry(item["group"], "fwd+bwd", item["m"], item["k"], item["n"], recipe, item["kind"], spec["iters"],
+                  tuple(item.get("m_splits", ())))
             for recipe in recipes for item in spec["entries"] if recipe in item["recipes"]]
 
 
@@ -88,7 +99,8 @@ def main(spec_path: str) -> None:
     warm_up_gpu(spec["gpu_warmup_s"])
     results = []
     for entry in entries(spec):
-        print(f"whatif: {entry.op} {entry.mode} {entry.precision} {entry.m}x{entry.k}x{entry.n}", file=sys.stderr)
+        members = f" m_splits={','.join(map(str, entry.m_splits))}" if entry.m_splits else ""
+        print(f"whatif: {entry.op} {entry.mode} {entry.precision} {entry.m}x{entry.k}x{entry.n}{members}", file=sys.stderr)
         # the backward runs on torch's autograd thread: process-wide ranges hold its kernels too
         results.append(run_entry(entry, spec["warmup"], make_step=_step, process_wide=True))
     major, minor = torch.cuda.get_device_capability()
