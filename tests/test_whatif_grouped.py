@@ -9,6 +9,7 @@ fixture, said unmeasurable.)"""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +177,31 @@ def test_a_measured_grouped_module_is_advised_and_changed_with_its_layer(moe, gp
     args = written.files[changes.MEGATRON_ARGS]
     assert (f"--num-layers-at-start-in-bf16 {bf16_layers}" in args) == bool(bf16_layers)
     assert written.predicted_ms == pytest.approx(run.groups["now_ms"].sum() * (bf16_ns / 2_000 if bf16_layers else 1))
+
+
+def test_a_real_megatron_moe_capture_records_each_experts_tokens_and_is_planned_grouped():
+    """Megatron-Core's MoE (4 experts, top-2, TE GroupedLinear) captured under verify on an H200:
+    every grouped call records 4 members whose features are the program's (hidden 1024, expert FFN
+    4096 / top-2) and whose tokens add up to at least the 2 × 512 tokens routed twice; whatif plans
+    the experts as grouped modules with those splits, nothing said unmeasurable."""
+    from gemmscope.autocast_hook.gemmscope_protocol import parse_members
+
+    trace = Path(__file__).parent / "fixtures" / "gpu" / "corpus" / "megatron_moe_fp8-block_members.sqlite.xz"
+    expected = json.loads(trace.with_name("megatron_moe_fp8-block_members.expected.json").read_text())
+    gemms = gs.check(trace).verification.gemms
+    recorded = gemms[gemms["gemm_members"].notna()].drop_duplicates(["layer", "te_pass", "gemm_members"])
+    routed = 2 * 512 * 2  # batch × seq × top-k, the program's defaults
+    hidden, expert_ffn = 1024, 4096 // 2
+    assert len(recorded) and recorded["layer"].str.contains(r"\.mlp\.experts\.linear_fc[12]$").all()
+    for layer, te_pass, text in zip(recorded["layer"], recorded["te_pass"], recorded["gemm_members"]):
+        members = parse_members(text)
+        assert members is not None and len(members) == expected["experts"]
+        tokens_at = {"fprop": 0, "dgrad": 0, "wgrad": 2}[te_pass]  # wgrad contracts over the tokens
+        assert routed <= sum(m[tokens_at] for m in members) < routed + 64 * expected["experts"]
+        features = {m[i] for m in members for i in range(3) if i != tokens_at}
+        assert features == {hidden, expert_ffn}, (layer, te_pass, text)
+    shapes = measure.plan(group_gemms(gs.check(trace).verification))
+    experts = shapes[shapes["kind"] == "te-grouped-linear"]
+    assert len(experts) == 2 and shapes["unmeasurable"].isna().all()
+    for tokens, splits in zip(experts["tokens"], experts["m_splits"].str.split(",")):  # as the runner's label
+        assert len(splits) == expected["experts"] and sum(map(int, splits)) == tokens
