@@ -1,11 +1,14 @@
 """Benchmark: does `gemmscope whatif`'s prediction hold once its change is applied? For each corpus
 program (tests/fixtures/gpu/corpus): a torchao MLP with a BF16 head, a Megatron-Core GPT with its
-first and last layers in BF16, a Hugging Face Llama through accelerate's torchao FP8 backend:
+first and last layers in BF16, a Hugging Face Llama through accelerate's torchao FP8 backend and
+through its TE backend:
 
 1. run it under `gemmscope verify --out CAPTURE` (nsys, the hook);
 2. `gemmscope whatif CAPTURE --out WHATIF`: its groups measured on this GPU, the change written out;
 3. apply the change as written, unmodified: Megatron's arguments from megatron_args.txt in place of
    the program's BF16 flags; torchao's and accelerate's `--module-filter WHATIF/module_filter.py`;
+   TE's debug-API file, `--te-debug-config WHATIF/te_debug_bf16.yaml` (the program sets the debug
+   API up as the file's comments say);
 4. run it again under verify and group its GEMMs as whatif does (gemmscope.whatif.groups);
 5. compare the predicted GEMM + quantization ms per step (whatif's `changes.predicted_ms`) with the
    re-run's measured one (target: within 10 %), and the step time before and after the change
@@ -13,11 +16,11 @@ first and last layers in BF16, a Hugging Face Llama through accelerate's torchao
    TIMED_ROUNDS times: median and IQR of the steps after WARMUP, pooled), flagging an after-step
    slower than before beyond the before-steps' IQR.
 
-Needs a GPU with TE, torchao, megatron-core, transformers and accelerate. Each program's row is
+Needs a GPU with TE, torchao, megatron-core, transformers, accelerate and nvdlfw_inspect. Each program's row is
 printed as it ends; on an H200 torchao_mlp and megatron_gpt together took under 5 minutes, and
 hf_accelerate 2 (2026-11-27): under a 10-minute limit a call, run them as two series (--programs).
 
-    python benchmarks/whatif_claim.py [--programs torchao_mlp,megatron_gpt,hf_accelerate] [--keep DIR]
+    python benchmarks/whatif_claim.py [--programs torchao_mlp,megatron_gpt,hf_accelerate,hf_accelerate_te] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ PROGRAMS = {
                             ["--first-last-layers-bf16"]),
     "hf_accelerate": Program([sys.executable, str(CORPUS / "hf_plain_loop.py"), "--accelerate-fp8",
                               "--fp8-backend", "ao"]),
+    "hf_accelerate_te": Program([sys.executable, str(CORPUS / "hf_plain_loop.py"), "--accelerate-fp8",
+                                 "--fp8-backend", "te"]),
 }
 
 
@@ -71,6 +76,8 @@ def applied(whatif_dir: Path, program: Program) -> list[str]:
         return shlex.split((whatif_dir / "megatron_args.txt").read_text(), comments=True)
     if (whatif_dir / "module_filter.py").exists():
         return ["--module-filter", str(whatif_dir / "module_filter.py")]
+    if (whatif_dir / "te_debug_bf16.yaml").exists():
+        return ["--te-debug-config", str(whatif_dir / "te_debug_bf16.yaml")]
     return program.precision  # nothing to change: the run as it was
 
 

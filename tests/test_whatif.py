@@ -226,7 +226,10 @@ def test_megatron_change_finer_than_layers_is_said(all_fp8):
     written = changes.write_changes(all_fp8, advice.advise(all_fp8, _results(all_fp8, _slow_small_fp8), {}))
     assert any("finer than whole layers" in note for note in written.notes)
     yaml_text = written.files[changes.TE_DEBUG_YAML]
-    assert "DisableFP8Layer" in yaml_text and "decoder\\.layers\\.1\\.self_attention\\.linear_proj" in yaml_text
+    # named as the debug API names Megatron's layers: from 1
+    assert "    DisableQuantizationLayer:" in yaml_text
+    assert "model\\.decoder\\.layers\\.4\\.self_attention\\.linear_proj" in yaml_text
+    assert "layers\\.0\\." not in yaml_text
 
 
 def test_torchao_filter_file_returns_the_advised_booleans(tmp_path):
@@ -496,3 +499,40 @@ def test_whatif_is_a_library_call_as_the_command_is(tmp_path):
     assert not (tmp_path / "out").exists()  # the caller writes them; nothing was measured here
     with pytest.raises(answer.NothingToGroup):
         answer.answer([TESTS / "fixtures" / "gpu" / "request_mxfp8.sqlite.xz"])
+
+
+@pytest.mark.parametrize("framework", ["hf-accelerate-te", "megatron-core"])
+def test_the_te_debug_file_names_the_layers_as_the_debug_api_names_them(framework, torch_cpu, tmp_path):
+    """The debug-API file's pattern matches exactly the modules it names, under the names
+    nvdlfw_inspect's own infer_and_assign_layer_names gives them: a Hugging Face tree (layers by
+    index), and Megatron-Core's (its transformer layers carry a layer_number from 1, wrapped as its
+    trainer wraps the model)."""
+    import nvdlfw_inspect.api as debug_api
+    from nvdlfw_inspect.logging import initialize_logger
+
+    nn = torch_cpu.nn
+
+    def layer(number: int | None) -> object:
+        block = nn.Module()
+        block.mlp = nn.Module()
+        block.mlp.linear_fc1, block.mlp.down_proj = nn.Linear(2, 2), nn.Linear(2, 2)
+        if number is not None:
+            block.layer_number = number
+        return block
+
+    root = nn.Module()
+    if framework == "megatron-core":
+        root.module = nn.Module()
+        root.module.decoder = nn.Module()
+        root.module.decoder.layers = nn.ModuleList([layer(i + 1) for i in range(3)])
+        paths = ["module.decoder.layers.0.mlp.linear_fc1", "module.decoder.layers.2.mlp.linear_fc1"]
+    else:
+        root.model = nn.Module()
+        root.model.layers = nn.ModuleList([layer(None) for _ in range(3)])
+        root.lm_head = nn.Linear(2, 2)
+        paths = ["model.layers.1.mlp.down_proj", "lm_head"]
+    initialize_logger(str(tmp_path))
+    debug_api.infer_and_assign_layer_names(root)
+    pattern = re.search(r"layer_name_regex_pattern: '(.*)'", changes.te_debug_yaml(paths, framework)).group(1)
+    named = {path: module.name for path, module in root.named_modules() if path and hasattr(module, "name")}
+    assert {path for path, name in named.items() if re.fullmatch(pattern, name)} == set(paths)

@@ -10,7 +10,7 @@
   `convert_to_float8_training(model, module_filter_fn=...)` or
   `AORecipeKwargs(module_filter_func=...)`.
 - Transformer Engine (plain, or a Hugging Face model accelerate's TE backend converted): a TE
-  debug-API YAML (nvdlfw_inspect's DisableFP8Layer feature) that keeps the named layers in high
+  debug-API YAML (TE's DisableQuantizationLayer feature for nvdlfw_inspect) that keeps the named layers in high
   precision, and a `te.autocast` region snippet for either direction.
 """
 
@@ -25,6 +25,8 @@ from gemmscope.whatif.advice import Advice
 from gemmscope.whatif.groups import RunGroups
 
 _MEGATRON_LAYER = re.compile(r"^(?:module\.)*decoder\.layers\.(\d+)\.")
+# A Megatron transformer layer's index in its path, and what precedes it.
+_MEGATRON_LAYER_INDEX = re.compile(r"^((?:module\.)*decoder\.layers\.)(\d+)(?=\.)")
 MEGATRON_ARGS = "megatron_args.txt"
 MODULE_FILTER = "module_filter.py"
 TE_DEBUG_YAML = "te_debug_bf16.yaml"
@@ -121,7 +123,7 @@ def _megatron(run: RunGroups, modules: pd.DataFrame) -> Changes:
         number.notna() & ~applied_bf16).fillna(False))
     bf16_te = in_layers[~in_layers["low_after"]]
     if len(finer) or middle:
-        changes.files[TE_DEBUG_YAML] = te_debug_yaml(bf16_te["path"].tolist())
+        changes.files[TE_DEBUG_YAML] = te_debug_yaml(bf16_te["path"].tolist(), run.framework)
     return changes
 
 
@@ -144,7 +146,7 @@ def _te(run: RunGroups, modules: pd.DataFrame) -> Changes:
     to_low = sorted(modules.loc[~modules["low_now"] & modules["low_after"], "path"].unique())
     changes.predicted_ms = _applied_ms(modules, modules["low_after"])
     if to_bf16:
-        changes.files[TE_DEBUG_YAML] = te_debug_yaml(to_bf16)
+        changes.files[TE_DEBUG_YAML] = te_debug_yaml(to_bf16, run.framework)
         changes.lines.append(f"TE debug API: {len(to_bf16)} modules kept in high precision ({TE_DEBUG_YAML}; needs "
                              "nvdlfw_inspect and debug_api.initialize(config_file=..., feature_dirs=[TE's "
                              "transformer_engine/debug/features]) in the program, and debug_api.step() after each step)")
@@ -172,22 +174,34 @@ def module_filter_file(fqns: list[str]) -> str:
             "    return fqn in FLOAT8_FQNS\n")
 
 
-def te_debug_yaml(paths: list[str]) -> str:
-    """A TE debug-API config keeping the layers named `paths` (module paths, as
-    debug_api.infer_and_assign_layer_names gives them) out of low precision."""
-    pattern = "^(" + "|".join(re.escape(p) for p in paths) + ")$"
+def debug_api_names(paths: list[str], framework: str) -> list[str]:
+    """The layer names nvdlfw_inspect's infer_and_assign_layer_names(model) gives the modules at
+    `paths` (module paths from the model's root): "model." before the path, and, under a ModuleList
+    whose children carry a `layer_number` (Megatron-Core's transformer layers, numbered from 1), that
+    number in place of the child's index."""
+    if framework == "megatron-core":
+        paths = [_MEGATRON_LAYER_INDEX.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + 1}", p) for p in paths]
+    return [f"model.{p}" for p in paths]
+
+
+def te_debug_yaml(paths: list[str], framework: str) -> str:
+    """A TE debug-API config keeping the layers at `paths` out of low precision, named as
+    debug_api.infer_and_assign_layer_names names them (debug_api_names)."""
+    pattern = "^(" + "|".join(re.escape(p) for p in debug_api_names(paths, framework)) + ")$"
     return ("# Written by gemmscope whatif: these TE layers run their GEMMs in high precision.\n"
-            "# Needs nvdlfw_inspect, and in the program, before the model runs:\n"
+            "# Needs nvdlfw_inspect, and in the program, before its first TE module is built:\n"
             "#   import nvdlfw_inspect.api as debug_api\n"
             "#   debug_api.initialize(config_file=\"te_debug_bf16.yaml\", feature_dirs=[<transformer_engine>/debug/features])\n"
-            "#   debug_api.infer_and_assign_layer_names(model)   # names = module paths (or give TE modules name=...)\n"
+            "# then, once the model is built (the names below are the ones it gives):\n"
+            "#   debug_api.infer_and_assign_layer_names(model)\n"
             "# and debug_api.step() after each training step.\n"
+            "# A Transformer Engine older than DisableQuantizationLayer: DisableFP8Layer, same fields.\n"
             "gemmscope_whatif_bf16:\n"
             "  enabled: True\n"
             "  layers:\n"
             f"    layer_name_regex_pattern: '{pattern}'\n"
             "  transformer_engine:\n"
-            "    DisableFP8Layer:\n"
+            "    DisableQuantizationLayer:\n"
             "      enabled: True\n")
 
 
