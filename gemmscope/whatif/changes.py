@@ -154,8 +154,12 @@ def _te(run: RunGroups, modules: pd.DataFrame) -> Changes:
         changes.files[TE_AUTOCAST] = te_autocast_snippet(to_bf16, to_low, run.recipes)
         changes.lines.append(f"or a te.autocast region around those modules' calls ({TE_AUTOCAST})")
     if run.framework == "hf-accelerate-te":
+        # measured: whatif_claim.py's hf_accelerate_te, benchmarks/HISTORY.md
         changes.notes.append("accelerate's TE backend converts every nn.Linear and takes no filter: apply the debug "
-                             "API file, or use accelerate's torchao backend with a module filter")
+                             "API file, or use accelerate's torchao backend with a module filter. Applied to a Llama "
+                             "on accelerate 1.15's TE backend (FP32 parameters), TE 2.20.2 named the layers and then "
+                             "failed in cuBLAS on their first high-precision GEMM (H200, 2026-11-27): the torchao "
+                             "backend's filter is the route checked")
     if not changes.files:
         changes.lines.append("no change to write: every group is at its faster precision")
     return changes
