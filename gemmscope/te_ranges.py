@@ -22,6 +22,7 @@ te.ops fusible operations push no ranges of their own: only the hook's record na
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -202,11 +203,12 @@ def parse_distinct(names: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(columns, index=index, copy=False)
 
 
-def recorded_software(names: pd.Series) -> dict[str, str | None] | None:
-    """The software versions gemmscope's hook recorded among these NVTX names (torch, cuda,
-    transformer_engine, cublaslt; None for one it could not read), or None without its record. A
-    trace of several processes records them once per process; the first is said."""
-    mark = next((name for name in pd.unique(names.dropna()) if name.startswith(SOFTWARE_PREFIX)), None)
+def recorded_software(names: Iterable[str]) -> dict[str, str | None] | None:
+    """The software versions gemmscope's hook recorded among these NVTX names (a trace's
+    range_names: torch, cuda, transformer_engine, cublaslt; None for one it could not read), or
+    None without its record. A trace of several processes records them once per process; the
+    first is said."""
+    mark = next((name for name in names if name.startswith(SOFTWARE_PREFIX)), None)
     if mark is None:
         return None
     record = parse_record(SOFTWARE_PREFIX, mark)

@@ -117,7 +117,7 @@ def recorded_recipes(traces: Sequence[Trace]) -> list[str]:
     framework's subclass of a TE recipe is recorded as the TE recipe it derives from)."""
     seen: list[str] = []
     for trace in traces:
-        names = trace.nvtx["name"].dropna().unique()
+        names = trace.range_names
         # parsed one by one: a handful of names per trace, and a run may have thousands of traces
         regions = [te_ranges.parse(name) for name in names if name.startswith(te_ranges.AUTOCAST_PREFIX)]
         for cls in (region["recipe_class"] for region in regions if region["kind"] == te_ranges.AUTOCAST):
@@ -217,7 +217,7 @@ class Verification:
         """Some trace holds a record of gemmscope's hook (autocast, GEMM call, process or software):
         the run was made with it, so a GEMM without a record is one the hook did not see."""
         prefixes = te_ranges.HOOK_PREFIXES
-        return any(name.startswith(prefixes) for t in self.traces for name in pd.unique(t.nvtx["name"].dropna()))
+        return any(name.startswith(prefixes) for t in self.traces for name in t.range_names)
 
     @property
     def mismatches(self) -> pd.DataFrame:

@@ -6,6 +6,7 @@ JSON) returns a `Trace`; attribution (gemmscope.attribution) joins its frames in
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,14 @@ class Trace:
     threads: pd.DataFrame
     gpus: pd.DataFrame
     memory: pd.DataFrame
+
+    @functools.cached_property
+    def range_names(self) -> np.ndarray:
+        """The distinct names of `nvtx` (None left out), in the order met, found once: a trace of
+        torch's emit_nvtx holds hundreds of thousands, and several readers look among them for
+        the few that are theirs (the hook's records, TE's autocast ranges, step marks). A trace's
+        frames are not changed in place (a trace cut or redacted is a new one)."""
+        return pd.unique(self.nvtx["name"].dropna())
 
     @property
     def made_by_nsys(self) -> bool:
