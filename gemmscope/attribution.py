@@ -126,6 +126,8 @@ class EnclosingRanges:
         if not parts:
             return cls.empty()
         names = pd.Index(np.concatenate([p.names for p in parts]))
+        if len(parts) == 1 and offsets[0] == 0 and names.is_unique:  # one trace's: as they are
+            return parts[0]
         distinct = names.unique()
         launch, name, first = [], [], 0
         for part, offset in zip(parts, offsets):

@@ -196,10 +196,18 @@ def parse_distinct(names: np.ndarray) -> pd.DataFrame:
     index = pd.RangeIndex(len(names))
     columns: dict = {}
     for column in COLUMNS:
+        found = [row[column] for row in parsed]
+        if column in _INTEGER_COLUMNS:  # made from the parsed names alone: the others are NA
+            known = np.array([value is not None for value in found], dtype=bool)
+            numbers, missing = np.zeros(len(names), dtype="int64"), np.ones(len(names), dtype=bool)
+            numbers[ours[known]] = [value for value in found if value is not None]
+            missing[ours[known]] = False
+            columns[column] = pd.arrays.IntegerArray(numbers, missing)
+            continue
         values = np.full(len(names), None, dtype=object)
-        values[ours] = [row[column] for row in parsed]
+        values[ours] = found
         # text stays Python objects: pandas would check every one of a long trace's names to make them its string type
-        columns[column] = pd.array(values, dtype="Int64") if column in _INTEGER_COLUMNS else object_column(values, index)
+        columns[column] = object_column(values, index)
     return pd.DataFrame(columns, index=index, copy=False)
 
 
