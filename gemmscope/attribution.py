@@ -125,7 +125,8 @@ class EnclosingRanges:
         offsets[n]."""
         if not parts:
             return cls.empty()
-        names = pd.Index(np.concatenate([p.names for p in parts]))
+        # as Python objects (None where a range has no name): not checked one by one to make them pandas' string type
+        names = pd.Index(np.concatenate([p.names for p in parts]), dtype=object)
         if len(parts) == 1 and offsets[0] == 0 and names.is_unique:  # one trace's: as they are
             return parts[0]
         distinct = names.unique()
