@@ -96,7 +96,7 @@ def described(step_range: str) -> str:
 
 def _mark_numbers(trace: Trace) -> pd.Series:
     """The step number of each distinct step mark's name (gemmscope.step|n=N), indexed by name."""
-    marks = [name for name in trace.range_names if name.startswith(STEP_PREFIX)]  # one per step
+    marks = trace.range_names_starting(STEP_PREFIX)  # one per step
     fields = [parse_record(STEP_PREFIX, name) or {} for name in marks]
     number = pd.Series([f.get("n") for f in fields], index=marks, dtype=object)
     return pd.to_numeric(number, errors="coerce").dropna().astype("int64")
@@ -104,7 +104,7 @@ def _mark_numbers(trace: Trace) -> pd.Series:
 
 def watched_without_steps(result: Verification) -> bool:
     """The hook watched for optimizer steps (its mark at torch's import) and marked none."""
-    said = [name[len(STEP_PREFIX):] for t in result.traces for name in t.range_names if name.startswith(STEP_PREFIX)]
+    said = [name[len(STEP_PREFIX):] for t in result.traces for name in t.range_names_starting(STEP_PREFIX)]
     return any(s.startswith("watching") for s in said) and not any(s.startswith("n=") for s in said)
 
 
@@ -167,7 +167,7 @@ def _ranges_named(result: Verification, pattern: str | None) -> pd.DataFrame:
     for trace in result.traces:
         n = trace.nvtx
         distinct = trace.range_names  # match each name once, not each range
-        wanted = distinct[name_matches(distinct, [pattern])] if pattern else []
+        wanted = distinct[name_matches(distinct, [pattern], distinct_names=True)] if pattern else []
         parts.append(n[n["name"].isin(wanted) & (n["kind"] == "push-pop")].assign(trace=trace.path.name))
     steps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if steps.empty:

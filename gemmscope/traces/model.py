@@ -150,6 +150,18 @@ class Trace:
         frames are not changed in place (a trace cut or redacted is a new one)."""
         return pd.unique(self.nvtx["name"].dropna())
 
+    def range_names_starting(self, prefixes: str | tuple[str, ...]) -> list[str]:
+        """range_names that start with `prefixes` (one, or any of several), in the order met:
+        looked for once per `prefixes`, however many readers ask."""
+        found = self._names_starting.get(prefixes)
+        if found is None:
+            found = self._names_starting[prefixes] = [n for n in self.range_names if n.startswith(prefixes)]
+        return found
+
+    @functools.cached_property
+    def _names_starting(self) -> dict[str | tuple[str, ...], list[str]]:
+        return {}
+
     @property
     def made_by_nsys(self) -> bool:
         """nsys made the trace (its records come from an nsys export), not torch.profiler."""
