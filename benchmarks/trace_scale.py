@@ -209,13 +209,13 @@ def sqlite_of(seed: Path, folder: Path) -> Path:
 
 # --- running the two tools --------------------------------------------------------------------
 
+# As the `gemmscope` command runs (its entry point, gemmscope.__main__.run), from the checkout.
 def gemmscope_command(export: Path) -> list[str]:
-    return [sys.executable, "-c", "from gemmscope.cli import main; main()", "analyze", str(export), "--format", "json"]
+    return [sys.executable, "-m", "gemmscope", "analyze", str(export), "--format", "json"]
 
 
 def verify_command(export: Path) -> list[str]:
-    return [sys.executable, "-c", "from gemmscope.cli import main; main()", "verify", "--trace", str(export),
-            "--format", "json"]
+    return [sys.executable, "-m", "gemmscope", "verify", "--trace", str(export), "--format", "json"]
 
 
 def nsys_command(nsys: str, export: Path) -> list[str]:
