@@ -250,7 +250,7 @@ class Redactor:
     def values(self, column: pd.Series) -> pd.Series:
         """A column with its text cells redacted, each distinct text once (and counted once);
         the column itself when none changes."""
-        texts = [t for t in pd.unique(column.dropna()) if isinstance(t, str)]
+        texts = [t for t in pd.unique(column) if isinstance(t, str)]  # (missing values are no text)
         changed = {t: redacted for t, redacted in zip(texts, self.texts(texts)) if redacted != t}
         return column.astype(object).replace(changed) if changed else column
 

@@ -148,7 +148,8 @@ class Trace:
         torch's emit_nvtx holds hundreds of thousands, and several readers look among them for
         the few that are theirs (the hook's records, TE's autocast ranges, step marks). A trace's
         frames are not changed in place (a trace cut or redacted is a new one)."""
-        return pd.unique(self.nvtx["name"].dropna())
+        names = pd.unique(self.nvtx["name"].to_numpy(dtype=object))
+        return names[pd.notna(names)]  # dropped from the few distinct, not the many rows
 
     def range_names_starting(self, prefixes: str | tuple[str, ...]) -> list[str]:
         """range_names that start with `prefixes` (one, or any of several), in the order met:
