@@ -113,10 +113,10 @@ RECORDED_SECRET, RECORDED_PATH, USER_OR_HOST_NAME = "recorded-secret", "recorded
 _PLAIN = (int, float, bool, type(None))
 # What a text no rule could match adds to the counts (shared, never changed).
 _NOTHING: Counter[str] = Counter()
-# How many distinct texts a Redactor remembers the redaction of (and as many it found no trigger in) (a trace's names repeat millions
-# of times, and one trace's distinct names, a few hundred thousand where a range is pushed per
-# operator call, are redacted in its frames and again in its launches' ranges; a scrubbed
-# trace's distinct texts are not kept without bound).
+# How many distinct texts a Redactor remembers the redaction of, and as many it found no trigger
+# in (a trace's names repeat millions of times, and one trace's distinct names, a few hundred
+# thousand where a range is pushed per operator call, are redacted in its frames and again in its
+# launches' ranges; a scrubbed trace's distinct texts are not kept without bound).
 _REMEMBERED = 1_000_000
 # Between texts searched all at once (Redactor.texts): no trigger matches it, unless a recorded value holds it.
 _SEPARATOR = "\x00"
