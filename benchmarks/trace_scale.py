@@ -10,7 +10,7 @@ capture. For each factor the script builds the replica once, checks that both to
 N times what they see on the seed, then times each tool `--rounds` times as a separate process,
 the two alternating, and prints each process's wall and CPU seconds and peak RSS.
 
-    python benchmarks/trace_scale.py [--seed PATH|NAME] [--factors 1,10,100] [--rounds 3] [--quick]
+    python benchmarks/trace_scale.py [--seed PATH|NAME] [--factors 1,10,100] [--rounds 3] [--quick] [--keep DIR]
 
 Named seeds (SEEDS): `te-stack` (the default) and `grouped-linear`, TE's GroupedLinear benchmark
 under its documented `--profile` (torch's emit_nvtx: a range per operator call, each named with
@@ -209,13 +209,13 @@ def sqlite_of(seed: Path, folder: Path) -> Path:
 
 # --- running the two tools --------------------------------------------------------------------
 
+# As the `gemmscope` command runs (its entry point, gemmscope.__main__.run), from the checkout.
 def gemmscope_command(export: Path) -> list[str]:
-    return [sys.executable, "-c", "from gemmscope.cli import main; main()", "analyze", str(export), "--format", "json"]
+    return [sys.executable, "-m", "gemmscope", "analyze", str(export), "--format", "json"]
 
 
 def verify_command(export: Path) -> list[str]:
-    return [sys.executable, "-c", "from gemmscope.cli import main; main()", "verify", "--trace", str(export),
-            "--format", "json"]
+    return [sys.executable, "-m", "gemmscope", "verify", "--trace", str(export), "--format", "json"]
 
 
 def nsys_command(nsys: str, export: Path) -> list[str]:
@@ -292,8 +292,9 @@ class Measurement:
 
 
 def measure(seed: Path, factor: int, rounds: int, nsys: str, folder: Path,
-            seed_verdicts: Counter, seed_instances: Counter, renumber: bool = False) -> Measurement:
-    export = folder / f"replica-{factor}x.sqlite"
+            seed_verdicts: Counter, seed_instances: Counter, renumber: bool = False,
+            keep: Path | None = None) -> Measurement:
+    export = (keep or folder) / f"replica-{factor}x.sqlite"
     started = time.perf_counter()
     build_replica(seed, export, factor, renumber)
     build_s = time.perf_counter() - started
@@ -318,8 +319,9 @@ def measure(seed: Path, factor: int, rounds: int, nsys: str, folder: Path,
             done = runs[name][-1]
             print(f"  {factor}x round {round_ + 1}: {name} {done.wall_s:.2f} s wall, {done.cpu_s:.2f} s CPU",
                   file=sys.stderr)
-    # The largest replicas take hundreds of MB: one at a time on disk.
-    export.unlink()
+    # The largest replicas take hundreds of MB: one at a time on disk (unless kept, to profile).
+    if keep is None:
+        export.unlink()
     return Measurement(factor, size, sum(verdicts.values()), counts_scale, runs["gemmscope"], runs["verify"],
                        runs["nsys"])
 
@@ -400,10 +402,14 @@ def main() -> None:
     parser.add_argument("--factors", help="comma-separated replica counts (default: ~10k to ~1M kernels)")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs of each tool per factor")
     parser.add_argument("--quick", action="store_true", help="only the two smallest factors")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="build the replicas in DIR and leave them there (replica-<factor>x.sqlite), to profile")
     args = parser.parse_args()
     nsys = find_nsys()
     seed_path, renumber = SEEDS.get(args.seed, (Path(args.seed), False))
     renumber = renumber if args.renumber is None else args.renumber
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
 
     with tempfile.TemporaryDirectory(prefix="gemmscope-trace-scale-") as tmp:
         folder = Path(tmp)
@@ -422,8 +428,8 @@ def main() -> None:
               f"{version}", file=sys.stderr)
         seed_verdicts = gemm_verdicts(seed, folder)
         seed_instances = nsys_kernel_instances(nsys, seed, folder)
-        measurements = [measure(seed, factor, args.rounds, nsys, folder, seed_verdicts, seed_instances, renumber)
-                        for factor in factors]
+        measurements = [measure(seed, factor, args.rounds, nsys, folder, seed_verdicts, seed_instances, renumber,
+                                args.keep) for factor in factors]
     report(measurements)
 
 

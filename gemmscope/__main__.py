@@ -7,6 +7,7 @@ that the private scratch folder (gemmscope.scratch) is removed then too.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -29,12 +30,23 @@ def run() -> None:
         sys.stderr.write("gemmscope: interrupted\n")
         sys.stderr.flush()
         os._exit(ExitCode.INTERRUPTED)
+    _collect_less()
     try:
         main()
     finally:
         # Done: a result, or a failure said. A Ctrl-C from here on, during the exit itself, is
         # ignored: it would end a finished run by the signal (status -2, no message).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _collect_less() -> None:
+    """What was imported lives to the end of the command: the cyclic garbage collector stops
+    looking it over (gc.freeze), and looks over new objects every 50,000 allocations, not 700.
+    Reading a trace makes millions of objects (names, rows) that form no cycle, and every look
+    went over all those alive: 5 % of analyze's time on a trace of 200 k distinct range names.
+    The command's process only: the library leaves its caller's collector as it is."""
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
 
 if __name__ == "__main__":

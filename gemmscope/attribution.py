@@ -125,7 +125,10 @@ class EnclosingRanges:
         offsets[n]."""
         if not parts:
             return cls.empty()
-        names = pd.Index(np.concatenate([p.names for p in parts]))
+        # as Python objects (None where a range has no name): not checked one by one to make them pandas' string type
+        names = pd.Index(np.concatenate([p.names for p in parts]), dtype=object)
+        if len(parts) == 1 and offsets[0] == 0 and names.is_unique:  # one trace's: as they are
+            return parts[0]
         distinct = names.unique()
         launch, name, first = [], [], 0
         for part, offset in zip(parts, offsets):
@@ -136,11 +139,15 @@ class EnclosingRanges:
         return cls(np.concatenate(launch), np.concatenate(name), distinct.to_numpy(dtype=object))
 
 
-def first_matching_pattern(names: np.ndarray | pd.Series, patterns: Sequence[str]) -> np.ndarray:
+def first_matching_pattern(names: np.ndarray | pd.Series, patterns: Sequence[str],
+                           distinct_names: bool = False) -> np.ndarray:
     """Per name, the position of the first shell pattern (case-sensitive, as --allow's and
     --expect-map's) that matches it, -1 where none does (None matches nothing); each distinct
-    name is matched once: a long trace has millions of ranges and a few distinct names."""
-    codes, distinct = pd.factorize(np.asarray(names, dtype=object))
+    name is matched once: a long trace has millions of ranges and a few distinct names.
+    `distinct_names`: `names` repeat none (a trace's range_names), and are not looked over for
+    repeats."""
+    names = np.asarray(names, dtype=object)
+    codes, distinct = (np.arange(len(names)), names) if distinct_names else pd.factorize(names)
     first = np.full(len(distinct) + 1, -1, dtype="int64")  # the last one: a missing name's (code -1)
     for position in reversed(range(len(patterns))):  # the first pattern that matches is written last
         match = re.compile(fnmatch.translate(patterns[position])).match  # what fnmatchcase runs, compiled once
@@ -155,9 +162,9 @@ def _literal_prefix(pattern: str) -> str:
     return pattern[:next((i for i, c in enumerate(pattern) if c in "*?["), len(pattern))]
 
 
-def name_matches(names: np.ndarray | pd.Series, patterns: Sequence[str]) -> np.ndarray:
+def name_matches(names: np.ndarray | pd.Series, patterns: Sequence[str], distinct_names: bool = False) -> np.ndarray:
     """Whether a shell pattern (first_matching_pattern) matches each name."""
-    return first_matching_pattern(names, patterns) >= 0
+    return first_matching_pattern(names, patterns, distinct_names) >= 0
 
 
 def launches(trace: Trace) -> pd.DataFrame:

@@ -200,7 +200,7 @@ def _environment(trace: Trace, member: str) -> dict[str, Any]:
     """What `trace` records about the machine and the software it ran (null where nothing does;
     a torch.profiler trace records none of the system's settings nor the command line)."""
     system, commands = recorded_environment(trace.records) if trace.made_by_nsys else ({}, [])
-    software = te_ranges.recorded_software(trace.nvtx["name"]) or {}
+    software = te_ranges.recorded_software(trace.range_names_starting(te_ranges.SOFTWARE_PREFIX)) or {}
     return {
         "trace": member,
         "gpus": frame_records(trace.gpus),

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 REDACTED = "[redacted]"
@@ -78,28 +79,29 @@ RULES: tuple[tuple[str, str], ...] = (
     ("home-path", rf"/(?:home|Users)/[^/\s\"'`:;,=|]+|/root(?!{PATH_CHAR})"
                   rf"|(?<![A-Za-z0-9])[A-Za-z]:{_WINDOWS_SEPARATOR}(?i:users){_WINDOWS_SEPARATOR}[^\\/\s\"'`:;,=|*?<>]+"),
 )
-# What every match of each rule holds, as a regex over the text in lower case: a text
-# none of them finds is left as it is without running the rules, which cost a try of every rule
-# at every character (a trace of torch's emit_nvtx holds a long name per operator call).
-# tests/test_redaction.py checks each against text its rule matches.
-TRIGGERS: dict[str, str] = {
-    "private-key": "-----begin ",
-    "secret-assignment": "token|key|secret|passw|aws_",
-    "bearer-token": "bearer",
-    "wandb-key": "wandb login|local-",
-    "jwt": r"eyj",
-    "hugging-face-token": "hf_",
-    "github-token": "gh[pousr]_|github_pat_",
-    "api-key": "sk-",
-    "google-api-key": "aiza",
-    "slack-token": "xox[abposr]-",
-    "aws-key-id": "akia|asia",
-    "url-user-info": "://",
-    "email": "@",
+# What every match of each rule holds, as regexes (any one of them) over the text in lower case:
+# a text none of them finds is left as it is without running the rules, which cost a try of
+# every rule at every character (a trace of torch's emit_nvtx holds a long name per operator
+# call). Each starts with a literal character: Redactor.texts looks for the ones that start
+# with one character in one pass. tests/test_redaction.py checks each against text its rule matches.
+TRIGGERS: dict[str, tuple[str, ...]] = {
+    "private-key": ("-----begin ",),
+    "secret-assignment": ("token", "key", "secret", "passw", "aws_"),
+    "bearer-token": ("bearer",),
+    "wandb-key": ("wandb login", "local-"),
+    "jwt": ("eyj",),
+    "hugging-face-token": ("hf_",),
+    "github-token": ("gh[pousr]_", "github_pat_"),
+    "api-key": ("sk-",),
+    "google-api-key": ("aiza",),
+    "slack-token": ("xox[abposr]-",),
+    "aws-key-id": ("akia", "asia"),
+    "url-user-info": ("://",),
+    "email": ("@",),
     # a dotted quad has a dot before a digit; an IPv6 address three colons with hex digits between
-    "ip-address": r"\.[0-9]|:[0-9a-f]*:[0-9a-f]*:",
-    "host-name": rf"\.(?:{_TLDS})",
-    "home-path": r"/home/|/users/|/root|:(?:\\{1,2}|/)users",
+    "ip-address": (r"\.[0-9]", ":[0-9a-f]*:[0-9a-f]*:"),
+    "host-name": (rf"\.(?:{_TLDS})",),
+    "home-path": ("/home/", "/users/", "/root", r":(?:\\{1,2}|/)users"),
 }
 # Public sites gemmscope's own output cites (devices.py's sources, the JSON schemas' $schema):
 # not private, kept although the host-name rule matches them. `--keep` adds to these.
@@ -111,11 +113,24 @@ RECORDED_SECRET, RECORDED_PATH, USER_OR_HOST_NAME = "recorded-secret", "recorded
 _PLAIN = (int, float, bool, type(None))
 # What a text no rule could match adds to the counts (shared, never changed).
 _NOTHING: Counter[str] = Counter()
-# How many distinct texts a Redactor remembers the redaction of (a trace's names repeat millions
-# of times, and one trace's distinct names, a few hundred thousand where a range is pushed per
-# operator call, are redacted in its frames and again in its launches' ranges; a scrubbed
-# trace's distinct texts are not kept without bound).
+# How many distinct texts a Redactor remembers the redaction of, and as many it found no trigger
+# in (a trace's names repeat millions of times, and one trace's distinct names, a few hundred
+# thousand where a range is pushed per operator call, are redacted in its frames and again in its
+# launches' ranges; a scrubbed trace's distinct texts are not kept without bound).
 _REMEMBERED = 1_000_000
+# Between texts searched all at once (Redactor.texts): no trigger matches it, unless a recorded value holds it.
+_SEPARATOR = "\x00"
+
+
+def _by_first_character(triggers: list[str]) -> list[re.Pattern]:
+    """`triggers` (each starting with a literal character, escaped or not) as one regex per first
+    character: a regex that starts with a literal is searched for that character alone, several
+    times faster than an alternation is tried at every place."""
+    by_first: dict[str, list[str]] = {}
+    for trigger in triggers:
+        first = trigger[:2] if trigger.startswith("\\") else trigger[:1]
+        by_first.setdefault(first, []).append(trigger[len(first):])
+    return [re.compile(f"{first}(?:{'|'.join(rests)})") for first, rests in by_first.items()]
 
 
 def _alternation(literals: Iterable[str]) -> str:
@@ -151,16 +166,19 @@ class Redactor:
             rules.append((USER_OR_HOST_NAME, rf"(?<![A-Za-z0-9_])(?:{_alternation(names)})(?![A-Za-z0-9_])"))
         # what any rule's match holds (TRIGGERS, and the recorded values themselves), on the text in lower case
         recorded = [v.lower() for v in (*values, *paths, *names)]
-        triggers = [TRIGGERS[kind] for kind, _ in RULES] + ([_alternation(recorded)] if recorded else [])
-        self._could_match = re.compile("|".join(triggers)).search
+        triggers = [trigger for kind, _ in RULES for trigger in TRIGGERS[kind]]
+        self._could_match = re.compile("|".join(triggers + [_alternation(recorded)] * bool(recorded))).search
+        self._trigger_passes = _by_first_character(triggers) + [re.compile(_alternation(recorded))] * bool(recorded)
         # Each rule one named group (rule0, rule1, …), its kept part lead0, lead1, …
         self._kinds = {f"rule{i}": kind for i, (kind, _) in enumerate(rules)}
         self._pattern = re.compile("|".join(
             f"(?P<rule{i}>{pattern.replace('(?P<lead>', f'(?P<lead{i}>')})" for i, (_, pattern) in enumerate(rules)))
         self._keep = (*PUBLIC_HOSTS, *keep)
         self.counts: Counter[str] = Counter()
-        # text -> (the text redacted, the kinds redacted in it): what a repeated text adds to the counts
+        # text -> (the text redacted, the kinds redacted in it): what a repeated text adds to the
+        # counts; and the texts no trigger is found in (most of them), left as they are
         self._done: dict[str, tuple[str, Counter[str]]] = {}
+        self._plain: set[str] = set()
 
     def __call__(self, text: str) -> str:
         redacted, found = self._redacted(text)
@@ -170,17 +188,24 @@ class Redactor:
 
     def _redacted(self, text: str) -> tuple[str, Counter[str]]:
         """`text` redacted, and the kinds redacted in it (what each occurrence adds to the counts)."""
+        if text in self._plain:
+            return text, _NOTHING
         done = self._done.get(text)
         if done is None:
-            if self._could_match(text.lower()):
-                found: Counter[str] = Counter()
-                done = (self._pattern.sub(lambda match: self._replace(match, found), text), found)
-            else:
-                done = (text, _NOTHING)
+            if not self._could_match(text.lower()):
+                self._remember_plain([text])
+                return text, _NOTHING
+            found: Counter[str] = Counter()
+            done = (self._pattern.sub(lambda match: self._replace(match, found), text), found)
             if len(self._done) >= _REMEMBERED:
                 self._done.clear()
             self._done[text] = done
         return done
+
+    def _remember_plain(self, texts: list[str]) -> None:
+        if len(self._plain) + len(texts) > _REMEMBERED:
+            self._plain.clear()
+        self._plain.update(texts)
 
     def _replace(self, match: re.Match, found: Counter[str]) -> str:
         group = match.lastgroup  # the rule's group: it closes after any group inside it
@@ -225,6 +250,36 @@ class Redactor:
     def values(self, column: pd.Series) -> pd.Series:
         """A column with its text cells redacted, each distinct text once (and counted once);
         the column itself when none changes."""
-        texts = [t for t in pd.unique(column.dropna()) if isinstance(t, str)]
-        changed = {t: redacted for t in texts if (redacted := self(t)) != t}
+        texts = [t for t in pd.unique(column) if isinstance(t, str)]  # (missing values are no text)
+        changed = {t: redacted for t, redacted in zip(texts, self.texts(texts)) if redacted != t}
         return column.astype(object).replace(changed) if changed else column
+
+    def texts(self, texts: list[str]) -> list[str]:
+        """`texts` (distinct) redacted and counted, as `self` redacts each; those not met before
+        are searched for triggers all at once (`_search_all`)."""
+        plain, done = self._plain, self._done
+        new = [t for t in texts if t not in plain and t not in done]
+        if new:
+            self._search_all(new)
+        return [t if t in plain else self(t) for t in texts]
+
+    def _search_all(self, texts: list[str]) -> None:
+        """Redact and remember `texts` (distinct, none met before), looking for the triggers in
+        all of them joined into one text, a pass per first character: a trace of torch's
+        emit_nvtx holds hundreds of thousands of distinct range names, and a search per name
+        cost more in calls than in searching. Only the texts a trigger is found in are redacted
+        one by one."""
+        lowered = [t.lower() for t in texts]
+        ends = np.cumsum([len(t) + 1 for t in lowered])  # where each ends in the joined text, its separator included
+        joined = _SEPARATOR.join(lowered)
+        touched = np.zeros(len(texts) + 1, dtype="int64")
+        for search in self._trigger_passes:
+            for match in search.finditer(joined):
+                # every text the match touches: one across a separator (a recorded value that
+                # holds one) marks both, each then searched on its own
+                touched[np.searchsorted(ends, match.start(), "right")] += 1
+                touched[np.searchsorted(ends, match.end() - 1, "right") + 1] -= 1
+        found = np.cumsum(touched[:-1]) > 0
+        self._remember_plain([texts[i] for i in np.flatnonzero(~found)])
+        for i in np.flatnonzero(found):
+            self._redacted(texts[i])

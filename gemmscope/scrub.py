@@ -145,7 +145,9 @@ def _redacted_loaded(item: LoadedTrace, redactor: Redactor) -> LoadedTrace:
         trace = dataclasses.replace(trace, path=path, meta=redactor.document(trace.meta), **frames)
     ranges = item.ranges
     if ranges is not None:
-        names = np.array([redactor(n) if isinstance(n, str) else n for n in ranges.names], dtype=object)
+        names = ranges.names.copy()
+        text = np.fromiter((isinstance(n, str) for n in names), dtype=bool, count=len(names))
+        names[text] = redactor.texts(list(names[text]))
         ranges = EnclosingRanges(ranges.launch, ranges.name, names)
     return dataclasses.replace(item, path=path, trace=trace, ranges=ranges,
                                launches=None if item.launches is None else redactor.frame(item.launches),

@@ -63,7 +63,7 @@ def marked_steps(trace: Trace, launches: pd.DataFrame) -> pd.DataFrame:
     (`launches`: kernels with `launch_start`, of this trace or, with a `trace` column, of several);
     a step whose beginning the trace does not hold (a capture opened inside it) is left out."""
     nvtx = trace.nvtx
-    number = _mark_numbers(nvtx)
+    number = _mark_numbers(trace)
     if number.empty:
         return _empty()
     marks = nvtx[nvtx["name"].isin(number.index)]
@@ -94,9 +94,9 @@ def described(step_range: str) -> str:
     return f"NVTX ranges matching {step_range}"
 
 
-def _mark_numbers(nvtx: pd.DataFrame) -> pd.Series:
+def _mark_numbers(trace: Trace) -> pd.Series:
     """The step number of each distinct step mark's name (gemmscope.step|n=N), indexed by name."""
-    marks = [name for name in pd.unique(nvtx["name"].dropna()) if name.startswith(STEP_PREFIX)]  # one per step
+    marks = trace.range_names_starting(STEP_PREFIX)  # one per step
     fields = [parse_record(STEP_PREFIX, name) or {} for name in marks]
     number = pd.Series([f.get("n") for f in fields], index=marks, dtype=object)
     return pd.to_numeric(number, errors="coerce").dropna().astype("int64")
@@ -104,8 +104,7 @@ def _mark_numbers(nvtx: pd.DataFrame) -> pd.Series:
 
 def watched_without_steps(result: Verification) -> bool:
     """The hook watched for optimizer steps (its mark at torch's import) and marked none."""
-    said = [name[len(STEP_PREFIX):] for t in result.traces for name in pd.unique(t.nvtx["name"].dropna())
-            if name.startswith(STEP_PREFIX)]
+    said = [name[len(STEP_PREFIX):] for t in result.traces for name in t.range_names_starting(STEP_PREFIX)]
     return any(s.startswith("watching") for s in said) and not any(s.startswith("n=") for s in said)
 
 
@@ -118,10 +117,10 @@ def default_step_pattern(result: Verification) -> str | None:
     parts = []
     for trace in result.traces:
         n = trace.nvtx[trace.nvtx["kind"] == "push-pop"]
-        names = pd.unique(n["name"].dropna())
         # Only a name that ends in a number can be one; of those, TE's grammar (its prefix filter
-        # first) is asked only about the few that are not an operator's.
-        numbered = pd.Series([name for name in names if isinstance(name, str) and name[-1:].isdigit()
+        # first) is asked only about the few that are not an operator's. (The trace's names, of
+        # every kind of range: only the push/pop ranges' are looked up in them below.)
+        numbered = pd.Series([name for name in trace.range_names if isinstance(name, str) and name[-1:].isdigit()
                               and _OPERATOR_RANGE not in name], dtype=object)
         stems = numbered.str.extract(_NUMBERED)["stem"]
         own = stems.notna() & te_ranges.parse_distinct(numbered.to_numpy())["kind"].isna()
@@ -167,8 +166,8 @@ def _ranges_named(result: Verification, pattern: str | None) -> pd.DataFrame:
     parts = []
     for trace in result.traces:
         n = trace.nvtx
-        distinct = n["name"].dropna().unique()  # match each name once, not each range
-        wanted = distinct[name_matches(distinct, [pattern])] if pattern else []
+        distinct = trace.range_names  # match each name once, not each range
+        wanted = distinct[name_matches(distinct, [pattern], distinct_names=True)] if pattern else []
         parts.append(n[n["name"].isin(wanted) & (n["kind"] == "push-pop")].assign(trace=trace.path.name))
     steps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if steps.empty:
@@ -224,7 +223,7 @@ def keep_steps(item: LoadedTrace, first: int, last: int) -> LoadedTrace:
     memops, nvtx = item.trace.memops, item.trace.nvtx
     between = (memops["start"] >= kept["start"].min()) & (memops["start"] <= kept["end"].max())
     # the marks of other steps go too, so that the steps found later are these alone
-    number = _mark_numbers(nvtx)
+    number = _mark_numbers(item.trace)
     other_steps = nvtx["name"].map(number[(number < first - 1) | (number > last)]).notna()
     trace = dataclass_replace(item.trace, memops=memops[between.to_numpy()].reset_index(drop=True),
                               nvtx=nvtx[~other_steps.to_numpy()].reset_index(drop=True))

@@ -22,6 +22,7 @@ te.ops fusible operations push no ranges of their own: only the hook's record na
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -197,18 +198,27 @@ def parse_distinct(names: np.ndarray) -> pd.DataFrame:
     index = pd.RangeIndex(len(names))
     columns: dict = {}
     for column in COLUMNS:
+        found = [row[column] for row in parsed]
+        if column in _INTEGER_COLUMNS:  # made from the parsed names alone: the others are NA
+            known = np.array([value is not None for value in found], dtype=bool)
+            numbers, missing = np.zeros(len(names), dtype="int64"), np.ones(len(names), dtype=bool)
+            numbers[ours[known]] = [value for value in found if value is not None]
+            missing[ours[known]] = False
+            columns[column] = pd.arrays.IntegerArray(numbers, missing)
+            continue
         values = np.full(len(names), None, dtype=object)
-        values[ours] = [row[column] for row in parsed]
+        values[ours] = found
         # text stays Python objects: pandas would check every one of a long trace's names to make them its string type
-        columns[column] = pd.array(values, dtype="Int64") if column in _INTEGER_COLUMNS else object_column(values, index)
+        columns[column] = object_column(values, index)
     return pd.DataFrame(columns, index=index, copy=False)
 
 
-def recorded_software(names: pd.Series) -> dict[str, str | None] | None:
-    """The software versions gemmscope's hook recorded among these NVTX names (torch, cuda,
-    transformer_engine, cublaslt; None for one it could not read), or None without its record. A
-    trace of several processes records them once per process; the first is said."""
-    mark = next((name for name in pd.unique(names.dropna()) if name.startswith(SOFTWARE_PREFIX)), None)
+def recorded_software(names: Iterable[str]) -> dict[str, str | None] | None:
+    """The software versions gemmscope's hook recorded among these NVTX names (a trace's
+    range_names: torch, cuda, transformer_engine, cublaslt; None for one it could not read), or
+    None without its record. A trace of several processes records them once per process; the
+    first is said."""
+    mark = next((name for name in names if name.startswith(SOFTWARE_PREFIX)), None)
     if mark is None:
         return None
     record = parse_record(SOFTWARE_PREFIX, mark)

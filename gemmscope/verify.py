@@ -117,9 +117,8 @@ def recorded_recipes(traces: Sequence[Trace]) -> list[str]:
     framework's subclass of a TE recipe is recorded as the TE recipe it derives from)."""
     seen: list[str] = []
     for trace in traces:
-        names = trace.nvtx["name"].dropna().unique()
         # parsed one by one: a handful of names per trace, and a run may have thousands of traces
-        regions = [te_ranges.parse(name) for name in names if name.startswith(te_ranges.AUTOCAST_PREFIX)]
+        regions = [te_ranges.parse(name) for name in trace.range_names_starting(te_ranges.AUTOCAST_PREFIX)]
         for cls in (region["recipe_class"] for region in regions if region["kind"] == te_ranges.AUTOCAST):
             recipe = RECIPE_BY_CLASS.get(cls, cls)
             if cls != "disabled" and recipe not in seen:
@@ -216,8 +215,7 @@ class Verification:
     def hook_recorded(self) -> bool:
         """Some trace holds a record of gemmscope's hook (autocast, GEMM call, process or software):
         the run was made with it, so a GEMM without a record is one the hook did not see."""
-        prefixes = te_ranges.HOOK_PREFIXES
-        return any(name.startswith(prefixes) for t in self.traces for name in pd.unique(t.nvtx["name"].dropna()))
+        return any(t.range_names_starting(te_ranges.HOOK_PREFIXES) for t in self.traces)
 
     @property
     def mismatches(self) -> pd.DataFrame:

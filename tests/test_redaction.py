@@ -141,7 +141,7 @@ def test_every_text_a_rule_matches_holds_its_trigger(kind, pattern):
     from hypothesis import strategies as st
 
     rule = re.compile(pattern.replace("(?P<lead>", "(?:"))
-    trigger = re.compile(TRIGGERS[kind])
+    trigger = re.compile("|".join(TRIGGERS[kind]))
 
     @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
     @given(st.from_regex(rule))
@@ -162,3 +162,18 @@ def test_a_text_no_trigger_finds_is_left_and_a_recorded_value_is_a_trigger():
         "autograd::engine::evaluate_function: AliceWBackward0")  # a name is a whole word
     assert redact._could_match("x AliceW y".lower()) and redact("x AliceW y") == f"x {REDACTED} y"
     assert redact.counts == {"user-or-host-name": 1}
+
+
+
+def test_texts_searched_at_once_are_redacted_and_counted_as_one_by_one():
+    """Redactor.texts (a trace's distinct names, the triggers searched in all of them joined)
+    says and counts what a call per text does: each case's match and its near miss, a recorded
+    value split across two texts (found in neither), one next to the separator the texts are
+    joined with, and texts met before (the first seven, given again)."""
+    texts = [text for text, _, near_miss in CASES.values() for text in (text, near_miss)]
+    texts += ["x Alice", "W y", "AliceW\x00", "plain", "autograd::engine::evaluate_function: AliceWBackward0"]
+    one_by_one = Redactor(names=["AliceW"])
+    first, second = [one_by_one(t) for t in texts[:7]], [one_by_one(t) for t in texts]
+    at_once = Redactor(names=["AliceW"])
+    assert at_once.texts(texts[:7]) == first and at_once.texts(texts) == second
+    assert at_once.counts == one_by_one.counts and at_once.counts["user-or-host-name"] == 1

@@ -6,6 +6,7 @@ JSON) returns a `Trace`; attribution (gemmscope.attribution) joins its frames in
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,27 @@ class Trace:
     threads: pd.DataFrame
     gpus: pd.DataFrame
     memory: pd.DataFrame
+
+    @functools.cached_property
+    def range_names(self) -> np.ndarray:
+        """The distinct names of `nvtx` (None left out), in the order met, found once: a trace of
+        torch's emit_nvtx holds hundreds of thousands, and several readers look among them for
+        the few that are theirs (the hook's records, TE's autocast ranges, step marks). A trace's
+        frames are not changed in place (a trace cut or redacted is a new one)."""
+        names = pd.unique(self.nvtx["name"].to_numpy(dtype=object))
+        return names[pd.notna(names)]  # dropped from the few distinct, not the many rows
+
+    def range_names_starting(self, prefixes: str | tuple[str, ...]) -> list[str]:
+        """range_names that start with `prefixes` (one, or any of several), in the order met:
+        looked for once per `prefixes`, however many readers ask."""
+        found = self._names_starting.get(prefixes)
+        if found is None:
+            found = self._names_starting[prefixes] = [n for n in self.range_names if n.startswith(prefixes)]
+        return found
+
+    @functools.cached_property
+    def _names_starting(self) -> dict[str | tuple[str, ...], list[str]]:
+        return {}
 
     @property
     def made_by_nsys(self) -> bool:

@@ -363,7 +363,6 @@ def _nvtx(export: Export, strings: pd.Series, session_end: float) -> pd.DataFram
             "start": "start",
             "end": "end",
             "event_type": "eventType",
-            "text": "text",
             "text_id": "textId",
             "global_tid": "globalTid",
             "end_global_tid": "endGlobalTid",
@@ -372,16 +371,17 @@ def _nvtx(export: Export, strings: pd.Series, session_end: float) -> pd.DataFram
         },
     )
     refuse_missing(n, "NVTX event", {"global_tid": "thread id", "event_type": "event type"})
-    refuse_non_text(n["text"], np.zeros(len(n), dtype=bool), "NVTX_EVENTS.text")
+    text = export.text("NVTX_EVENTS", "text")
+    text = pd.Series(text if text is not None else np.full(len(n), None, dtype=object), index=n.index, dtype=object)
+    refuse_non_text(text, np.zeros(len(n), dtype=bool), "NVTX_EVENTS.text")
     # Registered strings (nvtxDomainRegisterString) arrive as textId; plain ones as text, one
     # Python string per row: kept once per distinct name (a long trace repeats a few thousand
     # names a million times, hundreds of MB as separate strings).
-    named = n["text"].where(n["text"].notna(), _name(n["text_id"], strings)).to_numpy(dtype=object)
+    named = text.where(text.notna(), _name(n["text_id"], strings)).to_numpy(dtype=object)
     codes, distinct = pd.factorize(named)
     # numpy's stubs take no None (an object array's missing value) as append's values
     n["name"] = object_column(np.append(np.asarray(distinct, dtype=object), None)[codes],  # type: ignore[call-overload]
                               n.index)
-    del n["text"]
     n["pid"] = process_id(n["global_tid"])
     n["tid"] = thread_id(n["global_tid"])
     # Domain ids are numbered per process; a DomainCreate row names each one (0 is the default).

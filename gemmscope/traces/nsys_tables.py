@@ -136,6 +136,15 @@ class SqliteExport:
                 out[name] = values
         return {name: out[name] for name in columns}
 
+    def text(self, table: str, column: str) -> np.ndarray | None:
+        """One column, its rows in the order `frame` reads them, as Python objects (None where
+        NULL): without pandas, which checks every value of a long trace's hundreds of thousands
+        of range names to give them its string type, given back as objects. None where the
+        table or the column is missing."""
+        if column not in self.columns(table):
+            return None
+        return np.array([value for (value,) in self.conn.execute(f'SELECT "{column}" FROM "{table}"')], dtype=object)
+
     def meta(self) -> dict[str, str]:
         """META_DATA_EXPORT's name → value."""
         return dict(self.conn.execute("SELECT name, value FROM META_DATA_EXPORT"))
@@ -251,6 +260,12 @@ class ColumnarExport:
                 out[name] = values.cast("float64").to_numpy(zero_copy_only=False)
         frame = pd.DataFrame(out)
         return frame[rows(frame)].reset_index(drop=True) if rows is not None else frame
+
+    def text(self, table: str, column: str) -> np.ndarray | None:
+        """As SqliteExport.text."""
+        if column not in self.columns(table):
+            return None
+        return self.frame(table, {column: column})[column].to_numpy(dtype=object)
 
     def meta(self) -> dict[str, str]:
         rows = self.frame("META_DATA_EXPORT", {"name": "name", "value": "value"})
