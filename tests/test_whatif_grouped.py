@@ -182,8 +182,9 @@ def test_a_measured_grouped_module_is_advised_and_changed_with_its_layer(moe, gp
 def test_a_real_megatron_moe_capture_records_each_experts_tokens_and_is_planned_grouped():
     """Megatron-Core's MoE (4 experts, top-2, TE GroupedLinear) captured under verify on an H200:
     every grouped call records 4 members whose features are the program's (hidden 1024, expert FFN
-    4096 / top-2) and whose tokens add up to at least the 2 × 512 tokens routed twice; whatif plans
-    the experts as grouped modules with those splits, nothing said unmeasurable."""
+    4096 / top-2) and whose tokens add up to at least the 2 × 512 tokens routed twice; whatif counts
+    one call per layer and step and plans the experts as grouped modules with those splits, nothing
+    said unmeasurable."""
     from gemmscope.autocast_hook.gemmscope_protocol import parse_members
 
     trace = Path(__file__).parent / "fixtures" / "gpu" / "corpus" / "megatron_moe_fp8-block_members.sqlite.xz"
@@ -200,7 +201,11 @@ def test_a_real_megatron_moe_capture_records_each_experts_tokens_and_is_planned_
         assert routed <= sum(m[tokens_at] for m in members) < routed + 64 * expected["experts"]
         features = {m[i] for m in members for i in range(3) if i != tokens_at}
         assert features == {hidden, expert_ffn}, (layer, te_pass, text)
-    shapes = measure.plan(group_gemms(gs.check(trace).verification))
+    run = group_gemms(gs.check(trace).verification)
+    # a grouped call launches a GEMM per expert: still one call per layer and step
+    experts_groups = run.groups[run.groups["module_class"] == "GroupedLinear"]
+    assert len(experts_groups) == 2 and (experts_groups["calls_per_step"] == expected["layers"]).all()
+    shapes = measure.plan(run)
     experts = shapes[shapes["kind"] == "te-grouped-linear"]
     assert len(experts) == 2 and shapes["unmeasurable"].isna().all()
     for tokens, splits in zip(experts["tokens"], experts["m_splits"].str.split(",")):  # as the runner's label

@@ -120,6 +120,7 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
     rows["m_splits"] = members["m_splits"]
     for dim in ("tokens", "in_features", "out_features"):  # a backward node's GEMMs: their module's forward shape
         rows[dim] = rows[dim].fillna(rows.groupby("layer")[dim].transform("first"))
+    rows["call_share"] = _call_shares(rows)
 
     key = ["pattern", "group_precision"]
     precisions_per_pattern = rows.groupby("pattern")["group_precision"].transform("nunique")
@@ -132,7 +133,7 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
         "layers": grouped["layer"].agg(lambda paths: sorted(set(paths))),
         "requested": grouped["requested_a"].agg(_most_common) if "requested_a" in rows else None,
         "gemms_per_step": grouped.size() / divisor,
-        "calls_per_step": grouped["te_pass"].agg(lambda p: int((p == "fprop").sum())) / divisor,
+        "calls_per_step": grouped["call_share"].sum().round() / divisor,
         "gemm_ms": grouped["duration_ns"].sum() / divisor / 1e6,
         "quant_ms": grouped["quant_ns"].sum() / divisor / 1e6,
     }).reset_index().rename(columns={"group_precision": "precision"})
@@ -190,6 +191,16 @@ def _module_dims(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
                    for dims in _MODULE_DIMS.values()]
         out.append(pd.Series(np.select(conditions, choices, default=np.nan), index=rows.index).astype("Int64"))
     return out[0], out[1], out[2]
+
+
+def _call_shares(rows: pd.DataFrame) -> pd.Series:
+    """Per GEMM, its share of one forward call: 1 for an fprop GEMM, 0 for the backward's; a
+    grouped call (members recorded) launches one GEMM per member with tokens, each 1/that many."""
+    splits = rows["m_splits"].dropna()
+    launched = splits.map({text: sum(t != "0" for t in text.split(",")) for text in splits.unique()})
+    per_call = pd.Series(1.0, index=rows.index)
+    per_call[launched.index] = 1 / launched.clip(lower=1)
+    return per_call.where(rows["te_pass"] == "fprop", 0.0)
 
 
 def _member_dims(rows: pd.DataFrame) -> pd.DataFrame:
