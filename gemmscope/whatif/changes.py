@@ -214,9 +214,10 @@ def te_autocast_snippet(to_bf16: list[str], to_low: list[str], recipes: list[str
              "import transformer_engine.pytorch as te", ""]
     if to_bf16:
         lines += ["# in high precision (inside the program's FP8 autocast):", *[f"#   {p}" for p in to_bf16],
-                  "with te.autocast(enabled=False):", "    out = module(x)", ""]
+                  "with te.autocast(enabled=False):", "    out = module(x)  # a GroupedLinear: module(x, m_splits)", ""]
     if to_low:
         recipe = recipes[0] if recipes else "fp8-current"
         lines += [f"# in low precision ({recipe}):", *[f"#   {p}" for p in to_low],
-                  "with te.autocast(enabled=True, recipe=recipe):", "    out = module(x)", ""]
+                  "with te.autocast(enabled=True, recipe=recipe):", "    out = module(x)  # a GroupedLinear: module(x, m_splits)",
+                  ""]
     return "\n".join(lines)
