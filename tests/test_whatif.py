@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import gemmscope as gs
-from gemmscope.whatif import advice, changes, measure
+from gemmscope.whatif import advice, answer, changes, measure
 from gemmscope.whatif.groups import group_gemms
 
 from schema_check import assert_valid
@@ -536,3 +536,30 @@ def test_the_te_debug_file_names_the_layers_as_the_debug_api_names_them(framewor
     pattern = re.search(r"layer_name_regex_pattern: '(.*)'", changes.te_debug_yaml(paths, framework)).group(1)
     named = {path: module.name for path, module in root.named_modules() if path and hasattr(module, "name")}
     assert {path for path, name in named.items() if re.fullmatch(pattern, name)} == set(paths)
+
+
+CLAIM = TESTS / "fixtures" / "gpu" / "whatif" / "claim_h200"
+
+
+@pytest.mark.parametrize("program", ["torchao_mlp", "megatron_gpt", "hf_accelerate"])
+def test_the_prediction_holds_against_the_run_with_the_change_applied(program, tmp_path):
+    """On real H200 runs of the corpus programs (fixtures/gpu/whatif/README.md): whatif, from the
+    run as it was and its measurement, predicts the GEMM + quantization time per step of the
+    run with its change applied within 10 % of what that run itself took, and the change it
+    writes is the one that run applied: Megatron's arguments as given, torchao's filter naming
+    exactly the modules that ran float8 after it."""
+    found = answer.answer([CLAIM / f"{program}_before.sqlite.xz"], measured=CLAIM / f"{program}_measurement",
+                          out=tmp_path)
+    predicted = found.report.document["changes"]["predicted_ms"]
+    after = _groups(CLAIM / f"{program}_after.sqlite.xz")
+    measured = after.groups["now_ms"].sum()
+    assert predicted == pytest.approx(measured, rel=0.10)
+    if program == "megatron_gpt":
+        assert found.files[changes.MEGATRON_ARGS].split() == (CLAIM / "megatron_gpt_applied.txt").read_text().split()
+        return
+    namespace: dict = {}
+    exec(found.files[changes.MODULE_FILTER], namespace)  # the file as the program loads it
+    ran_float8 = {path for layers, low in zip(after.groups["layers"], after.groups["low_precision"]) if low
+                  for path in layers}
+    every = {path for layers in after.groups["layers"] for path in layers}
+    assert {path for path in every if namespace["module_filter_fn"](None, path)} == ran_float8
