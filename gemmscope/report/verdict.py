@@ -31,7 +31,8 @@ def trace_environment(result: Verification) -> list[tuple[str, str]]:
     profilers = dict.fromkeys(t.meta["profiler"] for t in result.traces)
     ranks = verdict_figures(result).ranks
     traces = count(len(result.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
-    software = next((v for t in result.traces if (v := te_ranges.recorded_software(t.range_names_starting(te_ranges.SOFTWARE_PREFIX)))), None)
+    software = next((v for t in result.traces
+                     if (v := te_ranges.recorded_software(t.range_names_starting(te_ranges.SOFTWARE_PREFIX)))), None)
     if software is None:
         versions = "not recorded (nsys records none; gemmscope verify's hook does)"
     else:

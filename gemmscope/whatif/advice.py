@@ -6,8 +6,8 @@ measured(recipe now), where measured is the GEMM and quantization kernel time of
 forward and backward inside the runner's timed range; a shape that was not measured at either
 leaves the group's figure missing, never zero. Where the run itself ran the same module shape at
 that recipe, in another group of the same module pattern, its time there per GEMM is the figure
-(_from_the_run), and the recommendation says whose it is. The recommendation compares the group's recipe
-now with the one it could switch to in this program: BF16 for a low-precision group, the
+(_from_the_run): the recommendation says "in this run", per_recipe's `source` names the group.
+The recommendation compares the group's recipe now with the one it could switch to in this program: BF16 for a low-precision group, the
 program's own low-precision recipe for a BF16 group (the best measured one where the program ran
 none). A change smaller than NOISE of the time now is no change.
 """
@@ -150,8 +150,9 @@ def _recommend(run: RunGroups, per_recipe: pd.DataFrame) -> pd.DataFrame:
     speed = groups["speedup"].map(lambda s: f"{s:.2f}".rstrip("0").rstrip(".") + "×" if pd.notna(s) else "")
     # a measured figure is this GPU's ("here"); one another group of the run ran is the run's own
     # (which group: per_recipe's source)
-    sourced = np.where(groups["target_source"].notna(), " in this run", "")
-    where = np.where(groups["target_source"].notna(), " in this run", " here")
+    in_run = groups["target_source"].notna().to_numpy()
+    sourced = np.where(in_run, " in this run", "")
+    where = np.where(in_run, " in this run", " here")
     per_step = groups["stake_ms"].map(lambda ms: f"{ms:.2f} ms per step" if pd.notna(ms) else "")
     action = np.select([unmeasured.to_numpy(), gains.to_numpy(), losses.to_numpy()], ["unmeasured", "move", "keep"],
                        default="")

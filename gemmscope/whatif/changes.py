@@ -24,9 +24,8 @@ import pandas as pd
 from gemmscope.whatif.advice import Advice
 from gemmscope.whatif.groups import RunGroups
 
-_MEGATRON_LAYER = re.compile(r"^(?:module\.)*decoder\.layers\.(\d+)\.")
-# A Megatron transformer layer's index in its path, and what precedes it.
-_MEGATRON_LAYER_INDEX = re.compile(r"^((?:module\.)*decoder\.layers\.)(\d+)(?=\.)")
+# A Megatron transformer layer's path up to its index, and the index.
+_MEGATRON_LAYER = re.compile(r"^((?:module\.)*decoder\.layers\.)(\d+)(?=\.)")
 MEGATRON_ARGS = "megatron_args.txt"
 MODULE_FILTER = "module_filter.py"
 TE_DEBUG_YAML = "te_debug_bf16.yaml"
@@ -81,7 +80,7 @@ def write_changes(run: RunGroups, advice: Advice) -> Changes:
 
 def _megatron(run: RunGroups, modules: pd.DataFrame) -> Changes:
     changes = Changes(run.framework)
-    number = modules["path"].str.extract(_MEGATRON_LAYER, expand=False).astype("Int64")
+    number = modules["path"].str.extract(_MEGATRON_LAYER)[1].astype("Int64")
     # what Megatron's switches reach: the TE modules of its transformer layers (not the output
     # layer, nor a router, which run BF16 whatever the layer's precision)
     switchable = (modules["module_class"].str.split("/").map(lambda c: set(c) <= TE_CLASSES).to_numpy()
@@ -184,7 +183,7 @@ def debug_api_names(paths: list[str], framework: str) -> list[str]:
     whose children carry a `layer_number` (Megatron-Core's transformer layers, numbered from 1), that
     number in place of the child's index."""
     if framework == "megatron-core":
-        paths = [_MEGATRON_LAYER_INDEX.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + 1}", p) for p in paths]
+        paths = [_MEGATRON_LAYER.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + 1}", p) for p in paths]
     return [f"model.{p}" for p in paths]
 
 
