@@ -5,7 +5,8 @@ checked within 5 s of the program's end) or with nsys (target: no more than nsys
 the processes costs); the hook alone should cost <= 2 % of a step.
 
 Runs, alternating, ROUNDS times after WARMUP bare runs (window_overhead.compare): COMMAND bare;
-with gemmscope's hook alone (on PYTHONPATH, TE's ranges on, no profiler); `verify --profiler torch
+with gemmscope's hook alone (on PYTHONPATH, TE's ranges on, no profiler); hook-steps, the hook as
+`verify --profiler torch --steps A-B` runs it but with no profiler (GEMMs recorded in the window alone); `verify --profiler torch
 --steps A-B`; `verify --steps A-B` (nsys); and nsys armed (in the processes with verify's flags,
 never collecting); and nsys-range-armed: all that `verify --steps` sets up (its nsys flags with an NVTX
 capture range, nsys told to match unregistered range names, TE's ranges, the hook) with a range no one
@@ -55,8 +56,8 @@ def main() -> None:
     parser.add_argument("--out", help="keep the last capture of each verify run here (default: removed)")
     parser.add_argument("--kinds", type=lambda text: text.split(","),
                         default=["hook", "torch-steps", "nsys-steps", "nsys-armed"],
-                        help="comma-separated runs beside bare: hook, torch-steps, nsys-steps, nsys-armed, "
-                             "nsys-range-armed")
+                        help="comma-separated runs beside bare: hook, hook-steps, torch-steps, nsys-steps, "
+                             "nsys-armed, nsys-range-armed")
     parser.add_argument("--step-time", type=re.compile,
                         help="regular expression whose first group is the program's own step time as it prints "
                              "it: a number, or a JSON list of step times (the steps after the first are taken)")
@@ -78,6 +79,7 @@ def main() -> None:
         runs = {
             "bare": (command, None),
             "hook": (command, hook_env),
+            "hook-steps": (command, {**os.environ, STEPS: args.steps, "PYTHONPATH": hook_env["PYTHONPATH"]}),
             "torch-steps": (verify("torch"), None),
             "nsys-steps": (verify("nsys"), None),
             "nsys-armed": ([sys.executable, "-c", _NSYS_ALONE, f"{out}/armed.nsys-rep", f"{_NEVER_S:g}", "1", "-",
@@ -110,7 +112,7 @@ def main() -> None:
         if figures and bare_step:
             print(f"median {kind}: the program's own step time {statistics.median(figures):.4g} "
                   f"({min(figures):.4g}-{max(figures):.4g}): {statistics.median(figures) / bare_step:.3f}x bare"
-                  f"{' (target <= 1.02x for the hook)' if kind == 'hook' else ''}")
+                  f"{' (target <= 1.02x for the hook)' if kind.startswith('hook') else ''}")
     for kind, seconds in after_end.items():
         if seconds:
             print(f"median {kind}: checked {statistics.median(seconds):.1f} s after the program ended "

@@ -1,6 +1,6 @@
 """Benchmark: does `gemmscope whatif`'s prediction hold once its change is applied? For each corpus
 program (tests/fixtures/gpu/corpus): a torchao MLP with a BF16 head, a Megatron-Core GPT with its
-first and last layers in BF16, a Hugging Face Llama through accelerate's torchao FP8 backend and
+first and last layers in BF16 (at two widths), a Hugging Face Llama through accelerate's torchao FP8 backend and
 through its TE backend:
 
 1. run it under `gemmscope verify --out CAPTURE` (nsys, the hook);
@@ -20,7 +20,7 @@ Needs a GPU with TE, torchao, megatron-core, transformers, accelerate and nvdlfw
 printed as it ends; on an H200 torchao_mlp and megatron_gpt together took under 5 minutes, and
 hf_accelerate 2 (2026-11-27): under a 10-minute limit a call, run them as two series (--programs).
 
-    python benchmarks/whatif_claim.py [--programs torchao_mlp,megatron_gpt,hf_accelerate,hf_accelerate_te] [--keep DIR]
+    python benchmarks/whatif_claim.py [--programs torchao_mlp,megatron_gpt,megatron_gpt_4096,hf_accelerate,hf_accelerate_te] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -55,6 +55,10 @@ PROGRAMS = {
     "torchao_mlp": Program([sys.executable, str(CORPUS / "torchao_mlp.py"), "--recipe", "tensorwise"]),
     "megatron_gpt": Program([*TORCHRUN, str(CORPUS / "megatron_gpt.py"), "--fp8-recipe", "tensorwise"],
                             ["--first-last-layers-bf16"]),
+    # the same at 4× the width, a GPU-bound step: its BF16 first and last layers are large enough to gain in FP8
+    "megatron_gpt_4096": Program([*TORCHRUN, str(CORPUS / "megatron_gpt.py"), "--fp8-recipe", "tensorwise",
+                                  "--hidden", "4096", "--ffn", "16384", "--heads", "32", "--seq", "2048"],
+                                 ["--first-last-layers-bf16"]),
     "hf_accelerate": Program([sys.executable, str(CORPUS / "hf_plain_loop.py"), "--accelerate-fp8",
                               "--fp8-backend", "ao"]),
     # BF16 parameters: with FP32 ones TE 2.20.2's high-precision GEMM of a layer the debug API keeps

@@ -978,6 +978,11 @@ written = []
 torch.cuda.nvtx.mark = lambda label: written.append(["mark", label])
 torch.cuda.nvtx.range_start = lambda label: written.append(["start", label]) or 7
 torch.cuda.nvtx.range_end = lambda handle: written.append(["end", handle])
+if sys.argv[2:] == ["gemms"]:  # the model's GEMMs recorded as if on a GPU
+    import gemmscope_torch_gemms
+    gemmscope_torch_gemms.launches_kernel = lambda tensor: True
+    torch.cuda.nvtx.range_push = lambda label: written.append(["push", label])
+    torch.cuda.nvtx.range_pop = lambda: None
 model = torch.nn.Linear(8, 8)
 first, second = torch.optim.AdamW(model.parameters()), torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
 scaler = torch.amp.GradScaler("cpu")
@@ -993,9 +998,9 @@ print(json.dumps(written))
 """
 
 
-def _training(tmp_path, iterations: int, **env: str) -> list:
+def _training(tmp_path, iterations: int, *args: str, **env: str) -> list:
     env = {**os.environ, "PYTHONPATH": str(HOOK_DIR), **env}
-    done = subprocess.run([sys.executable, "-c", _TRAINING, str(iterations)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", _TRAINING, str(iterations), *args], capture_output=True, text=True,
                           env=env, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
@@ -1029,6 +1034,23 @@ def test_the_capture_range_opens_a_step_early_and_closes_a_step_late(torch, tmp_
         assert ends == []
     else:
         assert len(ends) == 1 and marks[ends[0] + 1] == str(closed_after) and marks[ends[0] - 1] == str(closed_after - 1)
+
+
+@pytest.mark.parametrize("steps, recorded", [(None, range(8)), ("3-4", range(2, 6)), ("0-1", range(0, 3))])
+def test_gemm_calls_are_recorded_only_while_the_capture_of_steps_is_open(torch, tmp_path, steps, recorded):
+    """Under GEMMSCOPE_STEPS=A-B the model's GEMM calls are recorded from the capture's start to its
+    end (steps A-1..B+1, what the capture holds), none before or after it; without it, in every
+    iteration."""
+    written = _training(tmp_path, 8, "gemms", **({"GEMMSCOPE_STEPS": steps} if steps else {}))
+    per_iteration, iteration = [0] * 8, 0
+    for kind, value in written:
+        if kind == "iteration":
+            iteration = value + 1
+        elif kind == "push" and value.startswith(TORCH_GEMM_PREFIX) and iteration < 8:
+            per_iteration[iteration] += 1
+    # each iteration: the forward's linear and the backward node around its dgrad and wgrad
+    assert [i for i, count in enumerate(per_iteration) if count] == list(recorded)
+    assert len({per_iteration[i] for i in recorded}) == 1
 
 
 def test_a_capture_from_the_start_on_a_torch_without_nvtx_leaves_the_program_running(torch, tmp_path):

@@ -58,6 +58,13 @@ def bind(torch) -> None:
     _profiler_enabled = torch._C._autograd._profiler_enabled
 
 
+# Whether GEMM calls are recorded now: always, but under `verify --steps A-B` only while its capture
+# is open (gemmscope_steps.record_only_between). Outside it nothing reads a record, and each one costs
+# the program's thread tens of microseconds of Python per GEMM call. Autocast regions and step marks
+# are recorded throughout: they are few, and a region's range must pop what it pushed.
+recording = [True]
+
+
 def profiler_recording() -> bool:
     return _profiler_enabled()
 

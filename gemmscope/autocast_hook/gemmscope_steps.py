@@ -1,6 +1,6 @@
 """Training steps, for gemmscope's start-up hook (sitecustomize.py beside this file): a mark at
 every optimizer step, numbered by training iteration, and, where `gemmscope verify --steps A-B`
-asks (STEPS), a capture of those steps alone.
+asks (STEPS), a capture of those steps alone, GEMM calls recorded only while it is open.
 
 torch's global optimizer step hooks see every ``torch.optim.Optimizer`` subclass (TE's and apex's
 fused optimizers, and the torch optimizers Megatron's and accelerate's wrappers step). One training
@@ -18,7 +18,7 @@ launches belong to A..B.
 import os
 
 from gemmscope_protocol import CAPTURE_RANGE, STEP_PREFIX, STEPS, TORCH_TRACE_FOLDER, format_record, parse_steps
-from gemmscope_records import mark, note
+from gemmscope_records import mark, note, recording
 
 # Per process: the iteration being run, and which optimizers stepped in it (by id).
 _iteration = [0]
@@ -86,6 +86,8 @@ def watch_steps(torch) -> None:
     except Exception:  # a torch without NVTX (a CPU build): nothing to mark into
         pass
     asked = os.environ.get(STEPS)
+    if asked:
+        record_only_between(*parse_steps(asked))
     if asked and not os.environ.get(TORCH_TRACE_FOLDER):
         _capture_with_nsys(torch, *parse_steps(asked))
 
@@ -96,6 +98,20 @@ def on_first_mark(call) -> None:
     A..B whole once it opens by the first mark of A-2 (from the start for A <= 1) and closes at the
     first mark of B+1."""
     _on_first_mark.append(call)
+
+
+def record_only_between(first: int, last: int) -> None:
+    """GEMM calls recorded over the capture of steps first..last alone (its bounds: on_first_mark),
+    for nsys and torch.profiler alike."""
+    recording[0] = first <= 1
+
+    def at_first_mark(n: int) -> None:
+        if n == first - 2:
+            recording[0] = True
+        elif n == last + 1:
+            recording[0] = False
+
+    on_first_mark(at_first_mark)
 
 
 def _capture_with_nsys(torch, first: int, last: int) -> None:

@@ -15,7 +15,7 @@ from gemmscope_protocol import (
     format_members,
     format_record,
 )
-from gemmscope_records import argument, mark_process, mark_software_once, note, pop, push, te_base_class
+from gemmscope_records import argument, mark_process, mark_software_once, note, pop, push, recording, te_base_class
 
 QUANTIZATION_MODULE = "transformer_engine.pytorch.quantization"
 GEMM_MODULE = "transformer_engine.pytorch.cpp_extensions.gemm"
@@ -129,7 +129,8 @@ def _recording(entry: str, original, torch):
     function_ctx_type = torch.autograd.function.FunctionCtx
 
     def recorded(*args, **kwargs):
-        if getattr(_in_gemm_call, "inside", False):  # a grouped entry point calling general_gemm
+        # outside a --steps window nothing collects; a grouped entry point's own general_gemm calls are its record
+        if not recording[0] or getattr(_in_gemm_call, "inside", False):
             return original(*args, **kwargs)
         mark_software_once(torch)
         try:

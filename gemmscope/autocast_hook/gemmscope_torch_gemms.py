@@ -12,7 +12,7 @@ import gemmscope_modules as modules
 import gemmscope_records as records
 from gemmscope_modules import await_backward_node, compiling, owner_record, running_module
 from gemmscope_protocol import BACKWARD, TORCH_GEMM_PREFIX, format_record
-from gemmscope_records import argument, mark_software_once, note, pop, push, te_base_class, thread
+from gemmscope_records import argument, mark_software_once, note, pop, push, recording, te_base_class, thread
 
 # The torch calls that run one GEMM, patched where Python code looks them up (F.linear,
 # torch.matmul, x.matmul(w), x @ w ...): (where, attribute, the op as records name it, the
@@ -160,6 +160,8 @@ def _torch_recording(torch, op: str, original, position_a: int, position_b: int)
 
     @functools.wraps(original)
     def recorded(*args, **kwargs):
+        if not recording[0]:
+            return original(*args, **kwargs)
         a = argument(args, kwargs, name_a, position_a)
         b = argument(args, kwargs, name_b, position_b)
         if (b is None or compiling()
@@ -238,7 +240,7 @@ def _recording_apply(torch, original):
     module covers (await_backward_node), whose node gets _watch_backward."""
     @functools.wraps(original)
     def apply(cls, *args, **kwargs):
-        if compiling():
+        if not recording[0] or compiling():
             return original(cls, *args, **kwargs)
         pending = thread.__dict__.setdefault("pending", [])
         pending.append([None, None])
