@@ -686,6 +686,29 @@ def test_operand_type_of_plain_tensors_lists_and_nothing(hook, torch):
     assert hook.te.operand_type(bf16.double()) == "torch.float64"  # not one TE is handed: said as found
 
 
+def test_a_debug_api_operand_is_the_tensor_the_gemm_takes(hook, torch):
+    """TE's debug API hands general_gemm a DebugQuantizedTensor per operand, one tensor per use
+    (high precision where it disables quantization); general_gemm takes A.get_tensor(not transa)
+    and B.get_tensor(transb): the record types and sizes that one."""
+    class DebugQuantizedTensor:  # the interface general_gemm uses (transformer_engine/debug/pytorch)
+        def __init__(self, rowwise, columnwise):
+            self.rowwise_gemm_tensor, self.columnwise_gemm_tensor = rowwise, columnwise
+
+        def get_tensor(self, transpose: bool):
+            return self.columnwise_gemm_tensor if transpose else self.rowwise_gemm_tensor
+
+    weight = DebugQuantizedTensor(torch.zeros(16, 8, dtype=torch.bfloat16), torch.zeros(16, 8, dtype=torch.float16))
+    grad = DebugQuantizedTensor(torch.zeros(4, 16, dtype=torch.bfloat16), torch.zeros(4, 16, dtype=torch.float32))
+    x = torch.zeros(4, 8)
+    fprop = hook.te.debug_operands(weight, x, "TN")
+    assert fprop[0] is weight.rowwise_gemm_tensor and fprop[1] is x
+    assert hook.te.gemm_shape(*fprop, "TN") == (4, 16, 8)
+    dgrad = hook.te.debug_operands(weight, grad, "NN")
+    assert [hook.te.operand_type(t) for t in dgrad] == ["fp16", "bf16"]
+    wgrad = hook.te.debug_operands(x, grad, "NT")
+    assert wgrad[0] is x and hook.te.operand_type(wgrad[1]) == "fp32"
+
+
 @pytest.mark.parametrize("quantizer, storage, expected", [
     ("Float8Quantizer", "Float8TensorStorage", "fp8-delayed"),
     ("Float8CurrentScalingQuantizer", "Float8TensorStorage", "fp8-current"),

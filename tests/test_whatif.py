@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -132,17 +133,21 @@ def test_accelerate_te_groups_count_every_linear():
 
 def _results(run, factor) -> pd.DataFrame:
     """A measured-results table as measure.read_measurement returns it: per planned shape and
-    recipe, a time (`factor(row, recipe)` × a 500 TFLOP/s forward+backward), or unsupported."""
+    recipe, a time (`factor(row, recipe)` × a 500 TFLOP/s forward+backward), or unsupported. A
+    low-precision recipe's time is split between GEMMs and quantization as the group's is in the run
+    (a runner that quantizes as the program does)."""
+    quant_share = (run.groups["quant_ms"] / run.groups["now_ms"]).set_axis(run.groups["group"])
     rows = []
     for p in measure.plan(run).itertuples():
         for recipe in p.recipes:
             base = 6 * p.tokens * p.in_features * p.out_features / 500e12 * 1e3
             f = factor(p, recipe)
+            share = 0.0 if recipe == "bf16" else quant_share[p.group]
             rows.append({"group": p.group, "m": p.tokens, "k": p.in_features, "n": p.out_features, "recipe": recipe,
                          "kind": p.kind, "status": "ok" if f else "unsupported",
                          "reason": None if f else "MXFP8 needs compute capability 10.0", "e2e_ms": None,
-                         "e2e_iqr_ms": None, "gemm_ms": base * f if f else None, "quant_ms": 0.0 if f else None,
-                         "kernel": None, "kernel_precision": None})
+                         "e2e_iqr_ms": None, "gemm_ms": base * f * (1 - share) if f else None,
+                         "quant_ms": base * f * share if f else None, "kernel": None, "kernel_precision": None})
     return pd.DataFrame(rows)
 
 
@@ -541,25 +546,50 @@ def test_the_te_debug_file_names_the_layers_as_the_debug_api_names_them(framewor
 CLAIM = TESTS / "fixtures" / "gpu" / "whatif" / "claim_h200"
 
 
-@pytest.mark.parametrize("program", ["torchao_mlp", "megatron_gpt", "hf_accelerate"])
+def _predicted_as_run(document: dict, after) -> float:
+    """whatif's GEMM + quantization ms per step for the run as the after-run ran it: per group of
+    the run before, its figure at the recipe its modules ran at after."""
+    ran_at = {path: recipe for layers, recipe in zip(after.groups["layers"], after.groups["now_recipe"])
+              for path in layers}
+    figures = {(row["group"], row["recipe"]): row["predicted_ms"] for row in document["per_recipe"]}
+    total = 0.0
+    for group in document["groups"]:
+        (recipe,) = {ran_at[path] for path in group["layers"]}  # a group's modules change together
+        total += figures[(group["group"], recipe)]
+    return total
+
+
+@pytest.mark.parametrize("program", ["torchao_mlp", "megatron_gpt", "megatron_gpt_4096", "hf_accelerate",
+                                     "hf_accelerate_te"])
 def test_the_prediction_holds_against_the_run_with_the_change_applied(program, tmp_path):
     """On real H200 runs of the corpus programs (fixtures/gpu/whatif/README.md): whatif, from the
     run as it was and its measurement, predicts the GEMM + quantization time per step of the
-    run with its change applied within 10 % of what that run itself took, and the change it
-    writes is the one that run applied: Megatron's arguments as given, torchao's filter naming
-    exactly the modules that ran float8 after it."""
+    run with the change applied within 10 % of what that run itself took; and the change it
+    writes today is the one that run applied (Megatron's arguments as given, torchao's filter
+    naming exactly the modules that ran float8 after it), but on accelerate's TE backend, whose
+    run applied the file an earlier whatif wrote (28 modules; today's names 20 of them): there the
+    file applied named exactly the modules that ran in high precision after it."""
     found = answer.answer([CLAIM / f"{program}_before.sqlite.xz"], measured=CLAIM / f"{program}_measurement",
                           out=tmp_path)
-    predicted = found.report.document["changes"]["predicted_ms"]
+    document = found.report.document
     after = _groups(CLAIM / f"{program}_after.sqlite.xz")
     measured = after.groups["now_ms"].sum()
-    assert predicted == pytest.approx(measured, rel=0.10)
-    if program == "megatron_gpt":
-        assert found.files[changes.MEGATRON_ARGS].split() == (CLAIM / "megatron_gpt_applied.txt").read_text().split()
+    assert _predicted_as_run(document, after) == pytest.approx(measured, rel=0.10)
+    every = {path for layers in after.groups["layers"] for path in layers}
+    ran_low = {path for layers, low in zip(after.groups["layers"], after.groups["low_precision"]) if low
+               for path in layers}
+    if program == "hf_accelerate_te":
+        applied = (CLAIM / f"{program}_applied.yaml").read_text()
+        pattern = re.search(r"layer_name_regex_pattern: '(.*)'", applied).group(1)
+        assert {path for path in every if re.fullmatch(pattern, f"model.{path}")} == every - ran_low
+        written = re.search(r"layer_name_regex_pattern: '(.*)'", found.files[changes.TE_DEBUG_YAML]).group(1)
+        assert {path for path in every if re.fullmatch(written, f"model.{path}")} < every - ran_low
+        return
+    assert document["changes"]["predicted_ms"] == pytest.approx(measured, rel=0.10)
+    if program.startswith("megatron_gpt"):
+        written = shlex.split(found.files[changes.MEGATRON_ARGS], comments=True)
+        assert written == (CLAIM / f"{program}_applied.txt").read_text().split()
         return
     namespace: dict = {}
     exec(found.files[changes.MODULE_FILTER], namespace)  # the file as the program loads it
-    ran_float8 = {path for layers, low in zip(after.groups["layers"], after.groups["low_precision"]) if low
-                  for path in layers}
-    every = {path for layers in after.groups["layers"] for path in layers}
-    assert {path for path in every if namespace["module_filter_fn"](None, path)} == ran_float8
+    assert {path for path in every if namespace["module_filter_fn"](None, path)} == ran_low

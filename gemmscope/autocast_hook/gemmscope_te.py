@@ -81,6 +81,20 @@ def operand_type(operand) -> str:
     return _BY_DTYPE.get(dtype, dtype or type(operand).__name__)
 
 
+_DEBUG_TENSOR = "DebugQuantizedTensor"
+
+
+def debug_operands(a, b, layout: str) -> tuple:
+    """A and B as the GEMM takes them. An operand of TE's debug API (nvdlfw_inspect) is a
+    DebugQuantizedTensor holding one tensor per use, high precision where the API disables
+    quantization: general_gemm takes A's for `not transa` and B's for `transb` (get_tensor)."""
+    if type(a).__name__ == _DEBUG_TENSOR:
+        a = a.get_tensor(layout[:1] != "T")
+    if type(b).__name__ == _DEBUG_TENSOR:
+        b = b.get_tensor(layout[1:2] == "T")
+    return a, b
+
+
 _in_gemm_call = threading.local()
 
 
@@ -135,8 +149,8 @@ def _recording(entry: str, original, torch):
         mark_software_once(torch)
         try:
             layout = argument(args, kwargs, "layout", position["layout"], layout_default)
-            a = argument(args, kwargs, "A", position["A"])
-            b = argument(args, kwargs, "B", position["B"])
+            a, b = debug_operands(argument(args, kwargs, "A", position["A"]), argument(args, kwargs, "B", position["B"]),
+                                  layout)
             record = {"entry": entry, **calling_module(torch, function_ctx_type),
                       "pass": PASS_BY_LAYOUT.get(layout, UNKNOWN),
                       "a": operand_type(a), "b": operand_type(b)}

@@ -1,10 +1,15 @@
 """Per group: the time now, the time at each recipe (the measured ratio of that recipe to the
 group's own recipe, times the group's time now per step), and what to change, time at stake first.
 
-A group's time at a recipe is, per module shape, its time now × measured(recipe) /
-measured(recipe now), where measured is the GEMM and quantization kernel time of the module's
-forward and backward inside the runner's timed range; a shape that was not measured at either
-leaves the group's figure missing, never zero. Where the run itself ran the same module shape at
+A group's time at a recipe is, per module shape, the runner's GEMM and quantization kernel time
+at that recipe (the module's forward and backward inside its timed range), each scaled to the
+program by the same kind of time at the recipe now: its GEMM time now / the runner's GEMM time
+now, its quantization time now / the runner's (the GEMM scale where either quantizes nothing).
+GEMM kernels are the same in both and scale for clocks or another GPU; quantization differs by
+how a program does it (weights kept quantized between steps, delayed scaling's amax work batched
+per step: an HF Llama on accelerate's TE backend quantized at half the runner's cost per module,
+and a ratio of totals put its BF16 time 18 % low). A shape that was not measured at either leaves
+the group's figure missing, never zero. Where the run itself ran the same module shape at
 that recipe, in another group of the same module pattern, its time there per GEMM is the figure
 (_from_the_run): the recommendation says "in this run", per_recipe's `source` names the group.
 The recommendation compares the group's recipe now with the one it could switch to in this program: BF16 for a low-precision group, the
@@ -51,11 +56,12 @@ def _label(recipe: str) -> str:
 def advise(run: RunGroups, results: pd.DataFrame, device: dict) -> Advice:
     """Join the measurement (measure.read_measurement) to the run's groups (module docstring)."""
     ok = results[(results["status"] == "ok") & results["gemm_ms"].notna()]
-    measured = ok.assign(measured_ms=ok["gemm_ms"] + ok["quant_ms"].fillna(0))[
-        ["group", "m", "k", "n", "recipe", "measured_ms", "kernel_precision"]]
+    measured = ok.assign(measured_gemm_ms=ok["gemm_ms"], measured_quant_ms=ok["quant_ms"].fillna(0))[
+        ["group", "m", "k", "n", "recipe", "measured_gemm_ms", "measured_quant_ms", "kernel_precision"]]
     shapes = run.shapes.rename(columns={"tokens": "m", "in_features": "k", "out_features": "n"})
     shapes = shapes.merge(run.groups[["group", "now_recipe"]], on="group")
-    now = measured.rename(columns={"recipe": "now_recipe", "measured_ms": "base_ms"}).drop(columns="kernel_precision")
+    now = measured.rename(columns={"recipe": "now_recipe", "measured_gemm_ms": "base_gemm_ms",
+                                   "measured_quant_ms": "base_quant_ms"}).drop(columns="kernel_precision")
     for dim in ("m", "k", "n"):
         shapes[dim] = shapes[dim].astype("float64")
         now[dim] = now[dim].astype("float64")
@@ -63,7 +69,12 @@ def advise(run: RunGroups, results: pd.DataFrame, device: dict) -> Advice:
     shapes = shapes.merge(now, on=["group", "m", "k", "n", "now_recipe"], how="left")
     recipes = pd.DataFrame({"recipe": results["recipe"].unique()})
     grid = shapes.merge(recipes, how="cross").merge(measured, on=["group", "m", "k", "n", "recipe"], how="left")
-    grid["predicted_ms"] = grid["now_ms"] * grid["measured_ms"] / grid["base_ms"]
+    gemm_scale = (grid["gemm_ms"] / grid["base_gemm_ms"]).where(grid["base_gemm_ms"] > 0)
+    quant_now = grid["now_ms"] - grid["gemm_ms"]
+    quant_scale = (quant_now / grid["base_quant_ms"]).where((grid["base_quant_ms"] > 0) & (quant_now > 0), gemm_scale)
+    scaled = grid["measured_gemm_ms"] * gemm_scale + grid["measured_quant_ms"] * quant_scale
+    grid["predicted_ms"] = scaled.where(grid["recipe"] != grid["now_recipe"],
+                                        grid["now_ms"].where(grid["measured_gemm_ms"].notna()))
     grid = _from_the_run(run, grid)
     per_recipe = (grid.assign(missing=grid["predicted_ms"].isna())
                   .groupby(["group", "recipe"], sort=False)

@@ -152,13 +152,18 @@ def _te(run: RunGroups, modules: pd.DataFrame) -> Changes:
     if to_bf16 or to_low:
         changes.files[TE_AUTOCAST] = te_autocast_snippet(to_bf16, to_low, run.recipes)
         changes.lines.append(f"or a te.autocast region around those modules' calls ({TE_AUTOCAST})")
-    if run.framework == "hf-accelerate-te":
+    if to_bf16:
         # measured: whatif_claim.py's hf_accelerate_te, benchmarks/HISTORY.md
+        changes.notes.append(f"TE's debug API ({TE_DEBUG_YAML}) runs Python on the host for every tensor of the layers "
+                             "it names: on an HF Llama on accelerate's TE backend (28 layers named, H200) the GEMM "
+                             "time fell as predicted but the step, whose GPU idled 83 % of it, went from 34.7 to 45.8 "
+                             "ms. Where the GPU mostly waits on the host, that cost can exceed the gain; a te.autocast "
+                             "region adds no such work")
+    if run.framework == "hf-accelerate-te":
         changes.notes.append("accelerate's TE backend converts every nn.Linear and takes no filter: apply the debug "
-                             "API file, or use accelerate's torchao backend with a module filter. Applied to a Llama "
-                             "on accelerate 1.15's TE backend (FP32 parameters), TE 2.20.2 named the layers and then "
-                             "failed in cuBLAS on their first high-precision GEMM (H200, 2026-11-27): the torchao "
-                             "backend's filter is the route checked")
+                             "API file, or use accelerate's torchao backend with a module filter. With FP32 "
+                             "parameters TE 2.20.2 failed in cuBLAS on the first GEMM the file keeps in high "
+                             "precision; with BF16 parameters it ran (H200, 2026-11-27)")
     if not changes.files:
         changes.lines.append("no change to write: every group is at its faster precision")
     return changes

@@ -60,7 +60,7 @@ class RunGroups:
     """A run's GEMM groups and what the figures per step rest on."""
 
     groups: pd.DataFrame  # one row per group (GROUP_COLUMNS)
-    shapes: pd.DataFrame  # per group and module shape: passes, launches per step, time now per step
+    shapes: pd.DataFrame  # per group and module shape: passes, launches per step, time now per step (and its GEMMs')
     framework: str  # FRAMEWORKS
     recipes: list[str]  # the recipes the run's te.autocast regions recorded
     steps: int  # steps the figures are per (0: the whole capture)
@@ -150,10 +150,12 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
     shape_rows = _standing_calls(shape_rows)
     shapes = (shape_rows.groupby(["group", "tokens", "in_features", "out_features"], dropna=False, sort=False)
               .agg(passes=("te_pass", lambda p: ",".join(sorted(set(p.dropna())))),
-                   gemms_per_step=("te_pass", "size"), now_ns=("time_ns", "sum"), m_splits=("m_splits", "first"))
+                   gemms_per_step=("te_pass", "size"), now_ns=("time_ns", "sum"), gemm_ns=("duration_ns", "sum"),
+                   m_splits=("m_splits", "first"))
               .reset_index())
     shapes["gemms_per_step"] = shapes["gemms_per_step"] / divisor
     shapes["now_ms"] = shapes.pop("now_ns") / divisor / 1e6
+    shapes["gemm_ms"] = shapes.pop("gemm_ns").astype("float64") / divisor / 1e6
     notes = []
     if groups["low_precision"].any() and groups.loc[groups["low_precision"], "quant_ms"].eq(0).all():
         notes.append("no quantization kernel was found beside the low-precision GEMMs: time now is their GEMM "
