@@ -76,14 +76,17 @@ def gemmscope(*args: str, ok=(0, 1, 4, 5)) -> subprocess.CompletedProcess:
     return done
 
 
-def applied(whatif_dir: Path, program: Program) -> list[str]:
-    """The change as whatif wrote it, as the program's own arguments."""
+def applied(whatif_dir: Path, program: Program) -> list[str] | None:
+    """The change as whatif wrote it, as the program's own arguments; None where it wrote only a
+    te.autocast region, which the program's code must take."""
     if (whatif_dir / "megatron_args.txt").exists():
         return shlex.split((whatif_dir / "megatron_args.txt").read_text(), comments=True)
     if (whatif_dir / "module_filter.py").exists():
         return ["--module-filter", str(whatif_dir / "module_filter.py")]
     if (whatif_dir / "te_debug_bf16.yaml").exists():
         return ["--te-debug-config", str(whatif_dir / "te_debug_bf16.yaml")]
+    if (whatif_dir / "te_autocast_region.py").exists():  # a change the program's code must take: none to pass
+        return None
     return program.precision  # nothing to change: the run as it was
 
 
@@ -123,6 +126,8 @@ def claim(name: str, program: Program, work: Path) -> dict:
     if document["state"] != "measured":
         raise RuntimeError(f"{name}: whatif measured nothing: {document.get('not_measured')}")
     change = applied(work / "whatif", program)
+    if change is None:
+        raise RuntimeError(f"{name}: no change the program takes as written: {' '.join(document['changes']['lines'])}")
     after_cmd = [*program.command, *change]
     gemmscope("verify", "--quiet", "--out", str(work / "after"), "--", *after_cmd, "--steps", str(CAPTURE_STEPS))
     predicted = document["changes"]["predicted_ms"]

@@ -105,13 +105,17 @@ def _megatron(run: RunGroups, modules: pd.DataFrame) -> Changes:
     changes.lines.append(said + f" ({MEGATRON_ARGS})")
     changes.notes.append("Megatron's switches act on whole transformer layers (the first N and last M)")
     middle = [n for n in wanted if start <= n < layers - end]
+    finer = in_layers[in_layers["layer"].map(per_layer["mixed_after"]) > 1]
+    bf16_te = in_layers[~in_layers["low_after"]]
+    not_paying = debug_api_not_paying(run, bf16_te) if len(finer) or middle else None
+    per_module = "TE's debug API would do it per module (not written: below)" if not_paying else \
+        f"{TE_DEBUG_YAML} does it per module"
     if middle:
         changes.notes.append(f"layers {', '.join(map(str, middle))} would be faster in BF16, but Megatron keeps only "
-                             f"the first and last layers in BF16: {TE_DEBUG_YAML} does it per module")
-    finer = in_layers[in_layers["layer"].map(per_layer["mixed_after"]) > 1]
+                             f"the first and last layers in BF16: {per_module}")
     if len(finer):
         changes.notes.append("a recommendation is finer than whole layers (some modules of a layer BF16, others "
-                             f"not): Megatron's arguments cannot say it; {TE_DEBUG_YAML} does it per module")
+                             f"not): Megatron's arguments cannot say it; {per_module}")
     outside = modules[~switchable]
     stuck = outside[~outside["low_now"] & outside["low_after"]]
     for name in stuck["name"].unique():
@@ -120,8 +124,9 @@ def _megatron(run: RunGroups, modules: pd.DataFrame) -> Changes:
     applied_bf16 = (number < start) | (number >= layers - end)
     changes.predicted_ms = _applied_ms(modules, (modules["low_now"] & number.isna()) | (
         number.notna() & ~applied_bf16).fillna(False))
-    bf16_te = in_layers[~in_layers["low_after"]]
-    if len(finer) or middle:
+    if not_paying:
+        changes.notes.append(not_paying)
+    elif len(finer) or middle:
         changes.files[TE_DEBUG_YAML] = te_debug_yaml(bf16_te["path"].tolist(), run.framework)
     return changes
 
@@ -139,20 +144,44 @@ def _torchao(run: RunGroups, modules: pd.DataFrame) -> Changes:
     return changes
 
 
+# TE's debug API's host work per layer it names, per training step: measured once, +11.2 ms a step for
+# 28 layers (an HF Llama on accelerate's TE backend, H200 host, 2026-11-27; benchmarks/HISTORY.md).
+DEBUG_API_HOST_MS_PER_LAYER = 0.4
+
+
+def debug_api_not_paying(run: RunGroups, named: pd.DataFrame) -> str | None:
+    """Why the debug-API file that keeps the `named` modules in high precision is not written, or
+    None. Where the GPU idles over half the step, host work lengthens the step one for one: a file
+    whose host work exceeds the GEMM time it saves makes the step slower."""
+    saved = float((named["low_ms"] - named["bf16_ms"]).where(named["low_now"], 0).sum())
+    cost = DEBUG_API_HOST_MS_PER_LAYER * named["path"].nunique()
+    if not run.busy_ms < run.step_ms / 2 or cost <= saved:  # GPU-bound, or no steps to tell: written
+        return None
+    return (f"{TE_DEBUG_YAML} not written: TE's debug API would save {saved:.2f} ms of GEMM time a step, but this "
+            f"step's GPU idles {1 - run.busy_ms / run.step_ms:.0%} of it, and the API's host work (~"
+            f"{DEBUG_API_HOST_MS_PER_LAYER} ms a layer a step, measured once) would add ~{cost:.1f} ms to it; a "
+            "te.autocast region adds no such work")
+
+
 def _te(run: RunGroups, modules: pd.DataFrame) -> Changes:
     changes = Changes(run.framework)
-    to_bf16 = sorted(modules.loc[modules["low_now"] & ~modules["low_after"], "path"].unique())
+    bf16_after = modules["low_now"] & ~modules["low_after"]
+    to_bf16 = sorted(modules.loc[bf16_after, "path"].unique())
     to_low = sorted(modules.loc[~modules["low_now"] & modules["low_after"], "path"].unique())
     changes.predicted_ms = _applied_ms(modules, modules["low_after"])
-    if to_bf16:
+    not_paying = debug_api_not_paying(run, modules[bf16_after]) if to_bf16 else None
+    if to_bf16 and not_paying:
+        changes.lines.append(f"TE: {len(to_bf16)} modules to keep in high precision: {not_paying}")
+    elif to_bf16:
         changes.files[TE_DEBUG_YAML] = te_debug_yaml(to_bf16, run.framework)
         changes.lines.append(f"TE debug API: {len(to_bf16)} modules kept in high precision ({TE_DEBUG_YAML}; needs "
                              "nvdlfw_inspect and debug_api.initialize(config_file=..., feature_dirs=[TE's "
                              "transformer_engine/debug/features]) in the program, and debug_api.step() after each step)")
     if to_bf16 or to_low:
         changes.files[TE_AUTOCAST] = te_autocast_snippet(to_bf16, to_low, run.recipes)
-        changes.lines.append(f"or a te.autocast region around those modules' calls ({TE_AUTOCAST})")
-    if to_bf16:
+        changes.lines.append(f"{'or ' * (TE_DEBUG_YAML in changes.files)}a te.autocast region around those modules' "
+                             f"calls ({TE_AUTOCAST})")
+    if TE_DEBUG_YAML in changes.files:
         # measured: whatif_claim.py's hf_accelerate_te, benchmarks/HISTORY.md
         changes.notes.append(f"TE's debug API ({TE_DEBUG_YAML}) runs Python on the host for every tensor of the layers "
                              "it names: on an HF Llama on accelerate's TE backend (28 layers named, H200) the GEMM "

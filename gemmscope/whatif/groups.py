@@ -67,6 +67,8 @@ class RunGroups:
     steps_note: str  # how the steps were found, or that there were none
     gpu: str | None  # the trace's GPU
     notes: list[str] = field(default_factory=list)
+    step_ms: float = float("nan")  # the mean step's wall time on the host (NaN without steps)
+    busy_ms: float = float("nan")  # kernel time per step, all kernels (NaN without steps)
 
 
 def _folded_patterns(layer: pd.Series) -> pd.Series:
@@ -95,9 +97,12 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
         dropped = len(steps) - len(counted)
         steps_note = (f"per step: {step_count} steps{' after the first' * bool(dropped)}: {found}"
                       f"{f', averaged over {processes} processes' if processes > 1 else ''}")
+        step_ms = float((counted["end"] - counted["start"]).mean()) / 1e6
+        busy_ms = float(kernels.loc[keep_step, "duration_ns"].sum()) / (step_count * processes) / 1e6
     else:
         keep_step = np.ones(len(kernels), dtype=bool)
         step_count, processes = 0, max(1, kernels["global_pid"].nunique())
+        step_ms = busy_ms = float("nan")
         steps_note = (f"per whole capture: {found} hold none of its GEMMs; "
                       f"{NO_STEPS.split(', ', 1)[1]}" if unstepped else f"per whole capture: {NO_STEPS}")
     divisor = max(step_count, 1) * processes
@@ -162,7 +167,8 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
                      "kernels alone")
     gpus = result.traces[0].meta.get("gpus") if result.traces else None
     return RunGroups(groups=groups, shapes=shapes, framework=framework, recipes=recipes, steps=step_count,
-                     steps_note=steps_note, gpu=gpus[0]["name"] if gpus else None, notes=notes)
+                     steps_note=steps_note, gpu=gpus[0]["name"] if gpus else None, notes=notes, step_ms=step_ms,
+                     busy_ms=busy_ms)
 
 
 def _most_common(values: pd.Series):
