@@ -599,6 +599,11 @@ def test_the_prediction_holds_against_the_run_with_the_change_applied(program, t
         assert any(f"{changes.TE_DEBUG_YAML} not written" in line for line in document["changes"]["lines"])
         return
     assert document["changes"]["predicted_ms"] == pytest.approx(measured, rel=0.10)
+    if program == "megatron_gpt_4096":  # its BF16 first and last layers gain in FP8, named with the gain
+        moves = [r for r in document["recommendations"] if r["action"] == "move" and r["target"] != "bf16"]
+        assert {r["name"] for r in moves} >= {f"decoder.layers.{{0,3}}.{m}" for m in (
+            "mlp.linear_fc1", "mlp.linear_fc2", "self_attention.linear_qkv", "self_attention.linear_proj")}
+        assert all(r["speedup"] > 1.3 and f"{r['stake_ms']:.2f} ms per step)" in r["text"] for r in moves)
     if program.startswith("megatron_gpt"):
         written = shlex.split(found.files[changes.MEGATRON_ARGS], comments=True)
         assert written == (CLAIM / f"{program}_applied.txt").read_text().split()
