@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gemmscope.autocast_hook.gemmscope_protocol import parse_steps
 from gemmscope.errors import InputError
 from gemmscope.recipes import RECIPES
 
@@ -48,8 +49,6 @@ class Options:
             value = getattr(self, name)
             object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         if isinstance(self.steps, str):
-            from gemmscope.steps import step_interval
-
             object.__setattr__(self, "steps", step_interval(self.steps))
         elif self.steps is not None:
             first, last = map(int, self.steps)
@@ -68,3 +67,12 @@ class Options:
     def judging(self) -> bool:
         """Something given that applies to a check of traces, not to a profile run directory."""
         return bool(self.expect or self.expect_map or self.allow or self.strict or self.step_range or self.steps)
+
+
+def step_interval(text: str) -> tuple[int, int]:
+    """`--steps A-B` (inclusive, from 0; "A" alone is one step) as (A, B); InputError otherwise."""
+    try:
+        return parse_steps(text)
+    except ValueError:
+        raise InputError(f"--steps {text!r}: give A-B, the first and last training step to capture "
+                         "(numbered from 0, A <= B), e.g. --steps 20-22") from None

@@ -18,7 +18,7 @@ import pandas as pd
 
 from gemmscope import te_ranges
 from gemmscope.attribution import LoadedTrace, name_matches
-from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX, parse_record, parse_steps
+from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX, parse_record
 from gemmscope.errors import InputError
 from gemmscope.traces.model import Trace, process_id
 from gemmscope.verify import Verification
@@ -42,15 +42,6 @@ _STEP_WORD = re.compile(r"(?:step|iteration|iter)[ _.:#-]*$", re.IGNORECASE)
 _OPERATOR_RANGE = "::"
 # What the output says when no steps were found (no marks, no repeating numbered ranges).
 NO_STEPS = "no steps found, name them with --step-range"
-
-
-def step_interval(text: str) -> tuple[int, int]:
-    """`--steps A-B` (inclusive, from 0; "A" alone is one step) as (A, B); InputError otherwise."""
-    try:
-        return parse_steps(text)
-    except ValueError:
-        raise InputError(f"--steps {text!r}: give A-B, the first and last training step to capture "
-                         "(numbered from 0, A <= B), e.g. --steps 20-22") from None
 
 
 def _empty() -> pd.DataFrame:

@@ -684,3 +684,19 @@ def test_diagnose_is_a_command(gpu_xz):
     assert result.stdout.startswith("MISMATCHES\n")
     assert "Where the GPU time went" in result.stdout and "Findings, most time at stake first" in result.stdout
     assert "Mismatches" not in result.stdout  # the check's tables are analyze's and verify's
+
+
+@pytest.mark.parametrize("profiler", ["torch", "nsys"])
+def test_verify_starts_the_program_before_importing_pandas(profiler, tmp_path):
+    """The command line starts without pandas and what stands on it: `verify --` launches its program
+    first and imports them while it runs (a torch.profiler --steps run measured ~1 s of its wall time
+    before the program began). Python's import log and gemmscope's stage lines share stderr."""
+    if profiler == "nsys" and nsys_runner.find_nsys() is None:
+        pytest.skip("nsys not installed")
+    done = gemmscope("verify", "--profiler", profiler, "--out", tmp_path / "capture", "--", sys.executable, "-c", "pass",
+                     cwd=tmp_path, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    lines = done.stderr.splitlines()
+    started = next(i for i, line in enumerate(lines) if "[1/3]" in line)
+    pandas = next((i for i, line in enumerate(lines) if line.startswith("import time:")
+                   and line.split("|")[-1].strip() == "pandas"), len(lines))  # not at all: the program used no CUDA
+    assert started < pandas, "\n".join(lines[max(0, pandas - 3):started + 1])

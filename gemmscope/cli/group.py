@@ -19,7 +19,7 @@ from typing import NoReturn
 
 import click
 
-from gemmscope import scratch, verify
+from gemmscope import scratch
 from gemmscope.errors import ExitCode, InputError, exit_codes_help
 from gemmscope.options import Options
 from gemmscope.recipes import RECIPES
@@ -178,8 +178,16 @@ def with_options(func, options: list) -> Callable:
     return func
 
 
+def _parse_expect_map(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    if not items:  # the default: verify, and pandas under it, not imported before a command needs them
+        return ()
+    from gemmscope import verify
+
+    return verify.parse_expect_map(items)
+
+
 def _steps(_ctx, _param, text: str | None) -> tuple[int, int] | None:
-    from gemmscope.steps import step_interval
+    from gemmscope.options import step_interval
 
     return None if text is None else step_interval(text)
 
@@ -213,7 +221,7 @@ _TRACE_OPTIONS = [
                       "recorded it, else the recipe the run's te.autocast asked for."),
     click.option(
         "--expect-map", "expect_map", multiple=True, metavar="PATTERN=RECIPE",
-        callback=lambda _ctx, _param, items: verify.parse_expect_map(items),
+        callback=lambda _ctx, _param, items: _parse_expect_map(items),
         help="GEMMs inside an NVTX range whose name matches PATTERN (shell-style; the innermost "
              "matching range decides) should run at RECIPE, e.g. 'FP8Block_*=fp8-block'; repeatable. "
              "A mapped range that ran no GEMM, or a pattern that names no range, fails the check."),

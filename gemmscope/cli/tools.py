@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import pandas as pd
 
-from gemmscope import kernels
 from gemmscope.cli.group import (
     EXAMPLE_RUN,
     KERNEL_FORMATS,
@@ -21,13 +20,16 @@ from gemmscope.cli.group import (
     with_options,
 )
 from gemmscope.errors import ExitCode, InputError
-from gemmscope.plan import shapes
 from gemmscope.plan.hf_config import resolve_config
 from gemmscope.plan.model_config import ACTIVATIONS, PRESETS, ModelConfig
 from gemmscope.recipes import RECIPES
-from gemmscope.report import documents, render, terminal
-from gemmscope.report.markdown import markdown_table
-from gemmscope.report.profile_run import profile_report, write_profile_reports
+
+# pandas and what stands on it are imported by the commands that use them: the command line itself
+# starts without (verify -- starts its program before importing them)
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gemmscope.plan import shapes
 
 
 def config_options(func):
@@ -55,6 +57,8 @@ def config_options(func):
 
 
 def plan_from_options(options: dict) -> tuple[ModelConfig, list[shapes.Gemm]]:
+    from gemmscope.plan import shapes
+
     lm_head = options.pop("lm_head")
     config = resolve_config(options.pop("model"), options.pop("config_path"), **options)
     return config, shapes.plan(config, lm_head=lm_head)
@@ -65,6 +69,10 @@ def plan_from_options(options: dict) -> tuple[ModelConfig, list[shapes.Gemm]]:
 @format_option(SHAPES_FORMATS)
 def shapes_cmd(fmt: str, **options) -> None:
     """The GEMMs a transformer runs per training step: op, pass, M×K×N, FLOPs, count."""
+    from gemmscope.plan import shapes
+    from gemmscope.report import documents, terminal
+    from gemmscope.report.markdown import markdown_table
+
     config, plan = plan_from_options(options)
     frame = shapes.plan_frame(plan)
     if fmt == "json":
@@ -95,6 +103,11 @@ def kernel_cmd(names: tuple[str, ...], source: str | None, fmt: str) -> None:
     """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout, whether
     grouped, and why a precision is unknown. NAMES, or one a line from --from FILE or stdin (piped,
     without NAMES): a profiler's kernel list pasted."""
+    import pandas as pd
+
+    from gemmscope import kernels
+    from gemmscope.report import documents, terminal
+
     listed = list(names)
     if source is not None:
         listed += _names_from(source)
@@ -112,6 +125,8 @@ def kernel_cmd(names: tuple[str, ...], source: str | None, fmt: str) -> None:
 def _with_remarks(frame: pd.DataFrame) -> pd.DataFrame:
     """The table's columns, each name followed (under the table) by whether its GEMM is grouped and
     why its precision is open: too long for a column of a terminal's width."""
+    from gemmscope import kernels
+
     remarks = [" · ".join(part for part in ("grouped GEMM" if grouped else "", note or "") if part)
                for grouped, note in zip(frame["grouped"], frame["note"])]
     names = [f"{name}\n  {remark}" if remark else name for name, remark in zip(frame["name"], remarks)]
@@ -124,6 +139,7 @@ def _with_remarks(frame: pd.DataFrame) -> pd.DataFrame:
 def doctor(canary: bool) -> None:
     """What this machine can do: nsys, GPU, Transformer Engine and each recipe's availability."""
     from gemmscope import doctor as doctor_checks
+    from gemmscope.report import terminal
 
     checked = doctor_checks.checks()
     emit(terminal.table_text("gemmscope doctor", checked, wrap={"detail"}))
@@ -160,6 +176,8 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
     import time
 
     from gemmscope.plan import gpu_profile, profile_run
+    from gemmscope.report import render
+    from gemmscope.report.profile_run import profile_report, write_profile_reports
 
     started = time.perf_counter()
     detail = detail_level(quiet, verbose)

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -38,8 +38,9 @@ from gemmscope.cli.group import (
     with_options,
 )
 from gemmscope.errors import ExitCode, InputError, NoGpuKernels, State
-from gemmscope.report.tables import write_tables
-from gemmscope.verify import Verification
+
+if TYPE_CHECKING:
+    from gemmscope.verify import Verification
 
 
 @main.command()
@@ -305,6 +306,8 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, options: O
         _write_whole(out, text)
         click.echo(f"wrote {out}", err=True)
     if tables_dir is not None:
+        from gemmscope.report.tables import write_tables
+
         written = write_tables(shared.tables, tables_dir)
         click.echo(f"wrote {len(written)} tables (CSV) into {tables_dir}", err=True)
     say_redacted(shared.redactor)

@@ -12,7 +12,6 @@ from gemmscope.atomic import written_whole
 from gemmscope.cli.group import TRACE_PATH, emit, format_option, main, note, reading_options
 from gemmscope.errors import ExitCode
 from gemmscope.options import Options
-from gemmscope.report import render
 
 
 @main.command("whatif")
@@ -52,6 +51,8 @@ def whatif_cmd(traces: tuple[Path, ...], out: Path | None, measured: Path | None
         found.out.mkdir(parents=True, exist_ok=True)
         for name, text in found.files.items():
             _write(found.out / name, text)
+    from gemmscope.report import render
+
     emit(render(found.report, fmt))
 
 
