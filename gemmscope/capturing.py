@@ -13,10 +13,12 @@ comes, so that stdout holds only what gemmscope prints of the result.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,8 +150,26 @@ def capture(command: Sequence[str], out: str | Path | None = None, *, profiler: 
     if window.steps is not None:  # the hook collects those steps alone (one more on each side: gemmscope_steps)
         env[gemmscope_protocol.STEPS] = f"{window.steps[0]}-{window.steps[1]}"
     run = _Run(command, folder, kept, env, window, echo, redact, tuple(keep), say)
-    traces, exit_code = run.torch() if profiler == "torch" else run.nsys()
+    importing = threading.Thread(target=_import_checking, name="gemmscope-imports", daemon=True)
+    importing.start()  # with the program: the command line starts without what checking needs
+    try:
+        traces, exit_code = run.torch() if profiler == "torch" else run.nsys()
+    finally:
+        importing.join()
     return Captured(tuple(traces), exit_code, profiler, window, folder)
+
+
+# What checking a capture imports (pandas and the modules on it), imported while the program runs.
+_CHECKING_MODULES = ("gemmscope.loading", "gemmscope.job", "gemmscope.verify", "gemmscope.steps", "gemmscope.diagnosis",
+                     "gemmscope.report.verification", "gemmscope.report.documents", "gemmscope.report.terminal")
+
+
+def _import_checking() -> None:
+    for name in _CHECKING_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # the check imports it again, and says what failed there
+            return
 
 
 @dataclass(frozen=True)
