@@ -189,8 +189,9 @@ def _te(run: RunGroups, modules: pd.DataFrame) -> Changes:
                              "ms. Where the GPU mostly waits on the host, that cost can exceed the gain; a te.autocast "
                              "region adds no such work")
     if run.framework == "hf-accelerate-te":
-        changes.notes.append("accelerate's TE backend converts every nn.Linear and takes no filter: apply the debug "
-                             "API file, or use accelerate's torchao backend with a module filter. With FP32 "
+        changes.notes.append("accelerate's TE backend converts every nn.Linear and takes no filter: TE's debug API or "
+                             "a te.autocast region in the model's code keeps modules in high precision, or use "
+                             "accelerate's torchao backend with a module filter. With FP32 "
                              "parameters TE 2.20.2 failed in cuBLAS on the first GEMM the file keeps in high "
                              "precision; with BF16 parameters it ran (H200, 2026-11-27)")
     if not changes.files:
