@@ -34,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from window_overhead import _NEVER_S, _NSYS_ALONE, compare, timed
+from window_overhead import _NEVER_S, _NSYS_ALONE, compare, paired, timed
 
 import gemmscope
 from gemmscope.autocast_hook.gemmscope_protocol import STEPS
@@ -112,6 +112,7 @@ def main() -> None:
         if figures and bare_step:
             print(f"median {kind}: the program's own step time {statistics.median(figures):.4g} "
                   f"({min(figures):.4g}-{max(figures):.4g}): {statistics.median(figures) / bare_step:.3f}x bare"
+                  f"{paired(figures, step_times['bare'])}"
                   f"{' (target <= 1.02x for the hook)' if kind.startswith('hook') else ''}")
     for kind, seconds in after_end.items():
         if seconds:

@@ -121,9 +121,18 @@ def compare(runs: dict[str, tuple[list[str], dict | None]], command: list[str], 
     for kind, seconds in walls.items():
         spread = f"{min(seconds):.1f}-{max(seconds):.1f} s"
         print(f"median {kind:11s} {statistics.median(seconds):6.1f} s ({spread}): "
-              f"{statistics.median(seconds) / bare:.3f}x bare"
+              f"{statistics.median(seconds) / bare:.3f}x bare{paired(seconds, walls['bare'])}"
               f"{f' (target <= {target[kind]}x)' if kind in target else ''}; exit statuses {sorted(statuses[kind])}")
     return walls
+
+
+def paired(figures: list[float], bare: list[float]) -> str:
+    """Each round's figure against the same round's bare one (a slow spell of the machine falls on
+    both): their median and range, said beside the medians' ratio."""
+    if figures is bare or len(figures) != len(bare) or not figures:
+        return ""
+    ratios = [f / b for f, b in zip(figures, bare)]
+    return f" (paired by round: {statistics.median(ratios):.3f}x, {min(ratios):.3f}-{max(ratios):.3f})"
 
 if __name__ == "__main__":
     main()
