@@ -112,8 +112,8 @@ def main() -> None:
         if figures and bare_step:
             print(f"median {kind}: the program's own step time {statistics.median(figures):.4g} "
                   f"({min(figures):.4g}-{max(figures):.4g}): {statistics.median(figures) / bare_step:.3f}x bare"
-                  f"{paired(figures, step_times['bare'])}"
-                  f"{' (target <= 1.02x for the hook)' if kind.startswith('hook') else ''}")
+                  f"{' (target <= 1.02x for the hook)' if kind.startswith('hook') else ''}"
+                  f"{paired(figures, step_times['bare'])}")
     for kind, seconds in after_end.items():
         if seconds:
             print(f"median {kind}: checked {statistics.median(seconds):.1f} s after the program ended "

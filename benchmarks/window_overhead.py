@@ -121,8 +121,9 @@ def compare(runs: dict[str, tuple[list[str], dict | None]], command: list[str], 
     for kind, seconds in walls.items():
         spread = f"{min(seconds):.1f}-{max(seconds):.1f} s"
         print(f"median {kind:11s} {statistics.median(seconds):6.1f} s ({spread}): "
-              f"{statistics.median(seconds) / bare:.3f}x bare{paired(seconds, walls['bare'])}"
-              f"{f' (target <= {target[kind]}x)' if kind in target else ''}; exit statuses {sorted(statuses[kind])}")
+              f"{statistics.median(seconds) / bare:.3f}x bare"
+              f"{f' (target <= {target[kind]}x)' if kind in target else ''}{paired(seconds, walls['bare'])}; "
+              f"exit statuses {sorted(statuses[kind])}")
     return walls
 
 

@@ -145,6 +145,9 @@ def test_steps_overhead_runs_bare_the_hook_and_a_torch_profiler_window(tmp_path)
     assert set(medians) == {"bare", "hook", "torch-steps", "bare:", "hook:", "torch-steps:"}
     # the program's own step time, found in what it printed bare (stdout) and under verify (relayed to stderr)
     assert "the program's own step time" in medians["hook:"] and "x bare (target <= 1.02x for the hook)" in medians["hook:"]
+    # each against its own round's bare run, beside the medians' ratio (not for bare itself)
+    assert "(paired by round: " in medians["hook"] and "(paired by round: " in medians["hook:"]
+    assert "paired" not in medians["bare"] and "paired" not in medians["bare:"]
     assert any(line.startswith("median torch-steps: the program's own step time") for line in done.stdout.splitlines())
     assert medians["bare"].endswith("exit statuses [0]") and medians["hook"].endswith("exit statuses [0]")
     assert medians["torch-steps"].endswith("exit statuses [1]")
