@@ -398,7 +398,8 @@ def test_a_measurement_export_is_read_and_advised(first_last, gpu_sqlite, tmp_pa
 
 def test_the_claim_benchmark_applies_the_written_change_as_the_program_takes_it(all_fp8, tmp_path):
     """benchmarks/whatif_claim.py passes whatif's files to the corpus programs unmodified: here
-    Megatron's arguments, parsed by megatron_gpt.py's own parser, and no change at all."""
+    Megatron's arguments, parsed by megatron_gpt.py's own parser, no change at all, and none it can
+    pass where only a te.autocast region is written."""
     spec = importlib.util.spec_from_file_location("whatif_claim", TESTS.parent / "benchmarks" / "whatif_claim.py")
     claim = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = claim  # dataclasses look their module up there
@@ -416,6 +417,10 @@ def test_the_claim_benchmark_applies_the_written_change_as_the_program_takes_it(
         if bf16_layers:
             assert parsed.num_layers_at_start_in_bf16 + parsed.num_layers_at_end_in_bf16 == bf16_layers
     assert claim.applied(tmp_path, megatron) == ["--first-last-layers-bf16"]  # nothing written: the run as it was
+    region_only = tmp_path / "region"  # a te.autocast region alone: the program's code must take it, nothing to pass
+    region_only.mkdir()
+    (region_only / changes.TE_AUTOCAST).write_text("")
+    assert claim.applied(region_only, claim.PROGRAMS["hf_accelerate_te"]) is None
 
 
 def test_moe_grouped_gemms_are_said_unmeasurable_and_the_router_has_no_switch():

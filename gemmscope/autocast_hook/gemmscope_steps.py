@@ -100,18 +100,28 @@ def on_first_mark(call) -> None:
     _on_first_mark.append(call)
 
 
-def record_only_between(first: int, last: int) -> None:
-    """GEMM calls recorded over the capture of steps first..last alone (its bounds: on_first_mark),
-    for nsys and torch.profiler alike."""
-    recording[0] = first <= 1
+def on_capture_window(first: int, last: int, opens, closes) -> None:
+    """`opens()` where a capture of steps first..last opens (now for first <= 1, else at the first
+    mark of first-2) and `closes()` where it closes (the first mark of last+1): on_first_mark says why."""
+    if first <= 1:  # step 0 runs from the start
+        opens()
 
     def at_first_mark(n: int) -> None:
         if n == first - 2:
-            recording[0] = True
+            opens()
         elif n == last + 1:
-            recording[0] = False
+            closes()
 
     on_first_mark(at_first_mark)
+
+
+def record_only_between(first: int, last: int) -> None:
+    """GEMM calls recorded over the capture of steps first..last alone, for nsys and torch.profiler alike."""
+    def switch(on: bool):
+        return lambda: recording.__setitem__(0, on)
+
+    recording[0] = False
+    on_capture_window(first, last, switch(True), switch(False))
 
 
 def _capture_with_nsys(torch, first: int, last: int) -> None:
@@ -125,12 +135,8 @@ def _capture_with_nsys(torch, first: int, last: int) -> None:
         except Exception as exc:  # a torch without NVTX: nothing to capture by, the program runs on
             note(f"the capture of steps {first}-{last} could not open ({type(exc).__name__})")
 
-    def at_first_mark(n: int) -> None:
-        if n == first - 2 and not opened:
-            open_capture()
-        elif n == last + 1 and opened:
+    def close_capture() -> None:
+        if opened:
             torch.cuda.nvtx.range_end(opened.pop())
 
-    if first <= 1:  # step 0 runs from the start: open now
-        open_capture()
-    on_first_mark(at_first_mark)
+    on_capture_window(first, last, open_capture, close_capture)
