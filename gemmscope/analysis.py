@@ -180,6 +180,7 @@ class Analysis:
         self.options = Options.of(options, **settings)
         self.captured = traces if isinstance(traces, Captured) else None
         self._given: Source = list(traces.traces) if isinstance(traces, Captured) else traces
+        self._read = traces.read if isinstance(traces, Captured) else {}  # read while its program ran on
         self.notes: list[str] = []  # what the CLI says on stderr beside the output, in the order found
         self._say = say
         self._shared_by: Redactor | None = None  # set on a scrubbed copy: its reports are redacted by it
@@ -229,7 +230,8 @@ class Analysis:
             from gemmscope import loading
 
             options = self.options
-            loaded = given.loaded if given is not None else loading.load(self.paths, options.workers, options.scheduler)
+            loaded = (given.loaded if given is not None
+                      else loading.load(self.paths, options.workers, options.scheduler, self._read))
             traces = _redacted(loaded, self.paths, options.keep) if options.redact else Traces(loaded, self.paths)
         self._note_lacking(traces)
         return traces

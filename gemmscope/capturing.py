@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import importlib
 import os
+import queue
 import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gemmscope import scratch
 from gemmscope.autocast_hook import gemmscope_protocol
 from gemmscope.errors import InputError
+
+if TYPE_CHECKING:
+    from gemmscope.attribution import LoadedTrace
 
 # What a command can be captured with: nsys, or torch.profiler inside each of its processes.
 PROFILERS = ("nsys", "torch")
@@ -114,6 +118,9 @@ class Captured:
     profiler: str
     window: CaptureWindow
     folder: Path  # where the capture lives (without `out`: the scratch folder, removed on exit)
+    # Traces read and attributed while the program ran on (loading.load's `read`): a window's,
+    # complete before the program's end. Analysis takes them as they are.
+    read: Mapping[Path, LoadedTrace] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def failed(self) -> bool:
@@ -149,14 +156,46 @@ def capture(command: Sequence[str], out: str | Path | None = None, *, profiler: 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
     if window.steps is not None:  # the hook collects those steps alone (one more on each side: gemmscope_steps)
         env[gemmscope_protocol.STEPS] = f"{window.steps[0]}-{window.steps[1]}"
-    run = _Run(command, folder, kept, env, window, echo, redact, tuple(keep), say)
+    reads = _ReadWhileRunning()
+    run = _Run(command, folder, kept, env, window, echo, redact, tuple(keep), say, reads.offer)
     importing = threading.Thread(target=_import_checking, name="gemmscope-imports", daemon=True)
     importing.start()  # with the program: the command line starts without what checking needs
     try:
         traces, exit_code = run.torch() if profiler == "torch" else run.nsys()
     finally:
         importing.join()
-    return Captured(tuple(traces), exit_code, profiler, window, folder)
+        read = reads.finished()
+    return Captured(tuple(traces), exit_code, profiler, window, folder, read)
+
+
+class _ReadWhileRunning:
+    """Traces complete before the program's end (a window's: written at its last step, while
+    the job runs on) read and attributed meanwhile, one after another in a thread of their own,
+    so that the check after the program's end has less left to do."""
+
+    def __init__(self) -> None:
+        self._offered: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self._read: dict[Path, LoadedTrace] = {}
+        self._thread = threading.Thread(target=self._read_offered, name="gemmscope-early-reads", daemon=True)
+        self._thread.start()
+
+    def offer(self, path: Path) -> None:
+        self._offered.put(path)
+
+    def _read_offered(self) -> None:
+        while (path := self._offered.get()) is not None:
+            try:
+                from gemmscope.loading import load_one
+
+                self._read[path] = load_one(path)
+            except Exception:  # not kept: the check reads it again, and says what failed there
+                continue
+
+    def finished(self) -> dict[Path, LoadedTrace]:
+        """What was read, once the trace being read is (the program has ended: nothing more is offered)."""
+        self._offered.put(None)
+        self._thread.join()
+        return self._read
 
 
 # What checking a capture imports (pandas and the modules on it), imported while the program runs.
@@ -183,6 +222,7 @@ class _Run:
     redact: bool
     keep: tuple[str, ...]
     say: Callable[[str], None]
+    written: Callable[[Path], None]  # a trace complete while the program may run on
 
     def nsys(self) -> tuple[list[Path], int]:
         """The command under nsys, with TE's NVTX ranges on: its trace's export (Parquet where
@@ -207,9 +247,12 @@ class _Run:
                 export_format = nsys_runner.capture_export_format()
                 progress(2, f"exporting the trace to {export_format}{f' ({report})' if self.kept else ''}", self.say)
                 try:
-                    exported.append(nsys_runner.CAPTURE_EXPORTERS[export_format](report))
+                    trace = nsys_runner.CAPTURE_EXPORTERS[export_format](report)
                 except InputError as exc:
                     exported.append(exc)
+                else:
+                    exported.append(trace)
+                    self.written(trace)
 
         done = nsys_runner.profile(self.command, report, env, **nsys_window, echo_nsys=self.echo,
                                    once_written=export_once_written)
@@ -246,7 +289,7 @@ class _Run:
         progress(1, "running the command under torch.profiler, in each of its processes that imports torch"
                     f"{f', collecting {seen}' if seen else ''}"
                     f"{'' if self.echo else ' (Kineto output: --verbose)'}", self.say)
-        done = torch_runner.profile(self.command, self.out, env, self.echo)
+        done = torch_runner.profile(self.command, self.out, env, self.echo, self.written)
         self._say_if_failed(done, env)
         traces = torch_runner.traces(self.out)
         if not traces and done.returncode == 0 and steps is not None:

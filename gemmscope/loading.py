@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -30,10 +30,18 @@ def load_one(path: Path, threads: int = 2) -> LoadedTrace:
         return LoadedTrace(Path(path), error=str(exc))
 
 
-def load(paths: Sequence[Path], workers: int | None = None, scheduler: str | None = None) -> list[LoadedTrace]:
+def load(paths: Sequence[Path], workers: int | None = None, scheduler: str | None = None,
+         read: Mapping[Path, LoadedTrace] | None = None) -> list[LoadedTrace]:
     """Every trace of `paths`, in order. `workers`: local processes (default: one per trace, at
-    most one per CPU); `scheduler`: a Dask distributed scheduler address, which takes over."""
+    most one per CPU); `scheduler`: a Dask distributed scheduler address, which takes over.
+    `read`: traces loaded already (by resolved path: a capture's, read while its program ran on),
+    taken as they are."""
     paths = [Path(p) for p in paths]
+    read = {Path(p).resolve(): item for p, item in (read or {}).items()}
+    if read:
+        rest = [p for p in paths if p.resolve() not in read]
+        read_now = iter(load(rest, workers, scheduler) if rest else [])
+        return [read[p.resolve()] if p.resolve() in read else next(read_now) for p in paths]
     # One trace is read over two threads; several are read side by side by workers,
     # each in one thread (so that --workers N is what uses N CPUs).
     threads = 2 if len(paths) == 1 else 1

@@ -12,6 +12,8 @@ window, and a process that ends without exiting (os._exit, killed) leaves no tra
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from gemmscope import relay
@@ -22,15 +24,38 @@ from gemmscope.autocast_hook.gemmscope_protocol import TORCH_TRACE_FOLDER, TORCH
 # held back unless asked for, as nsys's own text is. Its warnings and errors stay in view.
 _KINETO_OWN_TEXT = re.compile(r"(?:USDT|STAGE|INFO):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\] .*")
 
+# How often the traces folder is looked at while the program runs: a window's trace is read as
+# soon as it appears, not after the program's end.
+_WATCH_S = 0.25
 
-def profile(command: list[str], folder: Path, env: dict[str, str], echo_profiler: bool = False) -> relay.Capture:
+
+def profile(command: list[str], folder: Path, env: dict[str, str], echo_profiler: bool = False,
+            written: Callable[[Path], None] = lambda trace: None) -> relay.Capture:
     """Run `command` (env: with the hook on PYTHONPATH) so that each of its processes that used
     CUDA writes its torch.profiler trace into `folder`; a previous capture's traces there are
-    removed first, so that what is read afterwards is this run's alone."""
+    removed first, so that what is read afterwards is this run's alone. `written` is called with
+    each trace that appears while the program runs (a window's; each appears whole: the hook
+    renames it into place), from a thread of its own."""
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob(TORCH_TRACE_GLOB):
         stale.unlink()
-    return relay.run(command, {**env, TORCH_TRACE_FOLDER: str(folder.resolve())}, _KINETO_OWN_TEXT, echo_profiler)
+    ended = threading.Event()
+
+    def watch() -> None:
+        seen: set[Path] = set()
+        while not ended.wait(_WATCH_S):
+            for trace in traces(folder):
+                if trace not in seen:
+                    seen.add(trace)
+                    written(trace)
+
+    watcher = threading.Thread(target=watch, name="gemmscope-trace-watch", daemon=True)
+    watcher.start()
+    try:
+        return relay.run(command, {**env, TORCH_TRACE_FOLDER: str(folder.resolve())}, _KINETO_OWN_TEXT, echo_profiler)
+    finally:
+        ended.set()
+        watcher.join()
 
 
 def traces(folder: Path) -> list[Path]:

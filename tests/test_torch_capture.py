@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+import gemmscope as gemmscope_api
+
 from test_cli import assert_one_line_error, gemmscope
 
 # A small torch program: one GEMM (F.linear), its pid said on stderr, its exit status from argv.
@@ -247,3 +249,16 @@ def test_a_window_asks_kineto_to_let_cupti_go_where_that_is_safe(cuda, user_sett
         monkeypatch.setenv("TEARDOWN_CUPTI", user_setting)
     tear_down_cupti_after_window(SimpleNamespace(version=SimpleNamespace(cuda=cuda)))
     assert os.environ.get("TEARDOWN_CUPTI") == teardown
+
+
+def test_a_window_trace_is_read_while_the_program_runs_on(torch_cpu, tmp_path):
+    """The trace of a window that closes seconds before the program ends is read and attributed
+    meanwhile (Captured.read), and the check takes it as it is rather than reading it again."""
+    program = tmp_path / "timed.py"
+    program.write_text(_TIMED_PROGRAM)
+    captured = gemmscope_api.capture([sys.executable, str(program), "4"], tmp_path / "out", profiler="torch",
+                                     window=gemmscope_api.CaptureWindow(delay_s=0.5, duration_s=0.5), say=lambda _: None)
+    [trace] = captured.traces
+    assert list(captured.read) == [trace]  # read as a CPU trace: "no CUDA activity", its error
+    analysis = gemmscope_api.Analysis(captured, redact=False)
+    assert analysis.traces.loaded[0] is captured.read[trace]
