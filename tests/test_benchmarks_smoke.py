@@ -152,3 +152,22 @@ def test_steps_overhead_runs_bare_the_hook_and_a_torch_profiler_window(tmp_path)
     assert medians["bare"].endswith("exit statuses [0]") and medians["hook"].endswith("exit statuses [0]")
     assert medians["torch-steps"].endswith("exit statuses [1]")
     assert list((tmp_path / "out" / "torch").glob("trace.*.json.gz"))  # the window's trace, written
+
+
+def test_hook_call_cost_times_each_call_bare_outside_a_window_and_recording():
+    """benchmarks/hook_call_cost.py's children: each call kind timed in each run; the hook is
+    really on in the hooked children (recording a GEMM call costs several times the call itself),
+    and outside a window it records none (far less than recording)."""
+    benchmark = load_benchmark("hook_call_cost")
+    hook_path = str(benchmark.HOOK)
+    bare = benchmark.run_child({}, 2000, 3, False)
+    outside = benchmark.run_child({"PYTHONPATH": hook_path, "GEMMSCOPE_STEPS": benchmark._NEVER}, 2000, 3, False)
+    recording = benchmark.run_child({"PYTHONPATH": hook_path}, 2000, 3, True)
+    for figures in (bare, outside, recording):
+        assert set(figures) == {"F.linear", "Function.apply", "optimizer.step"}
+        assert all(len(samples) == 3 and min(samples) > 0 for samples in figures.values())
+
+    def linear(figures):
+        return min(figures["F.linear"])
+
+    assert linear(recording) > 2 * linear(bare) and linear(recording) > 2 * linear(outside)
