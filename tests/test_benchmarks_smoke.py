@@ -154,7 +154,7 @@ def test_steps_overhead_runs_bare_the_hook_and_a_torch_profiler_window(tmp_path)
     assert list((tmp_path / "out" / "torch").glob("trace.*.json.gz"))  # the window's trace, written
 
 
-def test_hook_call_cost_times_each_call_bare_outside_a_window_and_recording():
+def test_hook_call_cost_times_each_call_bare_outside_a_window_and_recording(torch_cpu):
     """benchmarks/hook_call_cost.py's children: each call kind timed in each run; the hook is
     really on in the hooked children (recording a GEMM call costs several times the call itself),
     and outside a window it records none (far less than recording)."""
@@ -171,3 +171,13 @@ def test_hook_call_cost_times_each_call_bare_outside_a_window_and_recording():
         return min(figures["F.linear"])
 
     assert linear(recording) > 2 * linear(bare) and linear(recording) > 2 * linear(outside)
+
+
+def test_window_close_times_the_hooks_own_stop_and_export(torch_cpu, tmp_path):
+    """benchmarks/window_close.py runs the hook's own profiler start, Kineto's stop and the hook's
+    export: a trace of the window's calls is written (and removed), each part timed."""
+    benchmark = load_benchmark("window_close")
+    figures = benchmark.one_window(torch_cpu, 50, 2, str(tmp_path))
+    assert figures["events"] > 100 and figures["gzipped_mb"] > 0  # the 100 linear calls and their operators
+    assert figures["stop_s"] > 0 and figures["export_s"] > 0
+    assert not list(tmp_path.iterdir())
