@@ -111,8 +111,8 @@ def default_step_pattern(result: Verification) -> str | None:
         # Only a name that ends in a number can be one; of those, TE's grammar (its prefix filter
         # first) is asked only about the few that are not an operator's. (The trace's names, of
         # every kind of range: only the push/pop ranges' are looked up in them below.)
-        numbered = pd.Series([name for name in trace.range_names if isinstance(name, str) and name[-1:].isdigit()
-                              and _OPERATOR_RANGE not in name], dtype=object)
+        numbered = pd.Series([name for name in trace.range_names_ending_in_digit() if _OPERATOR_RANGE not in name],
+                             dtype=object)
         stems = numbered.str.extract(_NUMBERED)["stem"]
         own = stems.notna() & te_ranges.parse_distinct(numbered.to_numpy())["kind"].isna()
         stem_of = pd.Series(stems[own].to_numpy(), index=numbered[own].to_numpy())

@@ -154,8 +154,9 @@ class NameText:
 
     def __init__(self, names: np.ndarray):
         self.text = _NAME_SEPARATOR.join(("", *names))  # TypeError where one is no text
-        lengths = np.fromiter(map(len, names), dtype="int64", count=len(names))
-        self.starts = np.cumsum(lengths + 1) - lengths  # where each name starts, after its separator
+        self.lengths = np.fromiter(map(len, names), dtype="int64", count=len(names))
+        self.starts = np.cumsum(self.lengths + 1) - self.lengths  # where each name starts, after its separator
+        self._names = names
 
     def starting_with(self, prefixes: str | tuple[str, ...]) -> np.ndarray:
         """Positions (ascending) of the names that start with `prefixes` (one, or any of several)."""
@@ -166,6 +167,14 @@ class NameText:
         # holding the separator itself would make others, which are not)
         at = np.searchsorted(self.starts, found)
         return at[(at < len(self.starts)) & (self.starts[np.minimum(at, len(self.starts) - 1)] == found)]
+
+    def ending_in_digit(self) -> np.ndarray:
+        """Whether each name's last character is a digit (str.isdigit), as one array: read off
+        the text's bytes where it is ASCII (0-9 its only digits), else name by name."""
+        if not self.text.isascii():
+            return np.fromiter((name[-1:].isdigit() for name in self._names), dtype=bool, count=len(self._names))
+        last = np.frombuffer(self.text.encode("ascii"), dtype=np.uint8)[self.starts + self.lengths - 1]
+        return (self.lengths > 0) & (last >= ord("0")) & (last <= ord("9"))
 
 
 @dataclass
@@ -204,6 +213,10 @@ class Trace:
     @functools.cached_property
     def _names_starting(self) -> dict[str | tuple[str, ...], list[str]]:
         return {}
+
+    def range_names_ending_in_digit(self) -> np.ndarray:
+        """range_names whose last character is a digit (a step's, an iteration's), in the order met."""
+        return self.range_names[self._range_name_text.ending_in_digit()]
 
     @functools.cached_property
     def _range_name_text(self) -> NameText:
