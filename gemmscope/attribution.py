@@ -158,12 +158,12 @@ def first_matching_pattern(names: np.ndarray | pd.Series, patterns: Sequence[str
     first = np.full(len(distinct) + 1, -1, dtype="int64")  # the last one: a missing name's (code -1)
     for position in reversed(range(len(patterns))):  # the first pattern that matches is written last
         match = re.compile(fnmatch.translate(patterns[position])).match  # what fnmatchcase runs, compiled once
-        prefix = _literal_prefix(patterns[position])
+        prefix = literal_prefix(patterns[position])
         first[[i for i in starting_with(distinct, prefix) if match(distinct[i])]] = position
     return first[codes]
 
 
-def _literal_prefix(pattern: str) -> str:
+def literal_prefix(pattern: str) -> str:
     """What every name a shell pattern matches starts with: its text up to the first wildcard."""
     return pattern[:next((i for i, c in enumerate(pattern) if c in "*?["), len(pattern))]
 
@@ -213,7 +213,8 @@ def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     launch_ids, range_ids = _enclosing_ranges(out, trace.nvtx)
     # names coded once per range, not once per (launch, range) pair
     codes, names = pd.factorize(trace.nvtx["name"].to_numpy(dtype=object), use_na_sentinel=False)
-    names = np.array([name if isinstance(name, str) else None for name in names], dtype=object)
+    names = names.astype(object)
+    names[pd.isna(names)] = None  # a range without a name: None, whichever missing value the reader gave
     ranges = EnclosingRanges(launch_ids, codes[range_ids].astype("int64"), names)
     attribution = _attribute(out, launch_ids, range_ids, trace.nvtx, codes, names)
     for column in ATTRIBUTION_COLUMNS:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import te_ranges
-from gemmscope.attribution import LoadedTrace, name_matches
+from gemmscope.attribution import LoadedTrace, literal_prefix, name_matches
 from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX, parse_record
 from gemmscope.errors import InputError
 from gemmscope.traces.model import Trace, process_id
@@ -157,8 +157,9 @@ def _ranges_named(result: Verification, pattern: str | None) -> pd.DataFrame:
     parts = []
     for trace in result.traces:
         n = trace.nvtx
-        distinct = trace.range_names  # match each name once, not each range
-        wanted = distinct[name_matches(distinct, [pattern], distinct_names=True)] if pattern else []
+        # each distinct name matched once, not each range; only those that start as the pattern does
+        named = np.array(trace.range_names_starting(literal_prefix(pattern)) if pattern else [], dtype=object)
+        wanted = named[name_matches(named, [pattern], distinct_names=True)] if pattern else []
         parts.append(n[n["name"].isin(wanted) & (n["kind"] == "push-pop")].assign(trace=trace.path.name))
     steps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if steps.empty:
