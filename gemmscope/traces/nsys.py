@@ -193,14 +193,12 @@ def _read(export: Export, given: Path, threads: int) -> Trace:
         "cuda_api_traced": export.has_rows("CUPTI_ACTIVITY_KIND_RUNTIME"),
         "capture": _capture(export),
     }
-    # The long reads first: NVTX's rows and their text (a trace of torch's emit_nvtx holds a long
-    # name per operator call: two reads of about the same length, side by side), then kernels, and
-    # the launch calls go to whichever thread is free first (a replicated trace has more launch
-    # calls than ranges, a real one with TE's and the hook's ranges more ranges than launch calls).
+    # The three long reads first: kernels and NVTX ranges start at once, and the launch calls go
+    # to whichever thread is free first (a replicated trace has more launch calls than ranges,
+    # a real one with TE's and the hook's ranges more ranges than launch calls).
     readers = {
-        "nvtx": _nvtx_rows,
-        "nvtx_text": lambda e: e.text("NVTX_EVENTS", "text"),
         "kernels": lambda e: _kernels(e, strings),
+        "nvtx": lambda e: _nvtx(e, strings, _session_end(e)),
         "api_calls": lambda e: _api_calls(e, strings, LAUNCH_CALLS),
         "memory": _memory,
         "memops": _memops,
@@ -216,7 +214,6 @@ def _read(export: Export, given: Path, threads: int) -> Trace:
             frames = {name: future.result() for name, future in futures.items()}
     else:
         frames = {name: read(export) for name, read in readers.items()}
-    frames["nvtx"] = _nvtx(frames["nvtx"], frames.pop("nvtx_text"), strings, _session_end(export))
     if not frames["kernels"].empty and "CUPTI_ACTIVITY_KIND_RUNTIME" not in export.tables:
         # nsys exports the calls' table wherever it exports kernels: without it, a table dropped,
         # and with the calls go the threads and NVTX ranges around every launch
@@ -359,9 +356,8 @@ def _api_calls(export: Export, strings: pd.Series, names: str) -> pd.DataFrame:
     return a.drop(columns=["name_id", "event_class"])
 
 
-def _nvtx_rows(export: Export) -> pd.DataFrame:
-    """NVTX_EVENTS' columns but its text (read apart: `_nvtx`)."""
-    return export.frame(
+def _nvtx(export: Export, strings: pd.Series, session_end: float) -> pd.DataFrame:
+    n = export.frame(
         "NVTX_EVENTS",
         {
             "start": "start",
@@ -374,18 +370,14 @@ def _nvtx_rows(export: Export) -> pd.DataFrame:
             "category": "category",
         },
     )
-
-
-def _nvtx(n: pd.DataFrame, text: np.ndarray | None, strings: pd.Series, session_end: float) -> pd.DataFrame:
-    """NVTX ranges and marks from NVTX_EVENTS' rows (`_nvtx_rows`) and their text (None where the
-    export has no text column)."""
     refuse_missing(n, "NVTX event", {"global_tid": "thread id", "event_type": "event type"})
-    texts = pd.Series(text if text is not None else np.full(len(n), None, dtype=object), index=n.index, dtype=object)
-    refuse_non_text(texts, np.zeros(len(n), dtype=bool), "NVTX_EVENTS.text")
+    text = export.text("NVTX_EVENTS", "text")
+    text = pd.Series(text if text is not None else np.full(len(n), None, dtype=object), index=n.index, dtype=object)
+    refuse_non_text(text, np.zeros(len(n), dtype=bool), "NVTX_EVENTS.text")
     # Registered strings (nvtxDomainRegisterString) arrive as textId; plain ones as text, one
     # Python string per row: kept once per distinct name (a long trace repeats a few thousand
     # names a million times, hundreds of MB as separate strings).
-    named = texts.where(texts.notna(), _name(n["text_id"], strings)).to_numpy(dtype=object)
+    named = text.where(text.notna(), _name(n["text_id"], strings)).to_numpy(dtype=object)
     codes, distinct = pd.factorize(named)
     # numpy's stubs take no None (an object array's missing value) as append's values
     n["name"] = object_column(np.append(np.asarray(distinct, dtype=object), None)[codes],  # type: ignore[call-overload]
