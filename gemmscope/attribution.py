@@ -10,7 +10,6 @@ keeps the result (a `LoadedTrace`) or why there is nothing to attribute.
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import re
 from collections.abc import Sequence
@@ -23,7 +22,15 @@ import pandas as pd
 
 from gemmscope import kernels, te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import BACKWARD
-from gemmscope.traces.model import ID_BITS, TID_MASK, Trace, launch_key, object_column, process_id
+from gemmscope.traces.model import (
+    ID_BITS,
+    TID_MASK,
+    Trace,
+    launch_key,
+    object_column,
+    process_id,
+    starting_with,
+)
 
 # GEMMs inside one LayerNormMLP range, in launch order, when neither the hook's record nor a
 # per-GEMM TE range says their pass (TE's layernorm_mlp.py: forward fc1 then fc2; backward fc2
@@ -151,13 +158,12 @@ def first_matching_pattern(names: np.ndarray | pd.Series, patterns: Sequence[str
     first = np.full(len(distinct) + 1, -1, dtype="int64")  # the last one: a missing name's (code -1)
     for position in reversed(range(len(patterns))):  # the first pattern that matches is written last
         match = re.compile(fnmatch.translate(patterns[position])).match  # what fnmatchcase runs, compiled once
-        prefix = _literal_prefix(patterns[position])
-        first[[i for i, name in enumerate(distinct)
-               if isinstance(name, str) and name.startswith(prefix) and match(name)]] = position
+        prefix = literal_prefix(patterns[position])
+        first[[i for i in starting_with(distinct, prefix) if match(distinct[i])]] = position
     return first[codes]
 
 
-def _literal_prefix(pattern: str) -> str:
+def literal_prefix(pattern: str) -> str:
     """What every name a shell pattern matches starts with: its text up to the first wildcard."""
     return pattern[:next((i for i, c in enumerate(pattern) if c in "*?["), len(pattern))]
 
@@ -207,7 +213,8 @@ def launches_with_ranges(trace: Trace) -> tuple[pd.DataFrame, EnclosingRanges]:
     launch_ids, range_ids = _enclosing_ranges(out, trace.nvtx)
     # names coded once per range, not once per (launch, range) pair
     codes, names = pd.factorize(trace.nvtx["name"].to_numpy(dtype=object), use_na_sentinel=False)
-    names = np.array([name if isinstance(name, str) else None for name in names], dtype=object)
+    names = names.astype(object)
+    names[pd.isna(names)] = None  # a range without a name: None, whichever missing value the reader gave
     ranges = EnclosingRanges(launch_ids, codes[range_ids].astype("int64"), names)
     attribution = _attribute(out, launch_ids, range_ids, trace.nvtx, codes, names)
     for column in ATTRIBUTION_COLUMNS:
@@ -238,8 +245,10 @@ def attribute(trace: Trace) -> LoadedTrace:
         return LoadedTrace(trace.path, error=error, no_kernels=True, cuda_traced=cuda_traced)
     frame, ranges = launches_with_ranges(trace)
     # `frame` holds every kernel with the call that launched it: the trace's own frames of them
-    # are let go (a long trace's are hundreds of MB), their columns kept.
-    trace = dataclasses.replace(trace, kernels=trace.kernels.iloc[:0].copy(), api_calls=trace.api_calls.iloc[:0].copy())
+    # are let go (a long trace's are hundreds of MB), their columns kept. The ranges' names are
+    # the trace's distinct range names, coded here already: kept as its range_names.
+    trace = trace.replaced(ranges.names[pd.notna(ranges.names)], kernels=trace.kernels.iloc[:0].copy(),
+                           api_calls=trace.api_calls.iloc[:0].copy())
     return LoadedTrace(trace.path, trace, frame, ranges)
 
 

@@ -69,12 +69,15 @@ def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verificatio
     k = result.kernels
     step_of = launching_step(k, steps)
     trace_code = pd.Categorical(k["trace"])
-    code_of = {name: code for code, name in enumerate(trace_code.categories)}
     kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([trace_code.codes, step_of]).sum()
+    # each step's sum looked up all at once (a long run has thousands of steps); -2: a trace without kernels
+    step_code = pd.Categorical(steps["trace"], categories=trace_code.categories).codes.astype("int64")
+    step_code[step_code < 0] = -2
+    at = pd.MultiIndex.from_arrays([step_code, steps["index"].to_numpy(dtype="int64")])
     per_step = steps.assign(
         # whole ns, NA where an older export left the range's end empty (NVTX ends are floats for that)
         wall_ns=(steps["end"] - steps["start"]).astype("Int64"),
-        gpu_kernel_ns=[int(kernel_ns.get((code_of.get(t, -2), i), 0)) for t, i in zip(steps["trace"], steps["index"])])
+        gpu_kernel_ns=kernel_ns.reindex(at, fill_value=0).to_numpy().astype("int64"))
     measured = step_of >= 1
     if not measured.any():
         return result, per_step

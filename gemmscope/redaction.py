@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -202,7 +202,7 @@ class Redactor:
             self._done[text] = done
         return done
 
-    def _remember_plain(self, texts: list[str]) -> None:
+    def _remember_plain(self, texts: Collection[str]) -> None:
         if len(self._plain) + len(texts) > _REMEMBERED:
             self._plain.clear()
         self._plain.update(texts)
@@ -235,43 +235,66 @@ class Redactor:
             return [v if isinstance(v, _PLAIN) else self.document(v) for v in value]
         return value
 
-    def frame(self, table: pd.DataFrame) -> pd.DataFrame:
+    def frame(self, table: pd.DataFrame, distinct: Mapping[str, Collection[str]] | None = None) -> pd.DataFrame:
         """`table` with its column names and text cells redacted, each distinct text once.
-        Redact before writing CSV or HTML: their quoting ("" for ", &amp; for &) would hide a
-        value from a text pass."""
+        `distinct`: the distinct texts of some columns, known already (a trace's range names,
+        Trace.range_names), not looked for again among their rows. Redact before writing CSV or
+        HTML: their quoting ("" for ", &amp; for &) would hide a value from a text pass."""
         out = table.rename(columns=lambda c: self(c) if isinstance(c, str) else c)
+        known = distinct or {}
         for column in out.select_dtypes(include=["object", "string", "category"]).columns:
             texts = out[column]
-            redacted = self.values(texts)
+            redacted = self.values(texts, known.get(column))
             if redacted is not texts:
                 out[column] = redacted
         return out
 
-    def values(self, column: pd.Series) -> pd.Series:
+    def values(self, column: pd.Series, distinct: Collection[str] | None = None) -> pd.Series:
         """A column with its text cells redacted, each distinct text once (and counted once);
-        the column itself when none changes."""
-        texts = [t for t in pd.unique(column) if isinstance(t, str)]  # (missing values are no text)
-        changed = {t: redacted for t, redacted in zip(texts, self.texts(texts)) if redacted != t}
+        the column itself when none changes. `distinct`: its distinct texts, where known."""
+        if distinct is None:
+            distinct = [t for t in pd.unique(column) if isinstance(t, str)]  # (missing values are no text)
+        changed = self.changes(distinct)
         return column.astype(object).replace(changed) if changed else column
 
-    def texts(self, texts: list[str]) -> list[str]:
-        """`texts` (distinct) redacted and counted, as `self` redacts each; those not met before
-        are searched for triggers all at once (`_search_all`)."""
-        plain, done = self._plain, self._done
-        new = [t for t in texts if t not in plain and t not in done]
-        if new:
-            self._search_all(new)
-        return [t if t in plain else self(t) for t in texts]
+    def texts(self, texts: Sequence[str]) -> list[str]:
+        """`texts` (distinct) redacted and counted, as `self` redacts each."""
+        changed = self.changes(texts)
+        return [changed.get(t, t) for t in texts] if changed else list(texts)
 
-    def _search_all(self, texts: list[str]) -> None:
+    def changes(self, texts: Collection[str]) -> dict[str, str]:
+        """Of `texts` (distinct), those the redaction changes: text → redacted, each counted as
+        `self` counts it. Those not met before are searched for triggers all at once
+        (`_search_all`); those no trigger is in (most of a trace's) are passed over, not redacted
+        one by one nor listed."""
+        plain, done = self._plain, self._done
+        unknown = [t for t in texts if t not in plain]
+        new = [t for t in unknown if t not in done]
+        if new:
+            triggered = self._search_all(new)
+            # all new (a trace's first look): those a trigger is in alone; else those left
+            unknown = triggered if len(new) == len(unknown) else [t for t in unknown if t not in plain]
+        changed = {}
+        for text in unknown:
+            redacted = self(text)
+            if redacted != text:
+                changed[text] = redacted
+        return changed
+
+    def _search_all(self, texts: list[str]) -> list[str]:
         """Redact and remember `texts` (distinct, none met before), looking for the triggers in
         all of them joined into one text, a pass per first character: a trace of torch's
         emit_nvtx holds hundreds of thousands of distinct range names, and a search per name
         cost more in calls than in searching. Only the texts a trigger is found in are redacted
-        one by one."""
-        lowered = [t.lower() for t in texts]
-        ends = np.cumsum([len(t) + 1 for t in lowered])  # where each ends in the joined text, its separator included
-        joined = _SEPARATOR.join(lowered)
+        one by one: those, given back."""
+        joined = _SEPARATOR.join(texts)
+        if joined.isascii():  # lower case keeps each character's place: all lowered at once
+            joined, lowered = joined.lower(), texts
+        else:  # one character may lower to two (İ): each text lowered on its own
+            lowered = [t.lower() for t in texts]
+            joined = _SEPARATOR.join(lowered)
+        # where each ends in the joined text, its separator included
+        ends = np.cumsum(np.fromiter(map(len, lowered), dtype="int64", count=len(texts)) + 1)
         touched = np.zeros(len(texts) + 1, dtype="int64")
         for search in self._trigger_passes:
             for match in search.finditer(joined):
@@ -280,6 +303,8 @@ class Redactor:
                 touched[np.searchsorted(ends, match.start(), "right")] += 1
                 touched[np.searchsorted(ends, match.end() - 1, "right") + 1] -= 1
         found = np.cumsum(touched[:-1]) > 0
-        self._remember_plain([texts[i] for i in np.flatnonzero(~found)])
-        for i in np.flatnonzero(found):
-            self._redacted(texts[i])
+        self._remember_plain(np.array(texts, dtype=object)[~found])
+        triggered = [texts[i] for i in np.flatnonzero(found)]
+        for text in triggered:
+            self._redacted(text)
+        return triggered

@@ -138,20 +138,31 @@ def redacted_traces(items: Sequence[LoadedTrace], keep: Iterable[str] = ()) -> t
 
 def _redacted_loaded(item: LoadedTrace, redactor: Redactor) -> LoadedTrace:
     path = Path(redactor(str(item.path)))
-    trace = item.trace
+    trace, ranges = item.trace, item.ranges
     if trace is not None:
-        frames = {f.name: redactor.frame(getattr(trace, f.name)) for f in dataclasses.fields(trace)
-                  if isinstance(getattr(trace, f.name), pd.DataFrame)}
-        trace = dataclasses.replace(trace, path=path, meta=redactor.document(trace.meta), **frames)
-    ranges = item.ranges
-    if ranges is not None:
-        names = ranges.names.copy()
-        text = np.fromiter((isinstance(n, str) for n in names), dtype=bool, count=len(names))
-        names[text] = redactor.texts(list(names[text]))
-        ranges = EnclosingRanges(ranges.launch, ranges.name, names)
+        # A trace's distinct range names (attribution found them) are redacted once, for its NVTX
+        # frame, its launches' ranges (the same names: attribution coded them) and its range_names.
+        names = trace.range_names
+        frames = {f.name: redactor.frame(getattr(trace, f.name), {"name": names} if f.name == "nvtx" else None)
+                  for f in dataclasses.fields(trace) if isinstance(getattr(trace, f.name), pd.DataFrame)}
+        changed = redactor.changes(names)  # the same texts, remembered (no search): counted for the ranges, as before
+        if changed:
+            names = pd.unique(pd.Series(names, dtype=object).replace(changed).to_numpy(dtype=object))
+            if ranges is not None:
+                ranges = EnclosingRanges(ranges.launch, ranges.name, _replaced(ranges.names, changed))
+        trace = trace.replaced(names, path=path, meta=redactor.document(trace.meta), **frames)
     return dataclasses.replace(item, path=path, trace=trace, ranges=ranges,
                                launches=None if item.launches is None else redactor.frame(item.launches),
                                error=None if item.error is None else redactor(item.error))
+
+
+def _replaced(names: np.ndarray, changed: dict[str, str]) -> np.ndarray:
+    """`names` (distinct) with those `changed` names replaced."""
+    at = pd.Index(names, dtype=object).get_indexer(list(changed))
+    found = at >= 0
+    out = names.copy()
+    out[at[found]] = np.array(list(changed.values()), dtype=object)[found]
+    return out
 
 
 def _records(export: Path) -> sqlite3.Connection:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import te_ranges
-from gemmscope.attribution import LoadedTrace, name_matches
+from gemmscope.attribution import LoadedTrace, literal_prefix, name_matches
 from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX, parse_record
 from gemmscope.errors import InputError
 from gemmscope.traces.model import Trace, process_id
@@ -111,8 +111,8 @@ def default_step_pattern(result: Verification) -> str | None:
         # Only a name that ends in a number can be one; of those, TE's grammar (its prefix filter
         # first) is asked only about the few that are not an operator's. (The trace's names, of
         # every kind of range: only the push/pop ranges' are looked up in them below.)
-        numbered = pd.Series([name for name in trace.range_names if isinstance(name, str) and name[-1:].isdigit()
-                              and _OPERATOR_RANGE not in name], dtype=object)
+        numbered = pd.Series([name for name in trace.range_names_ending_in_digit() if _OPERATOR_RANGE not in name],
+                             dtype=object)
         stems = numbered.str.extract(_NUMBERED)["stem"]
         own = stems.notna() & te_ranges.parse_distinct(numbered.to_numpy())["kind"].isna()
         stem_of = pd.Series(stems[own].to_numpy(), index=numbered[own].to_numpy())
@@ -157,8 +157,9 @@ def _ranges_named(result: Verification, pattern: str | None) -> pd.DataFrame:
     parts = []
     for trace in result.traces:
         n = trace.nvtx
-        distinct = trace.range_names  # match each name once, not each range
-        wanted = distinct[name_matches(distinct, [pattern], distinct_names=True)] if pattern else []
+        # each distinct name matched once, not each range; only those that start as the pattern does
+        named = np.array(trace.range_names_starting(literal_prefix(pattern)) if pattern else [], dtype=object)
+        wanted = named[name_matches(named, [pattern], distinct_names=True)] if pattern else []
         parts.append(n[n["name"].isin(wanted) & (n["kind"] == "push-pop")].assign(trace=trace.path.name))
     steps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if steps.empty:

@@ -37,7 +37,7 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     UNKNOWN,
     parse_record,
 )
-from gemmscope.traces.model import object_column
+from gemmscope.traces.model import object_column, starting_with
 
 # Every record gemmscope's hook leaves.
 HOOK_PREFIXES = (AUTOCAST_PREFIX, GEMM_PREFIX, PROCESS_PREFIX, SOFTWARE_PREFIX)
@@ -192,8 +192,7 @@ def parse_distinct(names: np.ndarray) -> pd.DataFrame:
     """`parse` of each of `names` (distinct; None for a range without one), a row per name in
     their order (RangeIndex). Only names that start with one of PREFIXES are parsed: a trace of
     torch's emit_nvtx holds a range name per operator call, none of them TE's."""
-    ours = np.flatnonzero(np.fromiter((isinstance(n, str) and n.startswith(PREFIXES) for n in names),
-                                      dtype=bool, count=len(names)))
+    ours = starting_with(names, PREFIXES)
     parsed = [parse(names[i]) for i in ours]
     index = pd.RangeIndex(len(names))
     columns: dict = {}

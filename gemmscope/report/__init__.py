@@ -11,13 +11,25 @@ from collections.abc import Callable
 from gemmscope.errors import InputError
 from gemmscope.report.model import Report
 
+# Each format a report's sections are rendered in: a renderer of its own over the report model
+# (model.py). JSON and CSV are the report's document and rows.
+PAGE_FORMATS = ("table", "markdown", "html")
 
-def renderers() -> dict[str, Callable[[Report], str]]:
-    """Each format a report's sections are rendered in, and its renderer: a module of its own over
-    the report model (model.py), named here. JSON and CSV are the report's document and rows."""
-    from gemmscope.report import html, markdown, terminal
 
-    return {"table": terminal.to_terminal, "markdown": markdown.to_markdown, "html": html.to_html}
+def renderer(fmt: str) -> Callable[[Report], str]:
+    """The renderer of a format of PAGE_FORMATS, its module imported only when that format is
+    asked for (the terminal's brings in rich: a JSON document needs none of them)."""
+    if fmt == "table":
+        from gemmscope.report.terminal import to_terminal
+
+        return to_terminal
+    if fmt == "markdown":
+        from gemmscope.report.markdown import to_markdown
+
+        return to_markdown
+    from gemmscope.report.html import to_html
+
+    return to_html
 
 
 def render(report: Report, fmt: str) -> str:
@@ -25,12 +37,11 @@ def render(report: Report, fmt: str) -> str:
     as CSV, Markdown or a self-contained HTML page."""
     from gemmscope.report import tables
 
-    pages = renderers()
-    if fmt in pages:
-        return pages[fmt](report)
+    if fmt in PAGE_FORMATS:
+        return renderer(fmt)(report)
     if fmt == "json" and report.document is not None:
         return json.dumps(report.document, indent=2) + "\n"
     if fmt == "csv" and report.rows is not None:
         return tables.csv_text(report.rows())
-    available = [*pages] + ["json"] * (report.document is not None) + ["csv"] * (report.rows is not None)
+    available = [*PAGE_FORMATS] + ["json"] * (report.document is not None) + ["csv"] * (report.rows is not None)
     raise InputError(f"this report cannot be written as {fmt}: choose from {', '.join(available)}")

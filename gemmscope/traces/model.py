@@ -6,10 +6,13 @@ JSON) returns a `Trace`; attribution (gemmscope.attribution) joins its frames in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -127,6 +130,53 @@ def _refuse_repeated(frame: pd.DataFrame, kind: str, keys: list[str]) -> None:
                            f"(the first: {_described(frame, int(first))}): recorded twice")
 
 
+# Between names joined into one text to search them all at once (starting_with): no NVTX name
+# holds it (a C string ends at it).
+_NAME_SEPARATOR = "\x00"
+
+
+def starting_with(names: np.ndarray, prefixes: str | tuple[str, ...]) -> np.ndarray:
+    """Positions (ascending) of the texts among `names` that start with `prefixes` (one, or any
+    of several; NameText.starting_with). What is not text matches nothing."""
+    names = np.asarray(names, dtype=object)
+    texts = np.flatnonzero(pd.notna(names))  # a range without a name (None) is left out
+    try:
+        return texts[NameText(names[texts]).starting_with(prefixes)]
+    except TypeError:  # something else than text among them (none of a reader's names): that too
+        texts = np.flatnonzero(np.fromiter((isinstance(n, str) for n in names), dtype=bool, count=len(names)))
+        return texts[NameText(names[texts]).starting_with(prefixes)]
+
+
+class NameText:
+    """Names (texts) joined into one text, each after a separator, to be searched all at once
+    rather than by a test per name: a trace of torch's emit_nvtx holds hundreds of thousands of
+    distinct range names, and its readers look among them for the few that are theirs."""
+
+    def __init__(self, names: np.ndarray):
+        self.text = _NAME_SEPARATOR.join(("", *names))  # TypeError where one is no text
+        self.lengths = np.fromiter(map(len, names), dtype="int64", count=len(names))
+        self.starts = np.cumsum(self.lengths + 1) - self.lengths  # where each name starts, after its separator
+        self._names = names
+
+    def starting_with(self, prefixes: str | tuple[str, ...]) -> np.ndarray:
+        """Positions (ascending) of the names that start with `prefixes` (one, or any of several)."""
+        alternatives = "|".join(map(re.escape, (prefixes,) if isinstance(prefixes, str) else prefixes))
+        found = np.array([m.start() + 1 for m in re.finditer(f"{_NAME_SEPARATOR}(?:{alternatives})", self.text)],
+                         dtype="int64")
+        # a match right after a separator starts a name: its position is one of `starts` (a name
+        # holding the separator itself would make others, which are not)
+        at = np.searchsorted(self.starts, found)
+        return at[(at < len(self.starts)) & (self.starts[np.minimum(at, len(self.starts) - 1)] == found)]
+
+    def ending_in_digit(self) -> np.ndarray:
+        """Whether each name's last character is a digit (str.isdigit), as one array: read off
+        the text's bytes where it is ASCII (0-9 its only digits), else name by name."""
+        if not self.text.isascii():
+            return np.fromiter((name[-1:].isdigit() for name in self._names), dtype=bool, count=len(self._names))
+        last = np.frombuffer(self.text.encode("ascii"), dtype=np.uint8)[self.starts + self.lengths - 1]
+        return (self.lengths > 0) & (last >= ord("0")) & (last <= ord("9"))
+
+
 @dataclass
 class Trace:
     """Everything gemmscope reads from one export, as DataFrames; times are ns on nsys's clock."""
@@ -156,12 +206,29 @@ class Trace:
         looked for once per `prefixes`, however many readers ask."""
         found = self._names_starting.get(prefixes)
         if found is None:
-            found = self._names_starting[prefixes] = [n for n in self.range_names if n.startswith(prefixes)]
+            at = self._range_name_text.starting_with(prefixes)
+            found = self._names_starting[prefixes] = list(self.range_names[at])
         return found
 
     @functools.cached_property
     def _names_starting(self) -> dict[str | tuple[str, ...], list[str]]:
         return {}
+
+    def range_names_ending_in_digit(self) -> np.ndarray:
+        """range_names whose last character is a digit (a step's, an iteration's), in the order met."""
+        return self.range_names[self._range_name_text.ending_in_digit()]
+
+    @functools.cached_property
+    def _range_name_text(self) -> NameText:
+        return NameText(self.range_names)
+
+    def replaced(self, range_names: np.ndarray, **changes: Any) -> Trace:
+        """dataclasses.replace(self, **changes), its range_names given: those of its `nvtx`,
+        found already by whoever makes it (attribution coding the names, the redaction of them),
+        not looked for again among a long trace's rows."""
+        trace = dataclasses.replace(self, **changes)
+        trace.__dict__["range_names"] = range_names  # what functools.cached_property would store
+        return trace
 
     @property
     def made_by_nsys(self) -> bool:

@@ -1,0 +1,61 @@
+"""A trace's distinct range names searched all at once (traces.model.NameText, starting_with), and
+redacted all at once (Redactor.texts): the same answers as a test per name, on the names of a real
+capture of torch's emit_nvtx and on names made to catch the joined text out."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gemmscope import te_ranges
+from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX
+from gemmscope.redaction import Redactor
+from gemmscope.traces.model import NameText, starting_with
+from gemmscope.traces.read import read_trace
+
+CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+# Names a join could get wrong: empty, holding the separator (before or after a prefix), a prefix
+# alone, non-ASCII (a digit that is not 0-9, a letter that lowers to two characters).
+AWKWARD = ["", "x\x00step_1", "step_\x00", "step_", "gemmscope.", "²", "step_٣", "İ", "\x00nvte_x", "nvte_cublas_gemm_v2"]
+
+
+@pytest.fixture(scope="module")
+def range_names() -> np.ndarray:
+    """The distinct range names of TE's GroupedLinear benchmark under emit_nvtx (a name per operator call)."""
+    names = read_trace(CORPUS / "grouped_linear_fp8-block.sqlite.xz").range_names
+    assert len(names) > 100 and any(n.startswith("aten::") for n in names)
+    return names
+
+
+@pytest.mark.parametrize("prefixes", [te_ranges.PREFIXES, te_ranges.HOOK_PREFIXES, STEP_PREFIX, "aten::", "step_", ""])
+@pytest.mark.parametrize("awkward", [False, True])
+def test_names_starting_with_are_those_a_test_per_name_finds(range_names, prefixes, awkward):
+    names = np.array([*range_names, *(AWKWARD if awkward else [])], dtype=object)
+    expected = [i for i, name in enumerate(names) if name.startswith(prefixes)]
+    assert starting_with(names, prefixes).tolist() == expected
+    assert NameText(names).starting_with(prefixes).tolist() == expected
+
+
+def test_missing_names_and_other_values_match_nothing(range_names):
+    names = np.array([None, *range_names[:50], np.nan, "step_7", 3, None], dtype=object)
+    expected = [i for i, name in enumerate(names) if isinstance(name, str) and name.startswith(("aten::", "step_"))]
+    assert starting_with(names, ("aten::", "step_")).tolist() == expected and len(expected) > 1
+
+
+@pytest.mark.parametrize("awkward", [False, True])
+def test_names_ending_in_a_digit_are_those_str_isdigit_says(range_names, awkward):
+    names = np.array([*range_names, *(AWKWARD if awkward else [])], dtype=object)
+    found = NameText(names).ending_in_digit()
+    assert found.tolist() == [name[-1:].isdigit() for name in names] and found.any()
+
+
+def test_range_names_redacted_at_once_as_one_by_one(range_names):
+    """A trace's names, with secrets planted in some (one where a letter lowers to two characters,
+    moving every later place in the lowered text), redacted and counted as a call per name does."""
+    names = [*range_names, "İİ token=abcdef123456", "aten::mm alice@example.org", "İ", "hf_" + "a" * 34]
+    one_by_one = Redactor()
+    expected = [one_by_one(name) for name in names]
+    at_once = Redactor()
+    assert at_once.texts(names) == expected and at_once.counts == one_by_one.counts
+    changed = at_once.changes(names)  # remembered now: no search
+    assert changed == {n: r for n, r in zip(names, expected) if n != r} and len(changed) == 3
