@@ -193,6 +193,9 @@ def test_capture_is_a_python_call(nsys_bin, tmp_path):
     assert captured.traces[0].parent == tmp_path
     assert captured.outcome == {"exit_code": 0, "capture_window": None, "profiler": "nsys"}
     assert said[0].startswith("gemmscope: [1/3] running the command under nsys")
+    # its export, read as soon as nsys wrote the report, is the one the analysis takes
+    assert list(captured.read) == list(captured.traces)
+    assert gs.Analysis(captured, redact=False).traces.loaded[0] is captured.read[captured.traces[0]]
     result = gs.Analysis(captured, expect="bf16").check
     assert result.state is gs.State.FAIL and result.note.endswith("no GEMM ran")
     with pytest.raises(gs.InputError, match="nsys's capture window"):
