@@ -176,6 +176,7 @@ class _ReadWhileRunning:
     def __init__(self) -> None:
         self._offered: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
         self._read: dict[Path, LoadedTrace] = {}
+        self._ended = threading.Event()
         self._thread = threading.Thread(target=self._read_offered, name="gemmscope-early-reads", daemon=True)
         self._thread.start()
 
@@ -184,6 +185,10 @@ class _ReadWhileRunning:
 
     def _read_offered(self) -> None:
         while (path := self._offered.get()) is not None:
+            # once the program has ended, what is still waiting is left to the check, which reads
+            # several traces side by side (every rank's, written at the exit), not one after another
+            if self._ended.is_set():
+                continue
             try:
                 from gemmscope.loading import load_one
 
@@ -192,7 +197,8 @@ class _ReadWhileRunning:
                 continue
 
     def finished(self) -> dict[Path, LoadedTrace]:
-        """What was read, once the trace being read is (the program has ended: nothing more is offered)."""
+        """What was read once the program has ended: the trace being read then is waited for."""
+        self._ended.set()
         self._offered.put(None)
         self._thread.join()
         return self._read

@@ -183,6 +183,29 @@ def test_the_public_gemm_table_is_the_analysis_check():
 # --- capture -------------------------------------------------------------------------------------
 
 
+def test_an_nsys_window_s_export_is_read_while_the_program_runs_on(nsys_bin, tmp_path):
+    """A --delay/--duration window ends seconds before the program does: its export is read then,
+    and the analysis takes that read rather than reading the trace again."""
+    program = "import time; time.sleep(0.2); time.sleep(6)"
+    captured = gs.capture([sys.executable, "-c", program], tmp_path, window=gs.CaptureWindow(delay_s=0.5, duration_s=1),
+                          say=lambda _: None)
+    assert len(captured.traces) == 1 and list(captured.read) == list(captured.traces)
+    assert gs.Analysis(captured, redact=False).traces.loaded[0] is captured.read[captured.traces[0]]
+
+
+def test_traces_offered_after_the_program_ended_are_left_to_the_check(tmp_path):
+    """Several ranks write their traces as they exit: what is still waiting to be read when the
+    program has ended is left to the check, which reads them side by side, not one after another.
+    At most the trace being read then is kept (two offered, never two read here)."""
+    from gemmscope.capturing import _ReadWhileRunning
+
+    reads = _ReadWhileRunning()
+    reads.offer(GPU / "request_nvfp4.sqlite.xz")
+    reads.offer(GPU / "torch_gemms.sqlite.xz")
+    read = reads.finished()
+    assert len(read) < 2 and all(item.error is None for item in read.values())
+
+
 def test_capture_is_a_python_call(nsys_bin, tmp_path):
     """A real capture (nsys on this CPU machine) of a program that launches nothing: its trace,
     how it ended, the stages said, and an analysis of it that says no GEMM ran; an NVTX range, a
@@ -193,9 +216,6 @@ def test_capture_is_a_python_call(nsys_bin, tmp_path):
     assert captured.traces[0].parent == tmp_path
     assert captured.outcome == {"exit_code": 0, "capture_window": None, "profiler": "nsys"}
     assert said[0].startswith("gemmscope: [1/3] running the command under nsys")
-    # its export, read as soon as nsys wrote the report, is the one the analysis takes
-    assert list(captured.read) == list(captured.traces)
-    assert gs.Analysis(captured, redact=False).traces.loaded[0] is captured.read[captured.traces[0]]
     result = gs.Analysis(captured, expect="bf16").check
     assert result.state is gs.State.FAIL and result.note.endswith("no GEMM ran")
     with pytest.raises(gs.InputError, match="nsys's capture window"):
