@@ -11,6 +11,8 @@ import gc
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from gemmscope.errors import ExitCode
 
@@ -23,6 +25,9 @@ def run() -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _exit_on)
     try:
+        with _one_blas_thread():
+            import numpy  # noqa: F401  (every command but --help needs it, and it is now that OpenBLAS starts)
+
         from gemmscope.cli import main
     except KeyboardInterrupt:
         # out at once, as the CLI leaves on Ctrl-C: an interpreter that shuts down normally here, with
@@ -37,6 +42,24 @@ def run() -> None:
         # Done: a result, or a failure said. A Ctrl-C from here on, during the exit itself, is
         # ignored: it would end a finished run by the signal (status -2, no message).
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """numpy's OpenBLAS starts a thread per CPU as it loads (up to 64), and each spins ~0.1-0.2 s
+    for work before it sleeps: on a 16-CPU host 2.4 s of CPU beside analyze's 2.5 s, and ~0.5 s of
+    its wall, the spinning threads sharing cores with the one that works. gemmscope does no BLAS
+    work worth a thread. OpenBLAS reads OPENBLAS_NUM_THREADS as it loads, so the variable is set
+    for that moment only (unless the user set it): the programs verify runs get the environment
+    as it was given."""
+    given = os.environ.get("OPENBLAS_NUM_THREADS")
+    if given is None:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        if given is None:
+            del os.environ["OPENBLAS_NUM_THREADS"]
 
 
 def _collect_less() -> None:

@@ -23,6 +23,7 @@ from gemmscope.cli import main
 from gemmscope.traces.read import read_trace, trace_paths
 
 REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "gemmscope" / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"  # README's main job's trace
 GEMM_FIELDS = {"kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges", "te_module", "te_pass"}
 MISMATCH_FIELDS = {"kernel", "precision", "te_module", "te_pass", "ranges", "start_ns", "duration_ns"}
 
@@ -700,3 +701,36 @@ def test_verify_starts_the_program_before_importing_pandas(profiler, tmp_path):
     pandas = next((i for i, line in enumerate(lines) if line.startswith("import time:")
                    and line.split("|")[-1].strip() == "pandas"), len(lines))  # not at all: the program used no CUDA
     assert started < pandas, "\n".join(lines[max(0, pandas - 3):started + 1])
+
+
+# The command's process, after `gemmscope analyze` has run in it on the shipped example: how many
+# threads it holds (OpenBLAS's, started as numpy loads, outlive the command) and the OpenBLAS
+# variable the programs it launches would get.
+_THREADS_AFTER = """
+import os, sys
+from gemmscope import __main__ as entry
+sys.argv = ["gemmscope", "analyze", sys.argv[1], "--format", "json"]
+try:
+    entry.run()
+except SystemExit:
+    pass
+print(len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads counted in /proc (Linux)")
+def test_numpy_s_blas_starts_no_thread_pool_in_the_command_and_its_programs_get_the_environment_as_given():
+    def after(**env: str) -> tuple[int, str]:
+        environment = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        done = subprocess.run([sys.executable, "-c", _THREADS_AFTER, str(EXAMPLE)], capture_output=True, text=True,
+                              env=environment | env, timeout=60, check=True)
+        threads, variable = done.stdout.splitlines()[-1].split()
+        return int(threads), variable
+
+    one_blas_thread, _ = after(OPENBLAS_NUM_THREADS="1")
+    assert after() == (one_blas_thread, "None")
+    if os.cpu_count() == 1:
+        pytest.skip("one CPU: OpenBLAS starts no pool to tell apart")
+    # as the user set it: for gemmscope, and for what it runs
+    assert after(OPENBLAS_NUM_THREADS="2") == (one_blas_thread + 1, "2")
