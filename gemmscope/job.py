@@ -25,7 +25,7 @@ from gemmscope import kernels
 from gemmscope.attribution import EnclosingRanges, LoadedTrace, attribute
 from gemmscope.captures import one_job
 from gemmscope.errors import InputError, NoGpuKernels
-from gemmscope.traces.model import Trace
+from gemmscope.traces.model import Trace, text_codes
 
 # A rank named in a per-rank trace's file name (nsys -o rank%q{RANK}, trace_rank3.sqlite, ...).
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
@@ -142,8 +142,7 @@ def autotuning_launches(launches: pd.DataFrame) -> np.ndarray:
       loop (_LOOP_FLUSHES).
     These are not the program's GEMMs: they are reported apart from its steps."""
     # one code per distinct name: a long trace has a million launches and a few hundred names
-    kernel, names = pd.factorize(launches["name"], use_na_sentinel=False)
-    names = np.asarray(names, dtype=object)
+    kernel, names = text_codes(launches["name"].to_numpy(dtype=object))
     benchmarked = kernels.is_autotune_candidate(names)[kernel]
     flush = kernels.is_cache_flush(names)[kernel]
     if not flush.any():

@@ -1,16 +1,21 @@
 """A trace's distinct range names searched all at once (traces.model.NameText, starting_with), and
 redacted all at once (Redactor.texts): the same answers as a test per name, on the names of a real
-capture of torch's emit_nvtx and on names made to catch the joined text out."""
+capture of torch's emit_nvtx and on names made to catch the joined text out. A long trace's kernel
+names coded (traces.model.text_codes) and redacted column by column (Redactor.values) by Python's
+hashing: the same answers as pandas' own."""
 
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gemmscope import te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX
 from gemmscope.redaction import Redactor
-from gemmscope.traces.model import NameText, starting_with
+from gemmscope.traces.model import NameText, starting_with, text_codes
 from gemmscope.traces.read import read_trace
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
@@ -59,3 +64,42 @@ def test_range_names_redacted_at_once_as_one_by_one(range_names):
     assert at_once.texts(names) == expected and at_once.counts == one_by_one.counts
     changed = at_once.changes(names)  # remembered now: no search
     assert changed == {n: r for n, r in zip(names, expected) if n != r} and len(changed) == 3
+
+
+@pytest.fixture(scope="module")
+def kernel_names() -> np.ndarray:
+    """The kernel name of every launch of a real capture (TE's layer stack, FP8 block scaling):
+    demangled template names of up to a thousand characters, each repeated, in launch order."""
+    names = read_trace(CORPUS / "te_stack_large_fp8-block_1gpu.sqlite.xz").kernels["name"].to_numpy(dtype=object)
+    assert len(names) > 10_000 and max(map(len, names)) > 500
+    return names
+
+
+def _as_pandas_codes(values: np.ndarray) -> tuple[list[int], list]:
+    codes, distinct = pd.factorize(values, use_na_sentinel=False)
+    return codes.tolist(), [None if pd.isna(v) else v for v in distinct]
+
+
+def test_kernel_names_are_coded_as_pandas_codes_them(kernel_names):
+    # missing values among them: pandas codes every one alike, as text_codes' None
+    names = np.concatenate([kernel_names, np.array([None, np.nan, pd.NA, kernel_names[0], None], dtype=object)])
+    codes, distinct = text_codes(names)
+    assert (codes.tolist(), distinct.tolist()) == _as_pandas_codes(names)
+    assert distinct.dtype == object and codes.dtype == np.intp
+
+
+@given(st.lists(st.sampled_from(["a", "b", "", "İ", "x" * 300, None, float("nan")]), max_size=40))
+def test_any_texts_and_missing_values_are_coded_as_pandas_codes_them(cells):
+    values = np.array(cells, dtype=object) if cells else np.array([], dtype=object)
+    codes, distinct = text_codes(values)
+    assert (codes.tolist(), distinct.tolist()) == _as_pandas_codes(values)
+
+
+def test_a_column_of_kernel_names_is_redacted_as_each_cell_is(kernel_names):
+    secret = "void my_kernel</home/alice/project/ops.cu>"  # a home folder's path: redacted
+    cells = np.concatenate([kernel_names, np.array([None, secret], dtype=object)])
+    column = pd.Series(cells, dtype=object)
+    redactor = Redactor()
+    redacted = redactor.values(column)
+    assert redacted.tolist() == [None if c is None else Redactor()(c) for c in cells]
+    assert "alice" not in redacted.iloc[-1]

@@ -45,6 +45,20 @@ def object_column(values: np.ndarray, index: pd.Index) -> pd.Series:
     return pd.Series(np.array(values, dtype=object), index=index, dtype=object, copy=False)
 
 
+def text_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`values` (Python objects: texts, missing values) coded as pd.factorize(values,
+    use_na_sentinel=False) codes them: a code per row, in order of first appearance, and the
+    distinct values (every missing value one, None). By Python's hashing, in passes in C: a str
+    keeps its hash, where pandas hashes each cell's text again (a million kernel names of up to
+    1,400 characters: 0.22 s, against ~0.05)."""
+    missing = pd.isna(values)
+    if missing.any():
+        values = np.where(missing, None, values)  # type: ignore[call-overload]
+    code_of = {value: code for code, value in enumerate(dict.fromkeys(values))}
+    codes = np.fromiter(map(code_of.__getitem__, values), dtype=np.intp, count=len(values))
+    return codes, np.fromiter(code_of, dtype=object, count=len(code_of))
+
+
 # No GPU activity, CUDA call or NVTX range lasts longer, and no capture spans more: a month is
 # generous for a trace; a value beyond it (an end at INT64 max, a duration of 1e300) is damage.
 MAX_SPAN_NS = 31 * 24 * 3600 * 10**9
