@@ -50,7 +50,7 @@ def text_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     use_na_sentinel=False) codes them: a code per row, in order of first appearance, and the
     distinct values (every missing value one, None). By Python's hashing, in passes in C: a str
     keeps its hash, where pandas hashes each cell's text again (a million kernel names of up to
-    1,400 characters: 0.22 s, against ~0.05)."""
+    1,400 characters: 0.21 s, against 0.07)."""
     missing = pd.isna(values)
     if missing.any():
         values = np.where(missing, None, values)  # type: ignore[call-overload]
