@@ -253,9 +253,8 @@ class Redactor:
         """A column with its text cells redacted, each distinct text once (and counted once);
         the column itself when none changes. `distinct`: its distinct texts, where known."""
         if distinct is None:
-            # An object column's by Python's hashing, a pass in C: a str keeps its hash, where pandas
-            # hashes each cell's text again (a million kernel names of up to 1,400 characters: 0.2 s
-            # against 0.02). Missing values are no text.
+            # An object column's by Python's hashing, as traces.model.text_codes codes texts (why:
+            # there); only the distinct texts are wanted here, not a code per row. Missing values are no text.
             cells = column.to_numpy() if column.dtype == object else pd.unique(column)
             distinct = [t for t in dict.fromkeys(cells) if isinstance(t, str)]
         changed = self.changes(distinct)
