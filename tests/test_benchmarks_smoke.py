@@ -4,6 +4,7 @@ same verdicts; benchmarks/rank_traces.py's grown rank traces likewise; and
 benchmarks/window_overhead.py's runs of a command, on a CPU with real nsys."""
 
 import importlib.util
+import os
 import sqlite3
 import sys
 from collections import Counter
@@ -152,6 +153,32 @@ def test_steps_overhead_runs_bare_the_hook_and_a_torch_profiler_window(tmp_path)
     assert medians["bare"].endswith("exit statuses [0]") and medians["hook"].endswith("exit statuses [0]")
     assert medians["torch-steps"].endswith("exit statuses [1]")
     assert list((tmp_path / "out" / "torch").glob("trace.*.json.gz"))  # the window's trace, written
+
+
+def test_step_clock_times_each_step_and_the_windows_calls_in_the_program(tmp_path):
+    """benchmarks/step_clock.py runs a CPU training loop bare and under verify --profiler torch
+    --steps 50-52: each run's steps are clocked, and in the window's run (alone) the hook's
+    profiler start, its last step() (Kineto's stop and the trace's export) and the export itself."""
+    import subprocess
+
+    program = tmp_path / "train.py"
+    program.write_text(_CPU_TRAINING.replace("range(6)", "range(70)"))
+    clocks = tmp_path / "clocks"
+    clocks.mkdir()
+    clocked = [sys.executable, str(ROOT / "benchmarks" / "step_clock.py"), str(program)]
+    env = {**os.environ, "STEP_CLOCK_DIR": str(clocks)}
+    for argv in (clocked, [sys.executable, "-m", "gemmscope", "verify", "--profiler", "torch", "--steps", "50-52",
+                           "--expect", "bf16", "--", *clocked]):
+        subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*clocked[:2], "--summary", str(clocks), "--steps", "50-52"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    header, bare, window = done.stdout.splitlines()
+    assert bare.startswith("bare ") and "|" not in bare  # no window: no calls timed
+    assert window.startswith("torch-steps ")
+    start, last_step, export, json_ms = (float(v) for v in window.split("|")[1].split())
+    # torch.profiler's JSON is written inside the hook's export, which the last step() holds
+    assert 0 < json_ms <= export <= last_step and start > 0
 
 
 def test_hook_call_cost_times_each_call_bare_outside_a_window_and_recording(torch_cpu):
