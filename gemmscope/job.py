@@ -83,7 +83,9 @@ def assemble(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace]) -> Job
         all_launches = item.launches.copy(deep=False)
         # one code per launch, not a string: a long trace's million are compared and grouped often
         code = np.full(len(all_launches), trace_names.tolist().index(trace.path.name))
-        all_launches["trace"] = pd.Categorical.from_codes(code, categories=trace_names)
+        # categories as Python strings: with pyarrow, pandas would infer its Arrow-backed text,
+        # which makes a string per launch again whenever the column is read as objects
+        all_launches["trace"] = pd.Categorical.from_codes(code, categories=pd.Index(trace_names, dtype=object))
         all_launches["rank"] = _fill_ranks(all_launches, trace, index, len(read_traces))
         kernel_parts.append(all_launches)
         range_parts.append(item.ranges)

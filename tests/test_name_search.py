@@ -2,8 +2,12 @@
 redacted all at once (Redactor.texts): the same answers as a test per name, on the names of a real
 capture of torch's emit_nvtx and on names made to catch the joined text out. A long trace's kernel
 names coded (traces.model.text_codes) and redacted column by column (Redactor.values) by Python's
-hashing: the same answers as pandas' own."""
+hashing: the same answers as pandas' own. Text the readers and the job make per row stays Python
+strings, not pandas' Arrow-backed text, which would make a string per row again wherever it is read
+as an array."""
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +18,7 @@ from hypothesis import strategies as st
 
 from gemmscope import te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX
+from gemmscope.job import assemble
 from gemmscope.redaction import Redactor
 from gemmscope.traces.model import NameText, starting_with, text_codes
 from gemmscope.traces.read import read_trace
@@ -103,3 +108,16 @@ def test_a_column_of_kernel_names_is_redacted_as_each_cell_is(kernel_names):
     redacted = redactor.values(column)
     assert redacted.tolist() == [None if c is None else Redactor()(c) for c in cells]
     assert "alice" not in redacted.iloc[-1]
+
+
+def test_range_kinds_and_the_launches_trace_names_are_python_strings():
+    """A range's kind (as the export's event type says it) and each launch's trace name, as Python
+    strings: diagnosis, attribution and the step search read them as arrays."""
+    trace = read_trace(CORPUS.parent / "steps" / "fsdp_2gpu_steps5-7.sqlite.xz")  # marks, push-pop and start-end
+    with closing(sqlite3.connect(trace.sqlite)) as db:
+        expected = dict(db.execute("SELECT CASE eventType WHEN 34 THEN 'mark' WHEN 59 THEN 'push-pop' ELSE 'start-end' "
+                                   "END, COUNT(*) FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60) GROUP BY 1"))
+    kinds = trace.nvtx["kind"]
+    assert kinds.dtype == object and kinds.value_counts().to_dict() == expected and len(expected) == 3
+    launches = assemble(trace).kernels["trace"]
+    assert launches.cat.categories.dtype == object and set(launches) == {trace.path.name}

@@ -389,7 +389,10 @@ def _nvtx(export: Export, strings: pd.Series, session_end: float) -> pd.DataFram
     domains = pd.Series(created["name"].to_numpy(), index=_domain_key(created))
     domains = domains[~domains.index.duplicated()]
     n = n[n["event_type"].isin(NVTX_KINDS)]
-    n["kind"] = n["event_type"].map(NVTX_KINDS)
+    # as Python strings (object_column): mapped, pandas would make its Arrow-backed text of them,
+    # turned back into a string per range whenever a range's kind is read as an array
+    kinds = pd.Series(NVTX_KINDS, dtype=object)
+    n["kind"] = object_column(kinds.to_numpy()[kinds.index.get_indexer(n["event_type"].to_numpy())], n.index)
     n["domain"] = _domain_key(n).map(domains).astype("object").where(lambda d: d.notna(), None)
     # nsys closes a range left open at exit at the end of the session; an older export may
     # leave its end NULL.
