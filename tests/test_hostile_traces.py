@@ -1,6 +1,7 @@
 """Odd and damaged traces, each made from a real committed one: every case ends in one line on
 stderr and exit 2 (bad input), naming the trace, the field and the first bad record; never a
-traceback, never exit 1 (a precision fallback found), never a pass. And traces given together
+traceback, never exit 1 (a precision fallback found), never a pass. NVTX ranges without a name,
+which real programs push, are checked as any other and listed as unnamed. And traces given together
 that are one capture twice are read once; traces that cannot be ranks of one job are refused,
 while the ranks of a real job still read as one."""
 
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 
 from gemmscope.cli import main
 
+from schema_check import assert_valid
 from trace_mutation import (
     GPU,
     KERNELS,
@@ -76,6 +78,24 @@ def test_a_damaged_nsys_export_is_one_line(tmp_path, case):
     trace = altered_sqlite(SMALL, tmp_path / "damaged.sqlite", *statements)
     for command in (["analyze"], ["verify", "--trace"], ["diagnose"]):
         refused([*command, str(trace)], "damaged.sqlite", *said)
+
+
+def test_ranges_without_a_name_are_listed_as_unnamed_in_every_format(tmp_path):
+    """NVTX ranges that carry no name (no text and no registered string, as nvtxRangePushEx with
+    a colour alone pushes them) around every GEMM: the check stands, and every format lists them
+    as "(unnamed range)" where it lists a launch's ranges (the Markdown page's per-GEMM details,
+    every launch of CSV, JSON lines and --per-launch JSON, valid against its schema)."""
+    trace = altered_sqlite(SMALL, tmp_path / "unnamed.sqlite", without_constraints("NVTX_EVENTS"),
+                           'UPDATE NVTX_EVENTS SET "text" = NULL, textId = NULL')
+    for fmt in ("table", "json", "csv", "jsonl", "markdown"):
+        done = CliRunner().invoke(main, ["analyze", "--expect", "bf16", "--verbose", "--format", fmt, str(trace)])
+        assert done.exit_code == 0 and "Traceback" not in done.output, done.output[-2000:]
+        assert ("(unnamed range)" in done.stdout) == (fmt in ("csv", "jsonl", "markdown")), fmt
+    done = CliRunner().invoke(main, ["analyze", "--expect", "bf16", "--per-launch", "--format", "json", str(trace)])
+    document = json.loads(done.stdout)
+    assert_valid(document, "analyze")
+    assert document["gemms"] and all(launch["ranges"] and set(launch["ranges"]) == {"(unnamed range)"}
+                                     for launch in document["gemms"])
 
 
 def test_negative_durations_never_pass(tmp_path):

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from gemmscope import devices
@@ -32,10 +33,20 @@ def gemm_fields(result: Verification) -> list[str]:
             + (["expect_range"] if result.expect_map else []))
 
 
+# How a range without a name (no text, no registered string) is listed: every format lists names as text.
+UNNAMED_RANGE = "(unnamed range)"
+
+
+def range_lists(result: Verification, rows: np.ndarray) -> list[list[str]]:
+    """The names of the NVTX ranges around each launch of `rows` (kernel rows), outermost first,
+    as reports list them."""
+    return [[name if isinstance(name, str) else UNNAMED_RANGE for name in names] for names in result.ranges.lists(rows)]
+
+
 def gemm_records(gemms: pd.DataFrame, result: Verification) -> list[dict]:
     """`gemms` (rows of result.gemms) as JSON-able records, one per launch."""
     g = gemms.rename(columns={"name": "kernel", "start": "start_ns"})
-    g["ranges"] = result.ranges.lists(g["kernel_row"].to_numpy()) if len(g) else []
+    g["ranges"] = range_lists(result, g["kernel_row"].to_numpy()) if len(g) else []
     return [{f: plain(row[f]) for f in gemm_fields(result)} for row in g.to_dict("records")]
 
 

@@ -17,7 +17,7 @@ from gemmscope.diagnosis import Diagnosis
 from gemmscope.findings import Finding
 from gemmscope.jsonable import plain
 from gemmscope.report import plots
-from gemmscope.report.documents import gemm_fields, gemm_records
+from gemmscope.report.documents import gemm_fields, gemm_records, range_lists
 from gemmscope.report.frames import (
     ALLOWED_TITLE,
     FINDINGS_TITLE,
@@ -201,7 +201,7 @@ def _gemm_details(result: Verification) -> Section:
 
     first = g.drop_duplicates(keys)
     first_ranges = {key(row): ranges for row, ranges in
-                    zip(first.to_dict("records"), result.ranges.lists(first["kernel_row"].to_numpy()))}
+                    zip(first.to_dict("records"), range_lists(result, first["kernel_row"].to_numpy()))}
     decoded = kernels.decode_frame(pd.Series(groups["kernel"].unique()), ("name", *kernels.TABLE_COLUMNS)).set_index("name")
     blocks = []
     for row in groups.to_dict("records"):
