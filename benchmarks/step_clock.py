@@ -38,7 +38,8 @@ BASELINE_STEPS = 40
 
 def run(script: str, args: list[str]) -> None:
     """Run `script` as __main__ with `args`, clocking its optimizer steps."""
-    import torch  # with gemmscope's hook on the path, this loads it (and its step marks) first
+    # torch loads gemmscope's hook, where it is on the path, and with it the hook's own step marks
+    # first: a step's clock then holds what the hook did at its end
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     started = time.perf_counter()
@@ -47,7 +48,7 @@ def run(script: str, args: list[str]) -> None:
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: ends.append(time.perf_counter()))
     hooked = "gemmscope_records" in sys.modules
     if hooked and os.environ.get("GEMMSCOPE_TORCH_TRACE_FOLDER"):
-        _time_window_calls(torch, calls)
+        _time_window_calls(calls)
 
     def write() -> None:
         label = ("bare" if not hooked else "hook" if not os.environ.get("GEMMSCOPE_STEPS")
@@ -66,7 +67,7 @@ def run(script: str, args: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-def _time_window_calls(torch, calls: list[tuple[str, float, float]]) -> None:
+def _time_window_calls(calls: list[tuple[str, float, float]]) -> None:
     """Wrap the calls the hook's window makes (looked up when called) to time each."""
     import gemmscope_torch_profiler
     import torch.profiler
