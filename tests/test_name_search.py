@@ -121,3 +121,5 @@ def test_range_kinds_and_the_launches_trace_names_are_python_strings():
     assert kinds.dtype == object and kinds.value_counts().to_dict() == expected and len(expected) == 3
     launches = assemble(trace).kernels["trace"]
     assert launches.cat.categories.dtype == object and set(launches) == {trace.path.name}
+    kineto = read_trace(CORPUS.parent / "steps" / "fsdp_400iters_steps200-202_torch.rank0.json.gz")
+    assert kineto.nvtx["kind"].dtype == object and set(kineto.nvtx["kind"]) == {"push-pop", "mark"}

@@ -300,7 +300,8 @@ class _Events:
         frame["unclosed"] = False
         frame["ended_on_other_thread"] = False
         frame["duration_ns"] = frame["end"] - frame["start"]
-        frame["name"] = frame["name"].astype(object)
+        # as the nsys reader gives them: Python strings, not pandas' Arrow-backed text (traces.nsys._nvtx)
+        frame["name"], frame["kind"] = frame["name"].astype(object), frame["kind"].astype(object)
         keep = ["start", "end", "duration_ns", "name", "kind", "domain", "category", "global_tid",
                 "end_global_tid", "pid", "tid", "unclosed", "ended_on_other_thread"]
         return frame[keep].sort_values("start", ignore_index=True)
