@@ -108,6 +108,9 @@ class CheckResult:
     # everything verify computed (the CLI's reports read it); None where the run launched no GPU kernel
     verification: Verification | None = field(repr=False)
     note: str | None = field(default=None, repr=False)  # why nothing was checked: the run launched no GPU kernel
+    # what gemmscope's hook could not patch in the run (a torch or TE release that moved an entry
+    # point): what, version, why, misses; the records the traces lack (te_ranges.recorded_unpatched)
+    unpatched: list[dict] = field(default_factory=list, repr=False)
 
     @property
     def passed(self) -> bool:
@@ -291,13 +294,17 @@ class Analysis:
                 raise
             import pandas as pd
 
+            from gemmscope.te_ranges import unpatched_in
+
             expect = self.options.expect
+            read = [item.trace for item in self.traces.loaded if item.trace is not None]
             return CheckResult(state=State.FAIL, expected=[expect] if expect else [], unreadable=[],
                                without_kernels=[], gemms=pd.DataFrame(columns=list(GEMM_COLUMNS)), verification=None,
-                               note=f"{exc}: no GEMM ran")
+                               note=f"{exc}: no GEMM ran", unpatched=unpatched_in(read))
         return CheckResult(state=result.state, expected=result.expected_recipes, unreadable=result.unreadable,
                            without_kernels=result.without_kernels,
-                           gemms=_table(result.gemms, GEMM_COLUMNS | VERDICT_COLUMNS), verification=result)
+                           gemms=_table(result.gemms, GEMM_COLUMNS | VERDICT_COLUMNS), verification=result,
+                           unpatched=result.unpatched)
 
     @functools.cached_property
     def diagnosis(self) -> Diagnosis:

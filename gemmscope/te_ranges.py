@@ -35,12 +35,13 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     SOFTWARE_PREFIX,
     TORCH_GEMM_PREFIX,
     UNKNOWN,
+    UNPATCHED_PREFIX,
     parse_record,
 )
-from gemmscope.traces.model import object_column, starting_with
+from gemmscope.traces.model import Trace, object_column, starting_with
 
 # Every record gemmscope's hook leaves.
-HOOK_PREFIXES = (AUTOCAST_PREFIX, GEMM_PREFIX, PROCESS_PREFIX, SOFTWARE_PREFIX)
+HOOK_PREFIXES = (AUTOCAST_PREFIX, GEMM_PREFIX, PROCESS_PREFIX, SOFTWARE_PREFIX, UNPATCHED_PREFIX)
 
 # Kinds of range, from the most to the least specific about a GEMM.
 HOOK_GEMM = "hook-gemm"  # gemmscope's record of one TE GEMM call
@@ -223,3 +224,24 @@ def recorded_software(names: Iterable[str]) -> dict[str, str | None] | None:
     record = parse_record(SOFTWARE_PREFIX, mark)
     assert record is not None  # the mark starts with its prefix
     return {key: None if value == UNKNOWN else value for key, value in record.items()}
+
+
+# What an unpatched record says (gemmscope_protocol: UNPATCHED_PREFIX), in the order reports say it.
+UNPATCHED_FIELDS = ("what", "version", "why", "misses")
+
+
+def recorded_unpatched(names: Iterable[str]) -> list[dict[str, str | None]]:
+    """The entry points gemmscope's hook could not patch, as it marked them among these NVTX names
+    (what, version, why, misses; None for a field a mark lacks): each once, however many processes
+    or marks say it, in the order met."""
+    found: dict = {}
+    for name in names:
+        record = parse_record(UNPATCHED_PREFIX, name)
+        if record is not None:
+            found.setdefault(record.get("what"), {key: record.get(key) for key in UNPATCHED_FIELDS})
+    return list(found.values())
+
+
+def unpatched_in(traces: Iterable[Trace]) -> list[dict[str, str | None]]:
+    """recorded_unpatched over every trace of a run: what the hook could not patch in any of its processes."""
+    return recorded_unpatched(name for trace in traces for name in trace.range_names_starting(UNPATCHED_PREFIX))

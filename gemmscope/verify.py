@@ -218,6 +218,13 @@ class Verification:
         return any(t.range_names_starting(te_ranges.HOOK_PREFIXES) for t in self.traces)
 
     @property
+    def unpatched(self) -> list[dict[str, str | None]]:
+        """What gemmscope's hook could not patch in the run (a torch or TE release that moved an
+        entry point: te_ranges.recorded_unpatched), so the records its traces lack; GEMMs left
+        without a record are judged by the other rules, or left unjudged."""
+        return te_ranges.unpatched_in(self.traces)
+
+    @property
     def mismatches(self) -> pd.DataFrame:
         if "verdict" not in self.gemms:
             return self.gemms.iloc[0:0]

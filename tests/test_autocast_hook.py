@@ -35,7 +35,9 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     PROCESS_PREFIX,
     SOFTWARE_PREFIX,
     STEP_PREFIX,
+    TESTED_TORCH,
     TORCH_GEMM_PREFIX,
+    UNPATCHED_PREFIX,
     format_record,
     parse_members,
     parse_record,
@@ -44,13 +46,23 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
 HOOK_DIR = Path(gemmscope.__file__).resolve().parent / "autocast_hook"
 
 
+def _owner_and_attribute(root, path: str) -> tuple[object, str]:
+    """The object holding the attribute at dotted `path` under `root` (a submodule imported where
+    its package does not hold it: torch.optim.optimizer), and its name."""
+    *owner_path, attribute = path.split(".")
+    owner = root
+    for part in owner_path:
+        owner = (getattr(owner, part) if hasattr(owner, part) or not isinstance(owner, type(root))
+                 else importlib.import_module(f"{owner.__name__}.{part}"))
+    return owner, attribute
+
+
 @contextlib.contextmanager
 def _torch_patched_by(hook, torch):
     """The hook's patch_torch(torch) for the duration: the calls it replaces and Function.apply are put
     back afterwards, so the rest of the suite sees torch as it was."""
-    owners = [(torch.Tensor if where == "torch.Tensor" else sys.modules[where], attribute)
-              for where, attribute, *_ in hook.torch_gemms._TORCH_GEMM_CALLS]
-    owners.append((torch.autograd.Function, "apply"))
+    owners = [_owner_and_attribute(torch, path) for path, *_ in hook.torch_gemms._TORCH_GEMM_CALLS]
+    owners.append(_owner_and_attribute(torch, hook.torch_gemms.FUNCTION_APPLY))
     missing = object()
     saved = [(owner, attribute, vars(owner).get(attribute, missing)) for owner, attribute in owners]
     hook.torch_gemms.patch_torch(torch)
@@ -631,8 +643,12 @@ def test_scaled_mm_scaling_from_its_scales(torch, nvtx, scales, scaling, request
 
 def test_scaled_mm_operands_and_scales_given_by_name(torch, nvtx):
     a, b = _fp8(torch, 16, 32), _fp8(torch, 32, 24, column_major=True)
-    torch._scaled_mm(a, b, scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 24), out_dtype=torch.bfloat16)
-    torch._scaled_mm(input=a, mat2=b, scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 24), out_dtype=torch.bfloat16)
+    # recorded before the call: a torch whose CPU _scaled_mm runs tensor-wise scales alone (2.11) raises after it
+    with contextlib.suppress(RuntimeError):
+        torch._scaled_mm(a, b, scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 24), out_dtype=torch.bfloat16)
+    with contextlib.suppress(RuntimeError):
+        torch._scaled_mm(input=a, mat2=b, scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 24),
+                         out_dtype=torch.bfloat16)
     assert [(g["scale"], g["m"], g["n"], g["k"]) for g in nvtx.torch_gemms()] == [("rowwise", 16, 24, 32)] * 2
 
 
@@ -1079,9 +1095,134 @@ def test_gemm_calls_are_recorded_only_while_the_capture_of_steps_is_open(torch, 
 def test_a_capture_from_the_start_on_a_torch_without_nvtx_leaves_the_program_running(torch, tmp_path):
     """GEMMSCOPE_STEPS=0-1 opens the capture as torch is imported; a torch without NVTX (this CPU
     build) cannot, and the program runs on, its steps marked as ever."""
+    if torch.version.cuda is not None:  # a CUDA build (CI's newest and oldest torch) has NVTX, with or without a GPU
+        pytest.skip(f"torch {torch.__version__} is a CUDA build: it has NVTX, and the capture opens")
     env = {**os.environ, "PYTHONPATH": str(HOOK_DIR), "GEMMSCOPE_STEPS": "0-1"}
     done = subprocess.run([sys.executable, "-c", _TRAINING, "3"], capture_output=True, text=True, env=env,
                           timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "the capture of steps 0-1 could not open" in done.stderr
     assert [v for k, v in json.loads(done.stdout.splitlines()[-1]) if k == "iteration"] == [0, 1, 2]
+
+
+# --- entry points moved or changed: never the program's loss (records.patch; tests/test_hook_guard.py runs programs) ---
+
+def _torch_entry_points(hook) -> list[str]:
+    """Every path under torch the hook patches or binds to."""
+    return ([path for path, *_ in hook.torch_gemms._TORCH_GEMM_CALLS]
+            + [hook.torch_gemms.FUNCTION_APPLY, hook.steps.GRAD_SCALER_STEP, hook.steps.OPTIMIZER_STEP_HOOK,
+               *hook.records.TORCH_INTERNALS])
+
+
+@pytest.fixture(scope="module")
+def steps(hook):
+    hook.steps = importlib.import_module("gemmscope_steps")
+    return hook.steps
+
+
+def test_every_torch_entry_point_the_hook_patches_is_where_it_looks(hook, torch, steps):
+    """The next torch release that moves one fails here, by name, not in a user's run."""
+    for path in _torch_entry_points(hook):
+        try:
+            owner, attribute = _owner_and_attribute(torch, path)
+            getattr(owner, attribute)
+        except AttributeError as exc:
+            pytest.fail(f"torch {torch.__version__} moved torch.{path}, which gemmscope's hook patches: {exc}")
+
+
+def test_every_te_entry_point_the_hook_patches_is_where_it_looks(hook):
+    te = pytest.importorskip("transformer_engine.pytorch", reason="Transformer Engine is not installed (GPU machine)")
+    for module_name, paths in ((hook.te.QUANTIZATION_MODULE, hook.te.AUTOCAST_ENTRY_POINTS),
+                               (hook.te.GEMM_MODULE, ("general_gemm",))):
+        module = importlib.import_module(module_name)
+        for path in paths:
+            try:
+                _owner_and_attribute(module, path + ".__call__")
+            except AttributeError as exc:
+                pytest.fail(f"TE {te.__version__} moved {module_name}.{path}, which gemmscope's hook patches: {exc}")
+
+
+def test_the_hook_patched_every_entry_point_of_this_torch(hook, torch):
+    """The hook fixture patched torch as verify's hook does: nothing was skipped on this release
+    (2.14's built-in autograd.Function.apply included)."""
+    assert hook.records._unpatched == []
+    apply = _owner_and_attribute(torch, hook.torch_gemms.FUNCTION_APPLY)
+    assert getattr(*apply).__func__.__name__ == "apply"  # the hook's classmethod, named as torch's
+
+
+def test_a_class_method_torch_defines_in_c_is_patched_as_a_python_one(hook, torch, nvtx, monkeypatch):
+    """torch 2.14 defines autograd.Function.apply in C (a built-in class method); on an older torch
+    the same shape is had by removing Function's Python apply, which leaves _FunctionBase's. The
+    hook patches it, and a custom Function's backward GEMM is recorded with its forward's module."""
+    monkeypatch.delattr(torch.autograd.Function, "apply")
+    assert type(vars(torch._C._FunctionBase)["apply"]).__name__ == "classmethod_descriptor"
+    assert hook.records.patch(torch, hook.torch_gemms.FUNCTION_APPLY,
+                              lambda original: hook.torch_gemms._recording_apply(torch, original), "the backward")
+
+    class Scaled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return torch.matmul(x, w)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, w = ctx.saved_tensors
+            return torch.matmul(grad, w.t()), torch.matmul(x.t(), grad)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(8, 16))
+
+        def forward(self, x):
+            return Scaled.apply(x, self.w)
+
+    x = torch.randn(4, 8, requires_grad=True)
+    Block()(x).sum().backward()
+    gemms = nvtx.torch_gemms()
+    # the Function's node bracketed as a backward, its two GEMMs told apart by their shapes
+    assert [(g["op"], g["module"], g["pass"]) for g in gemms] == [
+        ("matmul", "Block", "fprop"), ("ScaledBackward", "Block", "backward"), ("matmul", "Block", "dgrad"),
+        ("matmul", "Block", "wgrad")]
+    assert x.grad is not None and nvtx.balanced()
+
+
+def test_a_missing_entry_point_is_said_once_marked_and_left_as_it_was(hook, torch, nvtx, monkeypatch, capsys):
+    monkeypatch.setattr(hook.records, "_unpatched", [])
+    monkeypatch.delattr(torch, "baddbmm")
+    for _ in range(2):  # the same patch asked twice, as two imports of one module would
+        assert not hook.records.patch(torch, "baddbmm", lambda original: pytest.fail("wrapped"),
+                                      "GEMMs through torch.baddbmm")
+    assert not hasattr(torch, "baddbmm")
+    said = capsys.readouterr().err.splitlines()
+    assert said[0].startswith(f"gemmscope hook: torch.baddbmm not patched in torch {torch.__version__} "
+                              "(AttributeError: ")
+    assert said[0].endswith("GEMMs through torch.baddbmm not recorded; the program runs on unwatched there")
+    marks = [label for kind, label in nvtx.events if kind == "mark"]
+    assert marks and all(label.startswith(UNPATCHED_PREFIX) for label in marks)
+    (unpatched,) = te_ranges.recorded_unpatched(marks)
+    assert unpatched == {"what": "torch.baddbmm", "version": f"torch {torch.__version__}",
+                         "why": unpatched["why"], "misses": "GEMMs through torch.baddbmm"}
+    assert unpatched["why"].startswith("AttributeError: ") and "|" not in unpatched["why"]
+
+
+def test_a_wrapper_that_cannot_be_made_leaves_the_entry_point_as_it_was(hook, torch, monkeypatch, capsys):
+    monkeypatch.setattr(hook.records, "_unpatched", [])
+    original = torch.mm
+
+    def cannot_wrap(_original):
+        raise TypeError("a signature this hook does not know")
+
+    assert not hook.records.patch(torch, "mm", cannot_wrap, "GEMMs through torch.mm")
+    assert torch.mm is original
+    assert "TypeError: a signature this hook does not know" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("release, said", [("2.10.1", True), (TESTED_TORCH[0] + ".0", False),
+                                           (TESTED_TORCH[1] + ".1+cu130", False), ("3.0.0", True)])
+def test_a_torch_outside_the_tested_releases_is_said(hook, monkeypatch, capsys, release, said):
+    hook.records.note_untested_torch(type("torch", (), {"__version__": release}))
+    err = capsys.readouterr().err
+    assert (f"torch {release} is outside the releases gemmscope's hook is tested on "
+            f"({TESTED_TORCH[0]} to {TESTED_TORCH[1]})" in err) is said

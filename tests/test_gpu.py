@@ -4,6 +4,8 @@ They run the real commands: the canary, a small profile at every recipe and mode
 on the small TE training script of the fixtures (mixed and clean)."""
 
 import json
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -36,8 +38,8 @@ _why_not = _gpu_ready()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_why_not is not None, reason=f"GPU test: {_why_not}")]
 
 
-def gemmscope(*args, cwd=None):
-    return run_gemmscope(*args, cwd=cwd, timeout=580)
+def gemmscope(*args, cwd=None, env=None):
+    return run_gemmscope(*args, cwd=cwd, env=env, timeout=580)
 
 
 def test_canary_is_flagged():
@@ -98,6 +100,28 @@ def test_verify_small_training_run(tmp_path, scenario, profiler):
     assert report["summary"]["mismatches"] == 0
     assert report["summary"]["coverage"]["gemm_launches"] == bf16
     assert report["meta"]["command"]["profiler"] == profiler
+
+
+@pytest.mark.parametrize("profiler", ["nsys", "torch"])
+def test_a_moved_entry_point_costs_its_records_not_the_program(tmp_path, profiler):
+    """torch.nn.functional.linear taken away as torch imports (take_away/sitecustomize.py), as a
+    release that moved it would: the program runs to its end, the hook says so in one line, the
+    GEMMs through it are left unjudged (the program counts them itself) and the check names what
+    went unrecorded: NOT FULLY CHECKED, never a pass."""
+    done = gemmscope("verify", "--profiler", profiler, "--format", "json", "--per-launch", "--out", str(tmp_path),
+                     "--", sys.executable, str(FIXTURES / "moved_entry_point.py"),
+                     env={"PYTHONPATH": os.pathsep.join(filter(None, [str(FIXTURES / "take_away"),
+                                                                      os.environ.get("PYTHONPATH")]))})
+    assert done.returncode == 5, done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith("gemmscope hook: ")]
+    assert len(said) == 1 and said[0].startswith("gemmscope hook: torch.nn.functional.linear not patched"), said
+    counted = re.search(r"moved_entry_point: (\d+) GEMMs through torch._C._nn.linear, (\d+) through", done.stderr)
+    assert counted, done.stderr[-2000:]
+    unrecorded, recorded = map(int, counted.groups())
+    summary = json.loads(done.stdout)["summary"]
+    assert summary["gemm_launches"] == unrecorded + recorded
+    assert summary["unjudged_gemm_launches"] == unrecorded and summary["mismatches"] == 0
+    assert [u["what"] for u in summary["unpatched"]] == ["torch.nn.functional.linear"]
 
 
 @pytest.mark.parametrize("profiler", ["nsys", "torch"])

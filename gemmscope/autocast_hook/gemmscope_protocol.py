@@ -42,6 +42,11 @@ A record is a prefix followed by ``key=value`` fields separated by ``|``:
 - ``gemmscope.software|torch=…|cuda=…|transformer_engine=…|cublaslt=…``: a mark once per process,
   at its first TE GEMM call, with the versions a bug report needs and no nsys table records
   (``cuda``: the CUDA torch was built with; ``cublaslt``: the cuBLASLt TE loaded).
+- ``gemmscope.unpatched|what=…|version=…|why=…|misses=…``: a mark per entry point of torch or TE
+  the hook could not patch in this process (a release that moved or changed it): ``what`` the
+  entry point, ``version`` the release it was looked for in, ``why`` the error, ``misses`` the
+  records the trace then lacks. Made when the patch is skipped and again beside the software mark,
+  so that a capture of a window holds it too; the program runs on, unwatched there.
 
 ``gemmscope verify --profiler torch`` captures with torch.profiler instead of nsys: it names a
 folder in TORCH_TRACE_FOLDER, and the hook, in every process of the command that imports torch,
@@ -54,10 +59,16 @@ GEMM_PREFIX = "gemmscope.te_gemm|"
 TORCH_GEMM_PREFIX = "gemmscope.torch_gemm|"
 PROCESS_PREFIX = "gemmscope.process|"
 SOFTWARE_PREFIX = "gemmscope.software|"
+UNPATCHED_PREFIX = "gemmscope.unpatched|"
 STEP_PREFIX = "gemmscope.step|"
 CAPTURE_RANGE = "gemmscope.capture"
 FIELD_SEPARATOR = "|"
 UNKNOWN = "?"
+
+# The torch releases, oldest and newest, the hook is tested on: CI runs its tests on both (.ci/run),
+# README says the range, pyproject's `gpu` extra starts there, and the hook says so at run time on
+# a torch outside it.
+TESTED_TORCH = ("2.11", "2.14")
 
 # TE's GEMM layouts per pass (transformer_engine/pytorch/module/linear.py: general_gemm(weight,
 # inp, layout="TN"), (weight, grad_output, layout="NN", grad=True), (inp, grad_output, "NT")).

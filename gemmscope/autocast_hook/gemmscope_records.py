@@ -1,20 +1,31 @@
 """What every part of gemmscope's start-up hook (sitecustomize.py beside this file) shares: how a
 record is written (an NVTX range or mark and, while torch.profiler records, a record_function range),
-the per-thread state, the process's own marks (rank, software versions), which TE class a class
-is, and notes on stderr. Imports only the standard library and gemmscope_protocol."""
+how an entry point of torch or TE is patched (patch: never at the program's cost), the per-thread
+state, the process's own marks (rank, software versions, what could not be patched), which TE class
+a class is, and notes on stderr. Imports only the standard library and gemmscope_protocol."""
 
+import inspect
 import os
 import sys
 import threading
 
-from gemmscope_protocol import PROCESS_PREFIX, SOFTWARE_PREFIX, UNKNOWN, format_record
+from gemmscope_protocol import (
+    FIELD_SEPARATOR,
+    PROCESS_PREFIX,
+    SOFTWARE_PREFIX,
+    TESTED_TORCH,
+    UNKNOWN,
+    UNPATCHED_PREFIX,
+    format_record,
+)
 
 _TE_PACKAGE = "transformer_engine"
 
 # Per thread: `node`, the backward nodes running (gemmscope_torch_gemms._watch_backward); `pending`, per
 # autograd.Function.apply running, [the record of a GEMM awaiting the Function's node
 # (await_backward_node), the TE module record that node is to keep]; `profiled`, per record range
-# open, its torch.profiler handle (push).
+# open, its torch.profiler handle (push); `autocast_regions`, te.autocast regions whose range is open
+# (gemmscope_te.patch_quantization).
 thread = threading.local()
 
 
@@ -52,6 +63,16 @@ def te_class(cls: type) -> tuple[str | None, bool]:
 _profiler_enabled = None  # torch.autograd's "is a profiler recording", once torch is imported
 
 
+# What the hook calls under torch besides the entry points it patches: writing a record
+# (push, pop, mark, a capture's start and end), reading the running module and whether torch
+# compiles (gemmscope_modules.bind) and capturing with torch.profiler (gemmscope_torch_profiler).
+TORCH_INTERNALS = ("_C._autograd._profiler_enabled", "ops.profiler._record_function_enter_new",
+                   "ops.profiler._record_function_exit._RecordFunction", "cuda.nvtx.range_push",
+                   "cuda.nvtx.range_pop", "cuda.nvtx.mark", "cuda.nvtx.range_start", "cuda.nvtx.range_end",
+                   "nn.Module._call_impl", "compiler.is_compiling", "_C._current_autograd_node",
+                   "profiler.profile", "profiler.schedule", "profiler.supported_activities", "profiler.ProfilerActivity")
+
+
 def bind(torch) -> None:
     """Looks up, once torch is imported, what writing a record asks of it at every call."""
     global _profiler_enabled
@@ -63,6 +84,11 @@ def bind(torch) -> None:
 # the program's thread tens of microseconds of Python per GEMM call. Autocast regions and step marks
 # are recorded throughout: they are few, and a region's range must pop what it pushed.
 recording = [True]
+
+
+def bound() -> bool:
+    """bind ran: records can be written (no patch may push one before)."""
+    return _profiler_enabled is not None
 
 
 def profiler_recording() -> bool:
@@ -85,9 +111,24 @@ def _record_made() -> None:
             call()
 
 
+_nvtx_refused: list = []  # non-empty once NVTX refused a record (said once)
+
+
+def _nvtx(write, *args) -> None:
+    """One NVTX write, looked up by the caller at each call (a program or test may replace the
+    writers later); a torch without NVTX (a CPU build) refuses it: said once, and the record
+    reaches torch.profiler alone."""
+    try:
+        write(*args)
+    except Exception as exc:  # never break the program being checked
+        if not _nvtx_refused:
+            _nvtx_refused.append(exc)
+            note(f"NVTX refused a record ({type(exc).__name__}: {exc}): records reach torch.profiler traces alone")
+
+
 def push(torch, label: str) -> None:
     _record_made()
-    torch.cuda.nvtx.range_push(label)
+    _nvtx(torch.cuda.nvtx.range_push, label)
     handles = thread.__dict__.get("profiled")
     if handles is None:
         handles = thread.profiled = []
@@ -99,12 +140,12 @@ def pop(torch) -> None:
     handle = handles.pop() if handles else None
     if handle is not None:
         torch.ops.profiler._record_function_exit._RecordFunction(handle)
-    torch.cuda.nvtx.range_pop()
+    _nvtx(torch.cuda.nvtx.range_pop)
 
 
 def mark(torch, label: str) -> None:
     _record_made()
-    torch.cuda.nvtx.mark(label)
+    _nvtx(torch.cuda.nvtx.mark, label)
     if _profiler_enabled():
         torch.ops.profiler._record_function_exit._RecordFunction(
             torch.ops.profiler._record_function_enter_new(label, None))
@@ -158,5 +199,94 @@ def mark_software_once(torch) -> None:
         _software_marked.append(True)
         try:
             _mark_software(torch)
+            for label in _unpatched:  # beside the versions: in any capture that holds a record
+                mark(torch, label)
         except Exception as exc:  # never break the program being checked
             note(f"software versions not recorded: {type(exc).__name__}")
+
+
+# --- patching ---------------------------------------------------------------------------------
+
+# Every patch goes through `patch`: a torch or TE release that moves or changes an entry point
+# costs the records it feeds, never the program. What was skipped is said once on stderr and
+# marked in the trace (UNPATCHED_PREFIX), so that the check can say which records are missing.
+_unpatched: list = []  # the marks of this process's skipped patches, in order
+
+
+def _version(root) -> str:
+    package = sys.modules.get(root.__name__.partition(".")[0])
+    return f"{package.__name__} {getattr(package, '__version__', UNKNOWN)}" if package is not None else UNKNOWN
+
+
+def unpatched(what: str, version: str, why: str, misses: str) -> None:
+    """`what` could not be patched in `version`, for `why`; the trace lacks `misses`."""
+    note(f"{what} not patched in {version} ({why}): {misses} not recorded; the program runs on unwatched there")
+    fields = {"what": what, "version": version, "why": why, "misses": misses}
+    label = format_record(UNPATCHED_PREFIX, {k: str(v).replace(FIELD_SEPARATOR, "/") for k, v in fields.items()})
+    _unpatched.append(label)
+    torch = sys.modules.get("torch")
+    if torch is not None and bound():
+        try:  # now too: a capture of the whole run holds it even where no GEMM is recorded
+            mark(torch, label)
+        except Exception:  # a torch without NVTX: marked beside the software versions, if at all
+            pass
+
+
+def _is_class_method(stored) -> bool:
+    # a Python classmethod, or one a C extension defines (torch 2.14's autograd.Function.apply)
+    return isinstance(stored, classmethod) or type(stored).__name__ == "classmethod_descriptor"
+
+
+def patch(root, path: str, wrap, misses: str, optional: bool = False) -> bool:
+    """Replaces the callable at `path` (dotted, under the module `root`) by wrap(original), where
+    original is called as the entry point was; for a class method, wrap's function takes the class
+    first, as a classmethod's does, however the release defines the method. False, said
+    (unpatched) and the entry point left as it was, where anything fails; `optional`: an entry
+    point this release lacks is no loss (a later TE's addition), and is skipped unsaid."""
+    what = f"{root.__name__}.{path}"
+    *owner_path, attribute = path.split(".")
+    try:
+        owner = root
+        for part in owner_path:
+            owner = getattr(owner, part)
+        if optional and not hasattr(owner, attribute):
+            return False
+        stored = inspect.getattr_static(owner, attribute)
+        if isinstance(owner, type) and _is_class_method(stored):
+            def original(cls, *args, **kwargs):
+                return stored.__get__(None, cls)(*args, **kwargs)
+
+            original.__name__ = attribute
+            setattr(owner, attribute, classmethod(wrap(original)))
+        else:
+            current = getattr(owner, attribute)
+            if not callable(current):
+                raise TypeError(f"{type(current).__name__} is not callable")
+            setattr(owner, attribute, wrap(current))
+    except Exception as exc:  # never break the program being checked
+        unpatched(what, _version(root), f"{type(exc).__name__}: {exc}", misses)
+        return False
+    return True
+
+
+def guarded(what: str, root, misses: str, call) -> bool:
+    """call() for a part of the hook that is no single entry point (binding to torch's internals,
+    a module's patches as a whole): False, said as `patch` says it, where it fails."""
+    try:
+        call()
+    except Exception as exc:  # never break the program being checked
+        unpatched(what, _version(root), f"{type(exc).__name__}: {exc}", misses)
+        return False
+    return True
+
+
+def note_untested_torch(torch) -> None:
+    """Says once, as torch is imported, that its release is outside those the hook is tested on."""
+    try:
+        release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    except ValueError:
+        return
+    oldest, newest = (tuple(int(part) for part in v.split(".")) for v in TESTED_TORCH)
+    if not oldest <= release <= newest:
+        note(f"torch {torch.__version__} is outside the releases gemmscope's hook is tested on "
+             f"({TESTED_TORCH[0]} to {TESTED_TORCH[1]}): records may be missing, and each one that is is said")

@@ -15,10 +15,16 @@ the first rank to close the range would end the others' capture; the marks then 
 launches belong to A..B.
 """
 
+import importlib
 import os
 
 from gemmscope_protocol import CAPTURE_RANGE, STEP_PREFIX, STEPS, TORCH_TRACE_FOLDER, format_record, parse_steps
-from gemmscope_records import mark, note, recording
+from gemmscope_records import guarded, mark, note, patch, recording
+
+# Where torch says an optimizer stepped (every torch.optim.Optimizer subclass), and where GradScaler
+# skips a step: the entry points under torch this file patches or calls.
+OPTIMIZER_STEP_HOOK = "optim.optimizer.register_optimizer_step_post_hook"
+GRAD_SCALER_STEP = "amp.GradScaler.step"
 
 # Per process: the iteration being run, and which optimizers stepped in it (by id).
 _iteration = [0]
@@ -44,34 +50,26 @@ def _stepped(torch, optimizer) -> None:
 
 def _patch_grad_scaler(torch) -> None:
     """GradScaler.step skips the optimizer's step on inf/NaN gradients: the iteration still ran."""
-    scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
-    if scaler is None or not callable(getattr(scaler, "step", None)):
-        return
-    original = scaler.step
+    def wrap(original):
+        def step(self, optimizer, *args, **kwargs):
+            seen = _optimizer_steps[0]
+            try:
+                return original(self, optimizer, *args, **kwargs)
+            finally:
+                if _optimizer_steps[0] == seen:  # the optimizer did not step: skipped, or raised
+                    try:
+                        _stepped(torch, optimizer)
+                    except Exception:  # never break the program being checked
+                        pass
 
-    def step(self, optimizer, *args, **kwargs):
-        seen = _optimizer_steps[0]
-        try:
-            return original(self, optimizer, *args, **kwargs)
-        finally:
-            if _optimizer_steps[0] == seen:  # the optimizer did not step: skipped, or raised
-                try:
-                    _stepped(torch, optimizer)
-                except Exception:  # never break the program being checked
-                    pass
+        step.__wrapped__ = original
+        return step
 
-    step.__wrapped__ = original
-    scaler.step = step
+    patch(torch, GRAD_SCALER_STEP, wrap, "the training steps GradScaler skips (inf/NaN gradients)")
 
 
 def watch_steps(torch) -> None:
     """Marks every optimizer step from now on (torch's global hook, GradScaler's skipped steps)."""
-    try:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-    except ImportError:  # a torch before 2.0: no global hooks, no steps
-        note("this torch has no global optimizer step hooks: training steps are not marked")
-        return
-
     def after_step(optimizer, _args, _kwargs) -> None:
         _optimizer_steps[0] += 1
         try:
@@ -79,7 +77,12 @@ def watch_steps(torch) -> None:
         except Exception as exc:  # never break the program being checked
             note(f"optimizer step not marked ({type(exc).__name__})")
 
-    register_optimizer_step_post_hook(after_step)
+    def register() -> None:
+        owner, _, name = OPTIMIZER_STEP_HOOK.rpartition(".")
+        getattr(importlib.import_module(f"torch.{owner}"), name)(after_step)
+
+    if not guarded(f"torch.{OPTIMIZER_STEP_HOOK}", torch, "training steps (and so --steps windows)", register):
+        return
     _patch_grad_scaler(torch)
     try:  # says the process was watched, so that a trace without steps says it ran no optimizer step
         mark(torch, format_record(STEP_PREFIX, {"watching": "optimizers"}))

@@ -15,10 +15,23 @@ from gemmscope_protocol import (
     format_members,
     format_record,
 )
-from gemmscope_records import argument, mark_process, mark_software_once, note, pop, push, recording, te_base_class
+from gemmscope_records import (
+    argument,
+    bound,
+    mark_process,
+    mark_software_once,
+    patch,
+    pop,
+    push,
+    recording,
+    te_base_class,
+    thread,
+)
 
 QUANTIZATION_MODULE = "transformer_engine.pytorch.quantization"
 GEMM_MODULE = "transformer_engine.pytorch.cpp_extensions.gemm"
+# Where te.autocast enters and leaves a region (the recipe is read at the enter).
+AUTOCAST_ENTRY_POINTS = ("FP8GlobalStateManager.autocast_enter", "FP8GlobalStateManager.autocast_exit")
 # TE's Python GEMM entry points (transformer_engine/pytorch/cpp_extensions/gemm.py); the grouped
 # ones may call general_gemm per group, which then records nothing of its own.
 _GEMM_ENTRY_POINTS = ("general_gemm", "general_grouped_gemm", "general_grouped_gemm_for_grouped_tensor")
@@ -27,22 +40,30 @@ _GEMM_ENTRY_POINTS = ("general_gemm", "general_grouped_gemm", "general_grouped_g
 def patch_quantization(quantization_module) -> None:
     import torch
 
-    manager = quantization_module.FP8GlobalStateManager
-    original_enter = manager.autocast_enter.__func__
-    original_exit = manager.autocast_exit.__func__
+    if not bound():  # torch's patches could not bind: no record can be written
+        return
 
-    def autocast_enter(cls, *args, **kwargs):
-        original_enter(cls, *args, **kwargs)
-        recipe = cls.get_fp8_recipe() if cls.is_fp8_enabled() else None
-        name = (te_base_class(type(recipe)) or type(recipe).__name__) if recipe is not None else "disabled"
-        push(torch, f"{AUTOCAST_PREFIX}{name})")
+    def autocast_enter(original):
+        def enter(cls, *args, **kwargs):
+            original(cls, *args, **kwargs)
+            recipe = cls.get_fp8_recipe() if cls.is_fp8_enabled() else None
+            name = (te_base_class(type(recipe)) or type(recipe).__name__) if recipe is not None else "disabled"
+            push(torch, f"{AUTOCAST_PREFIX}{name})")
+            thread.autocast_regions = thread.__dict__.get("autocast_regions", 0) + 1
+        return enter
 
-    def autocast_exit(cls, *args, **kwargs):
-        pop(torch)
-        original_exit(cls, *args, **kwargs)
+    def autocast_exit(original):
+        def exit_(cls, *args, **kwargs):
+            # only a region whose enter pushed its range: either patch may have been skipped
+            regions = thread.__dict__.get("autocast_regions", 0)
+            if regions:
+                thread.autocast_regions = regions - 1
+                pop(torch)
+            original(cls, *args, **kwargs)
+        return exit_
 
-    manager.autocast_enter = classmethod(autocast_enter)
-    manager.autocast_exit = classmethod(autocast_exit)
+    for path, wrap in zip(AUTOCAST_ENTRY_POINTS, (autocast_enter, autocast_exit)):
+        patch(quantization_module, path, wrap, "te.autocast regions and their recipes")
     mark_process(torch)
 
 
@@ -184,10 +205,10 @@ def _recording(entry: str, original, torch):
 def patch_gemm(gemm_module) -> None:
     import torch
 
-    missing = [entry for entry in _GEMM_ENTRY_POINTS if not callable(getattr(gemm_module, entry, None))]
-    if "general_gemm" in missing:
-        note(f"{GEMM_MODULE}.general_gemm not found: GEMM records off, TE's own NVTX ranges only")
+    if not bound():  # torch's patches could not bind: no record can be written
         return
     for entry in _GEMM_ENTRY_POINTS:
-        if entry not in missing:
-            setattr(gemm_module, entry, _recording(entry, getattr(gemm_module, entry), torch))
+        # the grouped entry points are later additions: a TE without them makes no such call
+        patch(gemm_module, entry, lambda original, entry=entry: _recording(entry, original, torch),
+              f"TE's {entry} calls (module, pass, operand types; TE's own NVTX ranges only)",
+              optional=entry != "general_gemm")

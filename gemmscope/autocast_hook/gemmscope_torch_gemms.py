@@ -15,19 +15,21 @@ from gemmscope_protocol import BACKWARD, TORCH_GEMM_PREFIX, format_record
 from gemmscope_records import argument, mark_software_once, note, pop, push, recording, te_base_class, thread
 
 # The torch calls that run one GEMM, patched where Python code looks them up (F.linear,
-# torch.matmul, x.matmul(w), x @ w ...): (where, attribute, the op as records name it, the
+# torch.matmul, x.matmul(w), x @ w ...): (the path under torch, the op as records name it, the
 # positions of its two matrix operands).
 # Megatron-Core's own linear layers (its output layer) use torch.matmul and Tensor.matmul,
 # torch.nn.Linear uses F.linear, torchao's float8 training torch._scaled_mm.
 _TORCH_GEMM_CALLS = (
-    ("torch.nn.functional", "linear", "linear", 0, 1),
-    ("torch", "matmul", "matmul", 0, 1), ("torch", "mm", "mm", 0, 1), ("torch", "bmm", "bmm", 0, 1),
-    ("torch", "addmm", "addmm", 1, 2), ("torch", "baddbmm", "baddbmm", 1, 2),
-    ("torch", "_scaled_mm", "_scaled_mm", 0, 1),
-    ("torch.Tensor", "matmul", "matmul", 0, 1), ("torch.Tensor", "__matmul__", "matmul", 0, 1),
-    ("torch.Tensor", "mm", "mm", 0, 1), ("torch.Tensor", "bmm", "bmm", 0, 1),
-    ("torch.Tensor", "addmm", "addmm", 1, 2), ("torch.Tensor", "baddbmm", "baddbmm", 1, 2),
+    ("nn.functional.linear", "linear", 0, 1),
+    ("matmul", "matmul", 0, 1), ("mm", "mm", 0, 1), ("bmm", "bmm", 0, 1),
+    ("addmm", "addmm", 1, 2), ("baddbmm", "baddbmm", 1, 2),
+    ("_scaled_mm", "_scaled_mm", 0, 1),
+    ("Tensor.matmul", "matmul", 0, 1), ("Tensor.__matmul__", "matmul", 0, 1),
+    ("Tensor.mm", "mm", 0, 1), ("Tensor.bmm", "bmm", 0, 1),
+    ("Tensor.addmm", "addmm", 1, 2), ("Tensor.baddbmm", "baddbmm", 1, 2),
 )
+# The autograd Function entry point whose patch follows GEMMs into custom Functions' backward.
+FUNCTION_APPLY = "autograd.Function.apply"
 # The names of each op's two matrix operands, for a call that passes them by keyword
 # (torch.matmul(x, other=w), F.linear(input=x, weight=w)); the Tensor methods name them alike.
 _OPERAND_NAMES = {"linear": ("input", "weight"), "matmul": ("input", "other"), "mm": ("input", "mat2"),
@@ -153,6 +155,10 @@ def _dispatching(tensor, torch) -> bool:
 # any call from Inductor's own modules. Told by the calling module's name: Inductor names the
 # modules it generates torch._inductor.… wherever its cache lies (TORCHINDUCTOR_CACHE_DIR).
 _INDUCTOR_CODE = "torch._inductor."
+# What torch.compile runs calls on while it traces and compiles a graph, outside what
+# torch.compiler.is_compiling says on some releases (2.11: dynamo's run_node, fx's interpreter,
+# the decompositions): stand-ins of tensors, no GEMM of the program's.
+_COMPILE_TIME_TENSORS = frozenset({"FakeTensor", "FunctionalTensor"})
 
 
 def _torch_recording(torch, op: str, original, position_a: int, position_b: int):
@@ -167,7 +173,7 @@ def _torch_recording(torch, op: str, original, position_a: int, position_b: int)
         if (b is None or compiling()
                 or sys._getframe(1).f_globals.get("__name__", "").startswith(_INDUCTOR_CODE)):
             return original(*args, **kwargs)
-        if not launches_kernel(a):
+        if not launches_kernel(a) or type(a).__name__ in _COMPILE_TIME_TENSORS:
             return original(*args, **kwargs)
         mark_software_once(torch)
         try:
@@ -237,7 +243,8 @@ def _first_grad_fn(output):
 def _recording_apply(torch, original):
     """autograd.Function.apply, noting whether its forward made a recorded GEMM: one of a TE
     module (calling_module), whose record its node keeps for the backward GEMMs; one no TE
-    module covers (await_backward_node), whose node gets _watch_backward."""
+    module covers (await_backward_node), whose node gets _watch_backward. `original(cls, ...)`
+    applies as torch's own does (records.patch: a classmethod up to torch 2.13, a built-in from 2.14)."""
     @functools.wraps(original)
     def apply(cls, *args, **kwargs):
         if not recording[0] or compiling():
@@ -266,12 +273,16 @@ def _recording_apply(torch, original):
 
 
 def patch_torch(torch) -> None:
-    records.bind(torch)
-    modules.bind(torch)
-    for owner_name, attribute, op, position_a, position_b in _TORCH_GEMM_CALLS:
-        owner = torch.Tensor if owner_name == "torch.Tensor" else sys.modules[owner_name]
-        original = getattr(owner, attribute, None)
-        if original is not None:
-            setattr(owner, attribute, _torch_recording(torch, op, original, position_a, position_b))
-    function = torch.autograd.Function
-    function.apply = classmethod(_recording_apply(torch, function.apply.__func__))
+    """Every torch GEMM call and autograd.Function.apply, each patched on its own (records.patch):
+    one this torch moved or changed is said and its records go missing, never the program."""
+    if not records.guarded("torch._C._autograd._profiler_enabled", torch, "every record",
+                           lambda: records.bind(torch)):
+        return  # without it no record can be written: nothing is patched
+    records.guarded("torch.nn.Module._call_impl", torch, "the module and layer of each GEMM",
+                    lambda: modules.bind(torch))
+    records.note_untested_torch(torch)
+    for path, op, position_a, position_b in _TORCH_GEMM_CALLS:
+        records.patch(torch, path, lambda original, op=op, a=position_a, b=position_b:
+                      _torch_recording(torch, op, original, a, b), f"GEMMs through torch.{path}")
+    records.patch(torch, FUNCTION_APPLY, lambda original: _recording_apply(torch, original),
+                  "the module and pass of GEMMs in custom autograd Functions' backward")

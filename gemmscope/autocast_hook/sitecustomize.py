@@ -27,9 +27,10 @@ Modules are recognised by what they are, not by their class name: a subclass of 
 (Megatron-Core's TELayerNormColumnParallelLinear ...) is that TE module, and a subclass of a TE
 recipe (Megatron-Core's TEDelayedScaling) is recorded as the TE recipe it derives from.
 
-It never changes what TE computes. On a TE that lacks an entry point it says so once on stderr
-and the trace falls back to TE's own NVTX ranges. The interpreter's own sitecustomize, if any, is
-still run afterwards.
+It never changes what TE computes, and never breaks the program: each entry point is patched on its
+own (gemmscope_records.patch), and one a torch or TE release moved or changed is skipped, said once
+on stderr and marked in the trace, whose check then names the records it lacks. The interpreter's
+own sitecustomize, if any, is still run afterwards.
 
 This file only installs the patches; what they record is written by its siblings:
 gemmscope_te.py (TE's autocast and GEMM calls), gemmscope_torch_gemms.py (GEMMs outside TE),
@@ -43,6 +44,7 @@ import importlib.util
 import os
 import sys
 
+from gemmscope_records import guarded
 from gemmscope_steps import watch_steps
 from gemmscope_te import GEMM_MODULE, QUANTIZATION_MODULE, patch_gemm, patch_quantization
 from gemmscope_torch_gemms import patch_torch
@@ -69,7 +71,9 @@ class _PatchingLoader(importlib.abc.Loader):
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        self._patch(module)
+        # each patch is guarded on its own (gemmscope_records.patch); this catches the rest
+        guarded(f"{module.__name__} (all of it)", module, "every record the hook makes of it",
+                lambda: self._patch(module))
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -108,6 +108,8 @@ def summary_document(result: Verification) -> dict:
             doc["coverage"] = coverage_document(figures.coverage)
     if figures.note is not None:
         doc["note"] = figures.note
+    if result.unpatched:
+        doc["unpatched"] = result.unpatched
     return doc
 
 

@@ -78,8 +78,16 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
     if result.unreadable:
         at_precision += f"; {count(len(result.unreadable), 'trace')} could not be read"
     environment = environment_line(trace_environment(result))
-    return status, [("Asked", asked), ("Ran", ran), ("At the requested precision", at_precision),
+    unrecorded = [("Not recorded", unpatched_line(result.unpatched))] if result.unpatched else []
+    return status, [("Asked", asked), ("Ran", ran), ("At the requested precision", at_precision), *unrecorded,
                     ("Top findings", top_findings(diagnosis.findings)), ("Environment", environment)]
+
+
+def unpatched_line(unpatched: list[dict[str, str | None]]) -> str:
+    """What the hook could not patch, in one line: each entry point, the release and error, and the
+    records the run therefore lacks."""
+    return "; ".join(f"{u['misses'] or 'its records'} (gemmscope's hook could not patch {u['what']} in "
+                     f"{u['version'] or 'this release'}: {u['why'] or 'no reason recorded'})" for u in unpatched)
 
 
 def unchecked_line(result: Verification) -> str:
