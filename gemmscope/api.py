@@ -10,6 +10,8 @@
     gs.diagnose(result).findings                # why low precision does or does not pay
     gs.compare("bf16.sqlite", "fp8.sqlite").render("markdown")
     gs.capture(["python", "train.py"])         # a run captured under nsys (or profiler="torch")
+    gs.follow("traces/", count=2)              # each trace written there judged as a window, alerts said
+    gs.timeline("traces/")                     # the job's windows, one record each
 
 and, for traces or a `gemmscope profile` run directory, `report` (the page `gemmscope report`
 writes), `bundle` (the zip `gemmscope bundle` writes) and `scrub` (a trace's scrubbed copy), here
@@ -25,7 +27,7 @@ gemmscope`, so that importing it stays cheap.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,9 +51,10 @@ if TYPE_CHECKING:
     from gemmscope.diagnosis import Diagnosis
     from gemmscope.redaction import Redactor
     from gemmscope.report.model import Report
+    from gemmscope.watching.timeline import Timeline
 
 __all__ = ["GEMM_COLUMNS", "VERDICT_COLUMNS", "Analysis", "CheckResult", "Comparison", "Options", "Shared", "Traces",
-           "bundle", "check", "compare", "diagnose", "load", "report", "scrub"]
+           "bundle", "check", "compare", "diagnose", "follow", "load", "report", "scrub", "timeline"]
 
 
 def load(paths: str | Path | Sequence[str | Path], workers: int | None = None,
@@ -209,3 +212,24 @@ def _named(source: Source) -> list[str | Path]:
     if isinstance(source, Traces):
         return list(source.paths)
     return [source] if isinstance(source, (str, Path)) else list(source)
+
+
+def timeline(folder: str | Path) -> list[dict[str, Any]]:
+    """The records of a job's timeline (`verify --every`, `follow`): one per window judged, with
+    its alerts (gemmscope/schemas/timeline.schema.json)."""
+    from gemmscope.watching.timeline import read_timeline
+
+    return read_timeline(folder)
+
+
+def follow(folder: str | Path, options: Options | None = None, count: int | None = None,
+           say: Callable[[str], None] = lambda line: None, **settings: Any) -> Timeline:
+    """Judges each trace another tool writes into `folder`, once complete, as a window of the
+    job's timeline (FOLDER/timeline.jsonl), each compared with the first; until `count` traces
+    were judged (None: until interrupted). `say`: a line per window, its alerts with it."""
+    from gemmscope.watching.follow import follow as follow_folder
+    from gemmscope.watching.timeline import Timeline
+
+    if not Path(folder).is_dir():
+        raise InputError(f"{folder}: no such folder to follow")
+    return follow_folder(folder, Timeline(folder, Options.of(options, **settings), say=say), count)

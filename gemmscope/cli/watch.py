@@ -1,0 +1,39 @@
+"""`gemmscope timeline`: a job's windows, as `verify --every` or `--follow` judged them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+import gemmscope
+from gemmscope.cli.group import emit, format_option, main, note
+from gemmscope.errors import ExitCode, State
+
+TIMELINE_FORMATS = ("table", "json")
+
+
+@main.command("timeline")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--follow", is_flag=True,
+              help="Judge each trace another tool writes into FOLDER (torch.profiler's, nsys exports), once complete, "
+                   "as a window; one line each on stderr, its alerts with it.")
+@click.option("--count", type=click.IntRange(min=1), help="With --follow: stop after COUNT traces (default: Ctrl-C).")
+@click.option("--expect", help="With --follow: the recipe every GEMM should run (default: what each asked).")
+@click.option("--allow", multiple=True, help="With --follow: shell patterns whose mismatches are accepted.")
+@format_option(TIMELINE_FORMATS)
+def timeline_cmd(folder: Path, follow: bool, count: int | None, expect: str | None, allow: tuple[str, ...],
+                 fmt: str) -> None:
+    """A job's windows (FOLDER/timeline.jsonl), each judged, with what changed since the first:
+    exits with the worst window's state."""
+    from gemmscope.watching.timeline import timeline_document, timeline_table
+
+    if not follow and (count or expect or allow):
+        raise click.UsageError("--count, --expect and --allow go with --follow")
+    records = (gemmscope.follow(folder, count=count, expect=expect, allow=allow, say=note).records if follow
+               else gemmscope.timeline(folder))
+    emit(json.dumps(timeline_document(records), indent=2) + "\n" if fmt == "json" else timeline_table(records))
+    state = timeline_document(records)["state"]
+    sys.exit(State(state).exit_code if state else ExitCode.NOT_CHECKED)

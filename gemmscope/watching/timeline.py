@@ -1,0 +1,187 @@
+"""A job's timeline: one record per window judged (JSON Lines, `timeline.jsonl` in the job's
+folder; gemmscope/schemas/timeline.schema.json), each with the alerts its comparison with the
+job's baseline raised (alerts.compare). A window is one or more traces of the same steps (every
+rank's), judged as one job with gemmscope.Analysis; its record is made from the analysis's JSON
+document alone, so that the timeline says what `analyze --format json` of that window says."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gemmscope.errors import InputError, NoGpuKernels, State
+from gemmscope.options import Options
+from gemmscope.watching import alerts
+
+TIMELINE_FILE = "timeline.jsonl"
+# The categories of a rank's GPU time the record splits a window into (diagnosis' breakdown).
+_SPLIT = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication", "memcpy", "memset", "other")
+
+
+def _place(group: dict[str, Any]) -> str:
+    """A mismatch's place as alerts name it: layer, module and pass."""
+    return " ".join(str(part) for part in (group.get("layer"), group.get("module"), group.get("pass")) if part)
+
+
+def window_record(document: dict[str, Any], window: dict[str, Any]) -> dict[str, Any]:
+    """The timeline record of one window from its analysis document (`analyze --format json`):
+    `window` holds its index, steps (None: all the trace holds) and traces."""
+    summary, breakdown = document["summary"], document["breakdown"]
+    groups = summary["groups"]
+    mismatches: dict[str, int] = {}
+    time_by_precision: dict[str, int] = {}
+    for group in groups:
+        time_by_precision[group["precision"]] = time_by_precision.get(group["precision"], 0) + group["time_ns"]
+        if group.get("verdict") == "FALLBACK" and not group.get("allowed"):
+            mismatches[_place(group)] = mismatches.get(_place(group), 0) + group["launches"]
+    gemm_ns = sum(time_by_precision.values())
+    per_rank = breakdown["per_rank"]
+    busy = sum(rank["busy_ns"] for rank in per_rank)
+    wall = [step["wall_ns"] for step in breakdown["steps"]]
+    top = document["findings"][0] if document["findings"] else None
+    return {
+        "window": window["index"], "steps": window["steps"], "traces": window["traces"],
+        "judged_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ranks": summary["ranks"], "state": summary["state"],
+        "gemm_launches": summary["gemm_launches"], "gemm_time_ns": summary["gemm_time_ns"],
+        "mismatches": summary.get("mismatches", 0), "mismatches_by_place": mismatches,
+        "coverage_time_share": (summary.get("coverage") or {}).get("time_share"),
+        "gemm_time_share_by_precision": {p: t / gemm_ns for p, t in time_by_precision.items()} if gemm_ns else {},
+        "quantization_share": sum(rank["quantize_ns"] for rank in per_rank) / busy if busy else None,
+        "busy_split": {c: sum(rank[f"{c}_ns"] for rank in per_rank) / busy for c in _SPLIT} if busy else {},
+        "step_time_ns": {"median": statistics.median(wall) if wall else None, "min": min(wall, default=None),
+                         "max": max(wall, default=None), "steps": len(wall)},
+        "top_finding": f"{top['code']}: {top['statement']}" if top else None,
+        "unpatched": summary.get("unpatched", []),
+    }
+
+
+def _failed_record(window: dict[str, Any], why: str) -> dict[str, Any]:
+    """A window that could not be judged (no trace read, no GPU kernel in it): a failed record."""
+    return {"window": window["index"], "steps": window["steps"], "traces": window["traces"],
+            "judged_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ranks": [], "state": State.FAIL.value,
+            "gemm_launches": 0, "gemm_time_ns": 0, "mismatches": 0, "mismatches_by_place": {},
+            "coverage_time_share": None, "gemm_time_share_by_precision": {}, "quantization_share": None,
+            "busy_split": {}, "step_time_ns": {"median": None, "min": None, "max": None, "steps": 0},
+            "top_finding": None, "unpatched": [], "error": why}
+
+
+class Timeline:
+    """A job's timeline being written into `folder` (TIMELINE_FILE, one line per window, appended
+    whole): each window judged against `options`, compared with `baseline` (a record; default: the
+    job's first window that was judged), its alerts said through `say`."""
+
+    def __init__(self, folder: str | Path, options: Options | None = None, baseline: dict[str, Any] | None = None,
+                 say: Callable[[str], None] = lambda line: None) -> None:
+        self.folder = Path(folder)
+        self.options = options or Options()
+        self.baseline = baseline
+        self.records: list[dict[str, Any]] = []
+        self._say = say
+
+    @property
+    def path(self) -> Path:
+        return self.folder / TIMELINE_FILE
+
+    @property
+    def state(self) -> State | None:
+        """The job's state so far: the worst of its windows' (None before the first)."""
+        return alerts.worst([State(record["state"]) for record in self.records])
+
+    def judge(self, traces: Sequence[Path], steps: tuple[int, int] | None = None) -> dict[str, Any]:
+        """Judges one window (its traces, and the steps they were captured for), appends its record
+        with its alerts, and says a line of it."""
+        from gemmscope.analysis import Analysis
+
+        window = {"index": len(self.records), "steps": list(steps) if steps else None,
+                  "traces": [Path(t).name for t in traces]}
+        options = Options.of(self.options, steps=steps, redact=True)
+        try:
+            document = Analysis(list(traces), options).report("analysis").document
+            assert document is not None  # an analysis report carries its JSON document
+            record = window_record(document, window)
+        except (InputError, NoGpuKernels) as exc:
+            record = _failed_record(window, str(exc))
+        if self.baseline is None and "error" not in record:
+            self.baseline = record
+        record["alerts"] = alerts.compare(record, self.baseline) if self.baseline and "error" not in record else []
+        self.records.append(record)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as timeline:
+            timeline.write(json.dumps(record) + "\n")  # one write of one line: a reader sees it whole or not
+        self._say(status_line(record))
+        return record
+
+
+def status_line(record: dict[str, Any]) -> str:
+    """One line of a window, as the live status says it."""
+    steps = f"steps {record['steps'][0]}-{record['steps'][1]}" if record["steps"] else ", ".join(record["traces"])
+    said = f"gemmscope: window {record['window']} ({steps}): {State(record['state']).word}"
+    if record.get("error"):
+        return f"{said}: {record['error']}"
+    said += f", {record['gemm_launches']} GEMM launches, {record['mismatches']} mismatches"
+    return said + "".join(f"; ALERT {a['code']}: {a['statement']}" for a in record["alerts"])
+
+
+def read_timeline(folder: str | Path) -> list[dict[str, Any]]:
+    """The records of a job's timeline (a folder holding TIMELINE_FILE, or the file), in order;
+    InputError where there is none or a line is not a record (a line still being written is not
+    read: each is written whole)."""
+    path = Path(folder)
+    path = path / TIMELINE_FILE if path.is_dir() else path
+    if not path.is_file():
+        raise InputError(f"{folder}: no timeline ({TIMELINE_FILE}) there")
+    records = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.endswith("\n"):
+                break  # being written
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}:{number}: not a timeline record ({exc.msg})") from None
+            if not isinstance(record, dict) or "window" not in record or "state" not in record:
+                raise InputError(f"{path}:{number}: not a timeline record")
+            records.append(record)
+    return records
+
+
+# The table's columns: (header, what of a record it shows).
+_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+    ("Window", lambda r: str(r["window"])),
+    ("Steps", lambda r: f"{r['steps'][0]}-{r['steps'][1]}" if r["steps"] else "all"),
+    ("State", lambda r: State(r["state"]).word),
+    ("GEMMs", lambda r: str(r["gemm_launches"])),
+    ("Mismatches", lambda r: str(r["mismatches"])),
+    ("GEMM time", lambda r: ", ".join(f"{p} {100 * s:.0f} %" for p, s in
+                                      sorted(r["gemm_time_share_by_precision"].items(), key=lambda i: -i[1])) or "-"),
+    ("Quantize", lambda r: "-" if r["quantization_share"] is None else f"{100 * r['quantization_share']:.1f} %"),
+    ("Step ms", lambda r: "-" if r["step_time_ns"]["median"] is None else f"{r['step_time_ns']['median'] / 1e6:.2f}"),
+    ("Alerts", lambda r: " ".join(dict.fromkeys(a["code"] for a in r.get("alerts", []))) or r.get("error") or "-"),
+)
+
+
+def timeline_document(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """`gemmscope timeline --format json`: the job's state (the worst window's) and every record."""
+    state = alerts.worst([State(r["state"]) for r in records])
+    return {"state": state.value if state else None, "windows": records,
+            "alerts": [a for r in records for a in r.get("alerts", [])]}
+
+
+def timeline_table(records: list[dict[str, Any]]) -> str:
+    """The timeline as the terminal shows it: the job's state, a row per window, then each alert."""
+    import pandas as pd
+
+    from gemmscope.report.terminal import table_text
+
+    state = alerts.worst([State(r["state"]) for r in records])
+    frame = pd.DataFrame([[show(record) for _, show in _COLUMNS] for record in records],
+                         columns=[header for header, _ in _COLUMNS])
+    said = [f"{state.word if state else 'NO WINDOW'}: {len(records)} window{'s' * (len(records) != 1)} judged",
+            table_text("Windows", frame, wrap=("Alerts",)).rstrip("\n")]
+    said += [f"window {record['window']}: ALERT {a['code']}: {a['statement']}"
+             for record in records for a in record.get("alerts", [])]
+    return "\n".join(said) + "\n"

@@ -1,0 +1,127 @@
+"""A job's timeline: windows judged as they land, each compared with the first (alerts), read back
+by `gemmscope timeline`; `--follow` on a folder that receives committed GPU traces one by one, as
+another tool's would arrive (an FP8 run, then the same program with BF16 fallbacks)."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import gemmscope as gs
+from gemmscope.errors import State
+from gemmscope.watching import alerts
+from gemmscope.watching.timeline import TIMELINE_FILE, Timeline, read_timeline
+
+from test_cli import REPO, assert_one_line_error, gemmscope
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
+FP8_RUN, FALLBACK_RUN = FIXTURES / "train_clean.sqlite.xz", FIXTURES / "train_mixed.sqlite.xz"
+
+
+@pytest.fixture(scope="module")
+def two_windows(tmp_path_factory) -> list[dict]:
+    folder = tmp_path_factory.mktemp("timeline")
+    timeline = Timeline(folder)
+    timeline.judge([FP8_RUN])
+    timeline.judge([FALLBACK_RUN])
+    return read_timeline(folder)
+
+
+def test_each_window_is_a_record_of_what_analyze_says_of_it(two_windows):
+    first, second = two_windows
+    for record, trace in ((first, FP8_RUN), (second, FALLBACK_RUN)):
+        summary = json.loads(gemmscope("analyze", trace, "--format", "json").stdout)["summary"]
+        assert (record["state"], record["gemm_launches"], record["mismatches"]) == (
+            summary["state"], summary["gemm_launches"], summary.get("mismatches", 0))
+        assert record["traces"] == [trace.name] and record["steps"] is None
+    assert first["gemm_time_share_by_precision"] == {"fp8": 1.0} and first["alerts"] == []
+
+
+def test_the_window_that_falls_back_is_flagged_where(two_windows):
+    first, second = two_windows
+    codes = [a["code"] for a in second["alerts"]]
+    assert codes[:2] == ["new-mismatch", "state"] and "precision-mix" in codes
+    new = second["alerts"][0]["places"]
+    assert sum(new.values()) == second["mismatches"] and "_Linear fprop" in new
+    assert gs.State(second["state"]) is State.FAIL
+
+
+@pytest.mark.parametrize("moved, alerted", [(0.04, False), (0.06, True), (-0.2, True)])
+def test_a_share_alerts_from_its_threshold(two_windows, moved, alerted):
+    baseline = dict(two_windows[0], quantization_share=0.2)
+    record = dict(baseline, quantization_share=0.2 + moved)
+    assert [a["code"] for a in alerts.compare(record, baseline)] == (["quantization"] if alerted else [])
+
+
+def test_a_step_time_outside_the_baselines_spread_alerts(two_windows):
+    baseline = dict(two_windows[0], step_time_ns={"median": 100e6, "min": 95e6, "max": 105e6, "steps": 3})
+    within = dict(baseline, step_time_ns={"median": 115e6, "min": 115e6, "max": 115e6, "steps": 3})
+    slower = dict(baseline, step_time_ns={"median": 116e6, "min": 116e6, "max": 116e6, "steps": 3})
+    assert alerts.compare(within, baseline) == []
+    (alert,) = alerts.compare(slower, baseline)
+    assert alert["code"] == "step-time" and "95.00-105.00 ms" in alert["statement"]
+
+
+def test_the_worst_window_decides(two_windows):
+    assert alerts.worst([State.PASS, State.NOT_FULLY_CHECKED, State.FAIL, State.NOT_CHECKED]) is State.FAIL
+    assert alerts.worst([State.PASS, State.NOT_FULLY_CHECKED]) is State.NOT_FULLY_CHECKED
+    assert alerts.worst([]) is None
+
+
+def test_timeline_command_reads_what_was_written(two_windows, tmp_path):
+    (tmp_path / TIMELINE_FILE).write_text("".join(json.dumps(r) + "\n" for r in two_windows) + '{"window": 2, "sta')
+    done = gemmscope("timeline", tmp_path)  # the last line, still being written, is not read
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("MISMATCHES: 2 windows judged")
+    assert "window 1: ALERT new-mismatch: " in done.stdout
+    document = json.loads(gemmscope("timeline", tmp_path, "--format", "json").stdout)
+    assert document["state"] == "fail" and [w["window"] for w in document["windows"]] == [0, 1]
+
+
+def test_a_timeline_that_is_not_one_is_one_line(tmp_path):
+    assert_one_line_error(gemmscope("timeline", tmp_path))
+    (tmp_path / TIMELINE_FILE).write_text("not json\n")
+    assert_one_line_error(gemmscope("timeline", tmp_path))
+
+
+def _wait_for(predicate, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_follow_flags_the_fallback_at_the_trace_that_brings_it(tmp_path):
+    """Traces land one by one, as another tool writes them: the FP8 run, then the same program
+    with BF16 fallbacks, written in two halves seconds apart; the half is never read, the alert
+    comes from the second trace, within seconds of its completion."""
+    follow = subprocess.Popen([sys.executable, "-m", "gemmscope", "timeline", "--follow", str(tmp_path), "--count", "2",
+                               "--expect", "fp8-current", "--format", "json"], cwd=REPO, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        timeline = tmp_path / TIMELINE_FILE
+        (tmp_path / "rank0.window0.sqlite.xz").write_bytes(FP8_RUN.read_bytes())
+        _wait_for(lambda: timeline.exists() and len(read_timeline(tmp_path)) == 1)
+        data = FALLBACK_RUN.read_bytes()
+        second = tmp_path / "rank0.window1.sqlite.xz"
+        with second.open("wb") as half:
+            half.write(data[:len(data) // 2])
+        time.sleep(5)  # longer than a trace takes to settle: a half stays unread
+        assert len(read_timeline(tmp_path)) == 1
+        with second.open("ab") as rest:
+            rest.write(data[len(data) // 2:])
+        completed = time.monotonic()
+        stdout, stderr = follow.communicate(timeout=120)
+    finally:
+        follow.kill()
+    assert follow.returncode == 1, stderr
+    first, fallback = json.loads(stdout)["windows"]
+    assert (first["state"], first["alerts"]) == ("pass", [])
+    assert fallback["alerts"][0]["code"] == "new-mismatch" and fallback["traces"] == [second.name]
+    assert time.monotonic() - completed < 60
+    said = [line for line in stderr.splitlines() if line.startswith("gemmscope: window ")]
+    assert said[0].startswith("gemmscope: window 0 (rank0.window0.sqlite.xz): PASS")
+    assert said[1].startswith("gemmscope: window 1 (rank0.window1.sqlite.xz): MISMATCHES") and "ALERT new-mismatch" in said[1]
