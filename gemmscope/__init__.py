@@ -16,14 +16,14 @@ from gemmscope.errors import InputError, State
 
 if TYPE_CHECKING:
     from gemmscope.api import Analysis, CheckResult, Comparison, Options, Traces, check, compare, diagnose, load
-    from gemmscope.capturing import Captured, CaptureWindow, capture
+    from gemmscope.running.capturing import Captured, CaptureWindow, capture
 
 __version__ = "0.1.0"
 
 # Each public name beside the errors' -> the module it is imported from on first use.
 _PUBLIC = {name: "gemmscope.api" for name in
            ("Analysis", "CheckResult", "Comparison", "Options", "Traces", "check", "compare", "diagnose", "load")}
-_PUBLIC |= {name: "gemmscope.capturing" for name in ("CaptureWindow", "Captured", "capture")}
+_PUBLIC |= {name: "gemmscope.running.capturing" for name in ("CaptureWindow", "Captured", "capture")}
 
 __all__ = ["Analysis", "CaptureWindow", "Captured", "CheckResult", "Comparison", "InputError", "Options", "State",
            "Traces", "capture", "check", "compare", "diagnose", "load", "__version__"]

@@ -6,7 +6,7 @@
 # per function, and every survivor with its diff. Arguments replace the default function patterns.
 #
 #   bash tests/mutation/mutation.sh                                   # the default functions below
-#   bash tests/mutation/mutation.sh 'gemmscope.scrub.*'               # one whole module
+#   bash tests/mutation/mutation.sh 'gemmscope.redaction.scrub.*'               # one whole module
 #   bash tests/mutation/mutation.sh --survivors                       # the last run's survivors again, with
 #                                                                       # the tests as they are now
 #   bash tests/mutation/mutation.sh --survivors 'gemmscope.kernels.*' # those of some functions only
@@ -36,15 +36,15 @@ if [ ${#functions[@]} -eq 0 ]; then
     # attribution: which NVTX ranges enclose a launch, their nesting, the innermost one a pattern
     # names (--expect-map, --allow), each process's rank, the launches frame and what the ranges
     # say of each launch (module, name, pass and its source, shapes)
-    'gemmscope.attribution.*'
+    'gemmscope.assembly.attribution.*'
     # verify: what a run asked for, the verdict, cause and --allow per GEMM, ranks (mark, GPU, file
     # name), autotuning launches, the mapped ranges' table, the per-module, group and rank tables
-    'gemmscope.verify.*'
+    'gemmscope.judging.verify.*'
     # kernels: how a name's operand types and scales make a precision, per naming scheme, its arch
     'gemmscope.kernels.*'
     # scrub and redaction: what the redactor takes out and learns from a trace's records, the scrubbed copy
-    'gemmscope.scrub.*'
-    'gemmscope.redaction.*'
+    'gemmscope.redaction.scrub.*'
+    'gemmscope.redaction.policy.*'
   )
 fi
 stamp() {
