@@ -36,7 +36,7 @@ CHECK = """
 import json, resource, sys, time
 t = time.perf_counter()
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import check
+from gemmscope.judging.verify import check
 trace = read_trace(sys.argv[1])
 kernels = len(trace.kernels)
 result = check(trace)

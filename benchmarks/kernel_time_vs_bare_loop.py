@@ -109,9 +109,9 @@ def main() -> None:
 
     import numpy as np
 
-    from gemmscope import nsys_runner
-    from gemmscope.attribution import launches_with_ranges
+    from gemmscope.assembly.attribution import launches_with_ranges
     from gemmscope.plan.profile_run import analyze_run
+    from gemmscope.profilers import nsys_runner
     from gemmscope.traces.read import read_trace
 
     report = Path(tempfile.mkdtemp(prefix="gemmscope-bench-")) / "bench.nsys-rep"

@@ -41,7 +41,7 @@ from gemmscope.autocast_hook.gemmscope_protocol import STEPS
 
 # nsys waiting for an NVTX capture range that never opens, as `verify --steps` runs it otherwise
 _NSYS_RANGE_NEVER_OPENED = """import sys
-from gemmscope import nsys_runner
+from gemmscope.profilers import nsys_runner
 report, *command = sys.argv[1:]
 sys.exit(nsys_runner.profile(command, report, nvtx_range="gemmscope.never-opened").returncode)
 """

@@ -31,7 +31,7 @@ import tempfile
 import time
 
 _NSYS_ALONE = """import sys
-from gemmscope import nsys_runner
+from gemmscope.profilers import nsys_runner
 report, delay_s, duration_s, memory_usage, *command = sys.argv[1:]
 sys.exit(nsys_runner.profile(command, report, delay_s=float(delay_s), duration_s=float(duration_s),
                              memory_usage=memory_usage == "memory").returncode)

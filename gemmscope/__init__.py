@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         load,
         timeline,
     )
-    from gemmscope.capturing import Captured, CaptureWindow, capture
+    from gemmscope.running.capturing import Captured, CaptureWindow, capture
 
 __version__ = "0.1.0"
 
@@ -36,7 +36,7 @@ __version__ = "0.1.0"
 _PUBLIC = {name: "gemmscope.api" for name in
            ("Analysis", "CheckResult", "Comparison", "Options", "Traces", "check", "compare", "diagnose", "follow",
             "load", "timeline")}
-_PUBLIC |= {name: "gemmscope.capturing" for name in ("CaptureWindow", "Captured", "capture")}
+_PUBLIC |= {name: "gemmscope.running.capturing" for name in ("CaptureWindow", "Captured", "capture")}
 
 __all__ = ["Analysis", "CaptureWindow", "Captured", "CheckResult", "Comparison", "InputError", "Options", "State",
            "Traces", "capture", "check", "compare", "diagnose", "follow", "load", "timeline", "__version__"]

@@ -2,7 +2,7 @@
 
 Importing the CLI's libraries (pandas, matplotlib) takes a moment: Ctrl-C then is handled here,
 as the CLI handles it later (one line, exit 130). SIGTERM and SIGHUP become an ordinary exit, so
-that the private scratch folder (gemmscope.scratch) is removed then too.
+that the private scratch folder (gemmscope.common.scratch) is removed then too.
 """
 
 from __future__ import annotations

@@ -33,16 +33,16 @@ from gemmscope.options import Options
 if TYPE_CHECKING:
     import pandas as pd
 
-    from gemmscope.attribution import LoadedTrace
+    from gemmscope.assembly.attribution import LoadedTrace
+    from gemmscope.assembly.job import Job
     from gemmscope.bundle import Bundle
-    from gemmscope.capturing import Captured
-    from gemmscope.diagnosis import Diagnosis
-    from gemmscope.job import Job
-    from gemmscope.redaction import Redactor
+    from gemmscope.diagnosing.diagnosis import Diagnosis
+    from gemmscope.judging.verify import Verification
+    from gemmscope.redaction.policy import Redactor
     from gemmscope.report.model import Report
     from gemmscope.report.plots import Plot
+    from gemmscope.running.capturing import Captured
     from gemmscope.traces.model import Trace
-    from gemmscope.verify import Verification
 
 # The GEMM tables' columns: public name <- the column of verify's frame it is. Times are ns.
 GEMM_COLUMNS = {
@@ -73,7 +73,7 @@ class Traces:
     @classmethod
     def of(cls, traces: Sequence[Trace]) -> Traces:
         """Traces already read (traces.read.read_trace), attributed here."""
-        from gemmscope.attribution import attribute
+        from gemmscope.assembly.attribution import attribute
 
         return cls([attribute(trace) for trace in traces], [trace.path for trace in traces])
 
@@ -141,7 +141,7 @@ class CheckResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-able values: the mismatches and the unjudged GEMMs one record per launch."""
-        from gemmscope.jsonable import frame_records
+        from gemmscope.common.jsonable import frame_records
 
         return {"state": self.state.value, "passed": self.passed, "expected": self.expected,
                 "unreadable": self.unreadable, "without_kernels": self.without_kernels, "note": self.note,
@@ -178,7 +178,7 @@ class Analysis:
 
     def __init__(self, traces: Source | Captured, options: Options | None = None, /, *,
                  say: Callable[[str], None] | None = None, **settings: Any) -> None:
-        from gemmscope.capturing import Captured
+        from gemmscope.running.capturing import Captured
 
         self.options = Options.of(options, **settings)
         self.captured = traces if isinstance(traces, Captured) else None
@@ -197,7 +197,7 @@ class Analysis:
         options = Options.of(options, **settings)
         if any(isinstance(source, Traces) for source in sources):
             return [cls(source, options, say=say) for source in sources]
-        from gemmscope import loading
+        from gemmscope.assembly import loading
 
         paths = [cls(source).paths for source in sources]
         every = [path for part in paths for path in part]
@@ -230,7 +230,7 @@ class Analysis:
         if given is not None and (given.redactor is not None or not self.options.redact):
             traces = given  # read (and redacted) already
         else:
-            from gemmscope import loading
+            from gemmscope.assembly import loading
 
             options = self.options
             loaded = (given.loaded if given is not None
@@ -253,11 +253,11 @@ class Analysis:
         """The traces as one job (job.assemble: ranks, autotuning apart, module labels), cut to
         Options.steps (the steps no trace holds noted). NoGpuKernels where the run launched no GPU
         kernel (`cuda_traced`: its CUDA calls were captured; else a capture blind to kernels)."""
-        from gemmscope.job import assemble
+        from gemmscope.assembly.job import assemble
 
         loaded = self.traces.loaded
         if self.options.steps is not None:
-            from gemmscope.steps import cut_to_steps
+            from gemmscope.diagnosing.steps import cut_to_steps
 
             first, last = self.options.steps
             loaded, missing, held = cut_to_steps(loaded, first, last)
@@ -278,7 +278,7 @@ class Analysis:
     def verification(self) -> Verification:
         """Every GEMM launch of the job judged against Options.expect, expect_map, allow and strict
         (verify.judge; NoGpuKernels as `job`)."""
-        from gemmscope import verify
+        from gemmscope.judging import verify
 
         options = self.options
         return verify.judge(self.job, options.expect, options.allow, options.expect_map, options.strict)
@@ -294,7 +294,7 @@ class Analysis:
                 raise
             import pandas as pd
 
-            from gemmscope.te_ranges import unpatched_in
+            from gemmscope.assembly.te_ranges import unpatched_in
 
             expect = self.options.expect
             read = [item.trace for item in self.traces.loaded if item.trace is not None]
@@ -310,7 +310,7 @@ class Analysis:
     def diagnosis(self) -> Diagnosis:
         """Where the GPU time went and why low precision does or does not pay (diagnosis.diagnose),
         over the steps Options.step_range marks (else those found)."""
-        from gemmscope.diagnosis import diagnose
+        from gemmscope.diagnosing.diagnosis import diagnose
 
         return diagnose(self.verification, self.options.step_range)
 
@@ -375,18 +375,18 @@ class Analysis:
     def compare(self, new: Analysis) -> Comparison:
         """This run (BASE) against `new` (NEW): where NEW gained or lost GPU time, per category and
         per module and pass, which GEMM kernels changed (comparison.compare)."""
-        from gemmscope.comparison import compare
+        from gemmscope.diagnosing.compare_runs import compare
         from gemmscope.report.comparison import comparison_report
 
         figures = compare(self.verification, new.verification, step_range=self.options.step_range)
         return Comparison(figures, comparison_report(figures))
 
     def scrubbed(self, folder: str | Path | None = None) -> Analysis:
-        """The same analysis of the traces scrubbed (gemmscope.scrub: into `folder`, default the
+        """The same analysis of the traces scrubbed (gemmscope.redaction.scrub: into `folder`, default the
         private scratch folder), read back under their own names redacted, by one Redactor learnt
         from all of them (`redactor`); its reports are redacted by it too: what `report` writes."""
-        from gemmscope import scratch
-        from gemmscope.scrub import recorded_redactor, scrub
+        from gemmscope.common import scratch
+        from gemmscope.redaction.scrub import recorded_redactor, scrub
         from gemmscope.traces.read import read_trace, trace_source
 
         exports = [trace_source(path) for path in self.paths]
@@ -422,7 +422,7 @@ class Analysis:
 
 
 def _redacted(loaded: list[LoadedTrace], paths: list[Path], keep: tuple[str, ...]) -> Traces:
-    from gemmscope.scrub import redacted_traces
+    from gemmscope.redaction.scrub import redacted_traces
 
     items, redactor = redacted_traces(loaded, keep)
     return Traces(items, paths, redactor)

@@ -16,7 +16,7 @@
 and, for traces or a `gemmscope profile` run directory, `report` (the page `gemmscope report`
 writes), `bundle` (the zip `gemmscope bundle` writes) and `scrub` (a trace's scrubbed copy), here
 as gemmscope.api.report / bundle / scrub (`gemmscope.report`, `gemmscope.bundle` and
-`gemmscope.scrub` are the modules that make them).
+`gemmscope.redaction.scrub` are the modules that make them).
 
 The states are the CLI's: `result.state.exit_code` is what `gemmscope verify --trace` exits with
 on the same traces and options, and what the CLI says in one line and exits 2 for is raised as
@@ -48,8 +48,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gemmscope.bundle import Bundle
-    from gemmscope.diagnosis import Diagnosis
-    from gemmscope.redaction import Redactor
+    from gemmscope.diagnosing.diagnosis import Diagnosis
+    from gemmscope.redaction.policy import Redactor
     from gemmscope.report.model import Report
     from gemmscope.watching.timeline import Timeline
 
@@ -67,7 +67,7 @@ def load(paths: str | Path | Sequence[str | Path], workers: int | None = None,
     matches nothing, no trace that could be read (a missing file, not a trace), a capture blind to
     GPU kernels. A trace that could not be read beside others that could is kept with its reason
     (`errors`), and a run that launched no GPU kernel is a result (`check`)."""
-    from gemmscope import job
+    from gemmscope.assembly import job
 
     traces = Analysis(paths, workers=workers, scheduler=scheduler, **settings).traces
     try:
@@ -99,7 +99,7 @@ def diagnose(traces: CheckResult | Source, expect: str | None = None, step_range
     if isinstance(traces, CheckResult):
         if traces.verification is None:  # the CLI's diagnose says this line and exits 1
             raise NoGpuKernels(traces.note or "no GPU kernel ran", cuda_traced=True)
-        from gemmscope.diagnosis import diagnose as diagnosed
+        from gemmscope.diagnosing.diagnosis import diagnose as diagnosed
 
         return diagnosed(traces.verification, step_range)
     analysis = Analysis(traces, expect=expect, step_range=step_range, **settings)
@@ -138,7 +138,7 @@ def report(targets: Source, options: Options | None = None, **settings: Any) -> 
     """The report `gemmscope report` writes (`render("html")` or "markdown"; its `tables`), of a
     `gemmscope profile` run directory or of traces, made from them scrubbed and redacted
     (Options.keep: what the redaction leaves)."""
-    from gemmscope.report.profile_run import is_run_dir
+    from gemmscope.report.profile import is_run_dir
 
     options = Options.of(options, **settings)
     named = _named(targets)
@@ -159,12 +159,12 @@ def _run_report(run_dir: Path, keep: Sequence[str]) -> Shared:
     """A profile run directory's report, from its trace scrubbed; and the Redactor that scrubbed it."""
     import tempfile
 
-    from gemmscope import scratch
+    from gemmscope.common import scratch
     from gemmscope.plan import profile_run
+    from gemmscope.redaction.scrub import recorded_redactor
+    from gemmscope.redaction.scrub import scrub as scrub_trace
     from gemmscope.report.model import redacted
-    from gemmscope.report.profile_run import profile_report
-    from gemmscope.scrub import recorded_redactor
-    from gemmscope.scrub import scrub as scrub_trace
+    from gemmscope.report.profile import profile_report
     from gemmscope.traces.nsys import sqlite_export
 
     trace = next((run_dir / name for name in profile_run.RUN_TRACES if (run_dir / name).exists()), None)
@@ -197,10 +197,10 @@ def bundle(inputs: Source, out: str | Path, options: Options | None = None, **se
 
 def scrub(trace: str | Path, out: str | Path, keep: Sequence[str] = ()) -> tuple[Path, Redactor]:
     """A copy of `trace` without what nsys recorded of the machine and the user, every text in it
-    redacted (gemmscope.scrub; `keep`: shell patterns the redaction leaves), as `gemmscope scrub`
+    redacted (gemmscope.redaction.scrub; `keep`: shell patterns the redaction leaves), as `gemmscope scrub`
     writes it; and the Redactor, whose `counts` say what was taken out."""
-    from gemmscope.scrub import recorded_redactor
-    from gemmscope.scrub import scrub as scrub_trace
+    from gemmscope.redaction.scrub import recorded_redactor
+    from gemmscope.redaction.scrub import scrub as scrub_trace
     from gemmscope.traces.read import trace_source
 
     redactor = recorded_redactor([trace_source(trace)], keep)

@@ -6,7 +6,7 @@ From traces (files, folders or globs: one per rank, or one holding every rank):
   `gemmscope analyze --format markdown`, the breakdown and findings included;
 - `analysis.json`: the same as `analyze --format json`;
 - `tables/NAME.csv`: the tables of `gemmscope report --tables` (report.tables.TABLE_FILES);
-- `traces/NAME.sqlite.xz`: each trace, scrubbed (`gemmscope.scrub`).
+- `traces/NAME.sqlite.xz`: each trace, scrubbed (`gemmscope.redaction.scrub`).
 
 From a `gemmscope profile` run directory: `report.md`, `report.html` and `results.json` as the
 run writes them,
@@ -45,18 +45,20 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gemmscope import interruptible, scratch, te_ranges, verify
-from gemmscope.atomic import written_whole
+from gemmscope.assembly import te_ranges
+from gemmscope.common import interruptible, scratch
+from gemmscope.common.atomic import written_whole
+from gemmscope.common.jsonable import frame_records
 from gemmscope.errors import InputError
-from gemmscope.jsonable import frame_records
+from gemmscope.judging import verify
 from gemmscope.plan.profile_run import RUN_TRACES, load_run
-from gemmscope.redaction import REDACTED, Redactor
+from gemmscope.redaction.policy import REDACTED, Redactor
+from gemmscope.redaction.scrub import check_output, recorded_redactor, scrub
 from gemmscope.report import render
 from gemmscope.report.documents import SCHEMA_VERSION
 from gemmscope.report.model import Report, redacted
-from gemmscope.report.profile_run import is_run_dir, profile_report
+from gemmscope.report.profile import is_run_dir, profile_report
 from gemmscope.report.tables import csv_text
-from gemmscope.scrub import check_output, recorded_redactor, scrub
 from gemmscope.traces.model import Trace
 from gemmscope.traces.nsys_tables import recorded_environment
 from gemmscope.traces.read import KINETO_SUFFIXES, TRACE_SUFFIXES, read_trace, redactable_source

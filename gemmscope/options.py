@@ -10,7 +10,7 @@ from typing import Any
 
 from gemmscope.autocast_hook.gemmscope_protocol import parse_steps
 from gemmscope.errors import InputError
-from gemmscope.recipes import RECIPES
+from gemmscope.judging.recipes import RECIPES
 
 
 @dataclass(frozen=True)

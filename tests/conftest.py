@@ -184,7 +184,7 @@ def gpu_trace():
 
 @pytest.fixture(scope="session")
 def gpu_launches(gpu_trace):
-    from gemmscope.attribution import launches
+    from gemmscope.assembly.attribution import launches
 
     cache: dict = {}
 

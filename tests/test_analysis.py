@@ -16,9 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 import gemmscope as gs
-from gemmscope import api, verify
+from gemmscope import api
 from gemmscope.analysis import GEMM_COLUMNS
 from gemmscope.cli import main
+from gemmscope.judging import verify
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU = ROOT / "tests" / "fixtures" / "gpu"
@@ -197,7 +198,7 @@ def test_traces_offered_after_the_program_ended_are_left_to_the_check(tmp_path):
     """Several ranks write their traces as they exit: what is still waiting to be read when the
     program has ended is left to the check, which reads them side by side, not one after another.
     At most the trace being read then is kept (two offered, never two read here)."""
-    from gemmscope.capturing import _ReadWhileRunning
+    from gemmscope.running.capturing import _ReadWhileRunning
 
     reads = _ReadWhileRunning()
     reads.offer(GPU / "request_nvfp4.sqlite.xz")

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import gemmscope as gs
-from gemmscope import verify
-from gemmscope.diagnosis import diagnose as diagnosis_of
-from gemmscope.loading import load as load_traces
+from gemmscope.assembly.loading import load as load_traces
+from gemmscope.diagnosing.diagnosis import diagnose as diagnosis_of
+from gemmscope.judging import verify
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "fixtures" / "gpu" / "corpus"

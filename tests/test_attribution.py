@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gemmscope.attribution import EnclosingRanges, attribute, launches_with_ranges
+from gemmscope.assembly.attribution import EnclosingRanges, attribute, launches_with_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import (
     AUTOCAST_PREFIX,
     GEMM_PREFIX,
@@ -27,9 +27,9 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     TORCH_GEMM_PREFIX,
     format_record,
 )
+from gemmscope.judging.verify import check, recorded_recipes
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import check, recorded_recipes
 
 from nsys_export import BF16_GEMM, DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport
 
@@ -610,7 +610,7 @@ def test_first_matching_pattern_tries_a_pattern_on_the_names_its_literal_prefix_
     (`*`, `?`, `[`): what fnmatchcase says of every name, repeated names and missing ones included."""
     import fnmatch
 
-    from gemmscope.attribution import first_matching_pattern
+    from gemmscope.assembly.attribution import first_matching_pattern
 
     names = np.array(["step_3", "step_", "ste", "step_3", "tp_step_1", "a[b]", "ab", "x?y", "xzy", None, 7.0,
                       "step_3x"], dtype=object)

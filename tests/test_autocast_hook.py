@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 import gemmscope
-from gemmscope import te_ranges
+from gemmscope.assembly import te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import (
     CAPTURE_RANGE,
     GEMM_PREFIX,

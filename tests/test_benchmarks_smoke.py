@@ -11,8 +11,8 @@ from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
+from gemmscope.judging.verify import check
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import check
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "tests" / "fixtures" / "gpu" / "corpus" / "fsdp_fp8_1gpu.sqlite.xz"

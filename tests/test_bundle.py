@@ -24,15 +24,15 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import verify
 from gemmscope.api import bundle
 from gemmscope.cli import main
 from gemmscope.errors import InputError
+from gemmscope.judging import verify
 from gemmscope.plan.profile_run import load_run
-from gemmscope.redaction import Redactor
+from gemmscope.redaction.policy import Redactor
 from gemmscope.report import render
 from gemmscope.report.documents import results_document
-from gemmscope.report.profile_run import profile_report
+from gemmscope.report.profile import profile_report
 from gemmscope.report.tables import csv_text
 from gemmscope.traces.read import read_trace
 

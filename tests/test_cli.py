@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import nsys_runner
-from gemmscope.attribution import launches_with_ranges
+from gemmscope.assembly.attribution import launches_with_ranges
 from gemmscope.cli import main
+from gemmscope.profilers import nsys_runner
 from gemmscope.traces.read import read_trace, trace_paths
 
 REPO = Path(__file__).resolve().parent.parent

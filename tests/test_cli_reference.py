@@ -1,9 +1,9 @@
-"""docs/cli.md is every command's --help as the code renders it (gemmscope/cli_reference.py)."""
+"""docs/cli.md is every command's --help as the code renders it (gemmscope/cli/reference.py)."""
 
 from pathlib import Path
 
-from gemmscope import cli_reference
 from gemmscope.cli import main
+from gemmscope.cli import reference as cli_reference
 
 CLI_DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 

@@ -8,7 +8,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from gemmscope import nsys_runner
+from gemmscope.profilers import nsys_runner
 from gemmscope.traces.read import read_trace, trace_paths
 
 from test_cli import assert_one_line_error, gemmscope

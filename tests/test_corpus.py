@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
+from gemmscope.judging.verify import check
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import check
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 PASSES = ("fprop", "dgrad", "wgrad")

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gemmscope import diagnosis, findings, steps
-from gemmscope.comparison import compare
+from gemmscope.diagnosing import diagnosis, findings, steps
+from gemmscope.diagnosing.compare_runs import compare
+from gemmscope.judging.verify import check
 from gemmscope.kernels import decode
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import check
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 
@@ -168,7 +168,7 @@ def test_a_gpu_missing_from_the_device_table_is_named_not_guessed():
 
 def test_step_ranges_found_in_a_cpu_capture(cpu_traces):
     """The step finder on a real nsys capture made on this CPU machine (NVTX only, no GPU)."""
-    from gemmscope.verify import Verification
+    from gemmscope.judging.verify import Verification
 
     trace = read_trace(cpu_traces / "nvtx_edge_cases.sqlite")
     result = Verification(expected=None, gemms=None, tails_ns=0, traces=[trace])

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gemmscope import diagnosis, steps
+from gemmscope.diagnosing import diagnosis, steps
+from gemmscope.judging.verify import check
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import check
 
 from test_cli import gemmscope
 

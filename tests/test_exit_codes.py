@@ -125,7 +125,7 @@ def test_an_unexpected_exception_is_one_line_naming_the_trace(monkeypatch):
     def broken(*_args, **_kwargs):
         raise KeyError("window_ns")
 
-    monkeypatch.setattr("gemmscope.diagnosis.diagnose", broken)
+    monkeypatch.setattr("gemmscope.diagnosing.diagnosis.diagnose", broken)
     trace = str(TRACES[State.PASS])
     done = _run(["analyze", trace])
     assert done.exit_code == ExitCode.INTERNAL_ERROR == 70

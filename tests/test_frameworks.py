@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from gemmscope.judging.verify import check
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import check
 
 from test_cli import gemmscope as run_gemmscope
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmscope import nsys_runner
+from gemmscope.profilers import nsys_runner
 
 from test_cli import gemmscope as run_gemmscope
 

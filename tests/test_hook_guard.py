@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import gemmscope as gs
-from gemmscope import te_ranges
+from gemmscope.assembly import te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import TESTED_TORCH, parse_record
 from gemmscope.report.verdict import unpatched_line
 

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope.cli import main
+from gemmscope.judging.verify import verdict
 from gemmscope.kernels import PRECISIONS, RULES, SCALE_MODES, decode
-from gemmscope.verify import verdict
 
 ROOT = Path(__file__).parent.parent
 CORPUS = [row for row in csv.DictReader(

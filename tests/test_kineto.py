@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gemmscope import kernels, te_ranges
-from gemmscope.loading import load_one
+from gemmscope import kernels
+from gemmscope.assembly import te_ranges
+from gemmscope.assembly.loading import load_one
 from gemmscope.traces.read import read_trace, trace_paths
 
 from test_cli import assert_one_line_error, gemmscope, invoke
@@ -206,7 +207,7 @@ def test_scrub_writes_a_kineto_trace_without_the_secrets_that_reads_the_same(tmp
 def test_scrub_of_a_kineto_trace_in_process(tmp_path, with_secrets):
     # the same as the CLI's, called here (mutation runs see into it): the redacted JSON, gzipped
     # as its name asks, every launch read back alike, the redactor's counts
-    from gemmscope.scrub import recorded_redactor, scrub
+    from gemmscope.redaction.scrub import recorded_redactor, scrub
 
     redactor = recorded_redactor([with_secrets])
     out = scrub(with_secrets, tmp_path / "scrubbed.json.gz", redactor)
@@ -273,7 +274,7 @@ def test_paired_captures_give_the_same_gemms_and_verdicts(kineto):
     without): GEMM counts per precision and pass, module, layer path and the verdict agree;
     where both carry the hook's records, so do the requests. Without the hook a torch.profiler
     trace still has aten::_scaled_mm's operand types, which an nsys trace lacks."""
-    from gemmscope import verify
+    from gemmscope.judging import verify
 
     nsys, torch_profiler = (verify.check([load_one(path)], None, ()) for path in (_nsys_twin(kineto), kineto))
 

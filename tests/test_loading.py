@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gemmscope import loading
-from gemmscope.diagnosis import diagnose
-from gemmscope.verify import check
+from gemmscope.assembly import loading
+from gemmscope.diagnosing.diagnosis import diagnose
+from gemmscope.judging.verify import check
 
 CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gemmscope import te_ranges
+from gemmscope.assembly import te_ranges
+from gemmscope.assembly.job import assemble
 from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX
-from gemmscope.job import assemble
-from gemmscope.redaction import Redactor
+from gemmscope.redaction.policy import Redactor
 from gemmscope.traces.model import NameText, starting_with, text_codes
 from gemmscope.traces.read import read_trace
 

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from gemmscope.redaction import REDACTED, Redactor
+from gemmscope.redaction.policy import REDACTED, Redactor
 
 BODY = "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC2eF4"  # 34 letters and digits
 

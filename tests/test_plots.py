@@ -16,15 +16,15 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import diagnosis
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
 from gemmscope.cli import EXAMPLE_RUN, EXAMPLE_TRACE, main
+from gemmscope.diagnosing import diagnosis
+from gemmscope.judging.verify import check
 from gemmscope.kernels import decode
 from gemmscope.plan import profile_run
 from gemmscope.report import plots
-from gemmscope.report.profile_run import write_profile_reports
+from gemmscope.report.profile import write_profile_reports
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import check
 
 from test_cli import assert_one_line_error, gemmscope
 

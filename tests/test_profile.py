@@ -11,7 +11,7 @@ import pytest
 
 from gemmscope.plan import gpu_profile, profile_run, run_marks
 from gemmscope.report.documents import results_document
-from gemmscope.report.profile_run import device_line, write_profile_reports
+from gemmscope.report.profile import device_line, write_profile_reports
 from gemmscope.traces.read import read_trace
 
 from test_cli import gemmscope

@@ -3,7 +3,7 @@ leaves its near miss; --keep leaves what the user names; the counts say what wen
 
 import pytest
 
-from gemmscope.redaction import REDACTED, RULES, TRIGGERS, Redactor
+from gemmscope.redaction.policy import REDACTED, RULES, TRIGGERS, Redactor
 
 # kind -> (text holding one match, what is left of it, a near miss that must stay as it is)
 CASES = {

@@ -1,7 +1,7 @@
 """Every output of every command that reads traces holds none of the secrets planted in them:
 analyze, verify --trace (every --format, --verbose, --quiet, --per-launch, --plots), diagnose,
 compare, report (HTML, Markdown, --tables), bundle (every member) and scrub; stdout, stderr and
-every file written. One redaction policy (gemmscope.redaction) for all of them.
+every file written. One redaction policy (gemmscope.redaction.policy) for all of them.
 
 Secrets are planted into copies of committed real traces with SQL and JSON, where a program's
 own text lands: the layer and name fields of gemmscope's hook records (what the tables show), an

@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import verify
 from gemmscope.api import bundle
 from gemmscope.cli import EXAMPLE_RUN, main
-from gemmscope.diagnosis import diagnose
+from gemmscope.diagnosing.diagnosis import diagnose
 from gemmscope.errors import InputError
+from gemmscope.judging import verify
 from gemmscope.plan.profile_run import load_run
 from gemmscope.report import render
 from gemmscope.report.documents import analysis_document
 from gemmscope.report.model import Table, table_parts
-from gemmscope.report.profile_run import profile_report
+from gemmscope.report.profile import profile_report
 from gemmscope.report.verification import verification_report
 from gemmscope.traces.read import read_trace
 

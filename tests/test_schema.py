@@ -10,9 +10,11 @@ import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 
-from gemmscope import diagnosis, kernels, recipes, verify
+from gemmscope import kernels
 from gemmscope.api import bundle
 from gemmscope.cli import main
+from gemmscope.diagnosing import diagnosis
+from gemmscope.judging import recipes, verify
 from gemmscope.plan import profile_run
 from gemmscope.report import documents
 from gemmscope.traces.read import read_trace

@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 import gemmscope
-from gemmscope import scratch
 from gemmscope.cli import main
+from gemmscope.common import scratch
+from gemmscope.common.interruptible import XZ_PRESET
 from gemmscope.errors import InputError
-from gemmscope.interruptible import XZ_PRESET
-from gemmscope.redaction import REDACTED, Redactor
-from gemmscope.scrub import command_lines, recorded_redactor, scrub
+from gemmscope.redaction.policy import REDACTED, Redactor
+from gemmscope.redaction.scrub import command_lines, recorded_redactor, scrub
 from gemmscope.traces.read import read_trace
 
 from sqlite_text import all_text
@@ -389,7 +389,7 @@ def test_this_machines_names_are_its_user_and_its_host_whole_and_first_label(mon
     import getpass
     import socket
 
-    from gemmscope.scrub import _local_names
+    from gemmscope.redaction.scrub import _local_names
 
     monkeypatch.setattr(socket, "gethostname", lambda: "gpu-node-7.cluster.example.org")
     monkeypatch.setattr(getpass, "getuser", lambda: "jane")

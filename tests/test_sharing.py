@@ -174,7 +174,7 @@ def test_xz_and_nsys_rep_inputs_leave_nothing_behind(nsys_rep, tmp_path, nsys_bi
 
 
 def test_scratch_folder_is_private_while_it_lives():
-    from gemmscope import scratch
+    from gemmscope.common import scratch
 
     assert scratch.folder().stat().st_mode & 0o777 == 0o700
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gemmscope import steps
+from gemmscope.assembly.loading import load_one
 from gemmscope.cli import main
-from gemmscope.loading import load_one
+from gemmscope.diagnosing import steps
 
 STEPS = Path(__file__).resolve().parent / "fixtures" / "gpu" / "steps"
 
@@ -171,7 +171,8 @@ def test_marked_steps_start_at_the_last_mark_of_the_step_before():
 def test_step_table_and_steps_that_differ():
     """Per rank and step, the step's time and where it went, adding up to the rank's breakdown;
     a step made slow names itself (slow-steps) and a rank made slow lags (rank-lag)."""
-    from gemmscope import api, diagnosis
+    from gemmscope import api
+    from gemmscope.diagnosing import diagnosis
 
     result = api.check([STEPS / "fsdp_2gpu_steps5-7.sqlite.xz"], steps=(5, 7)).verification
     assert result is not None

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from gemmscope import te_ranges
+from gemmscope.assembly import te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, PROCESS_PREFIX, format_record
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gemmscope import scratch
-from gemmscope.attribution import launches, launches_with_ranges
+from gemmscope.assembly.attribution import launches, launches_with_ranges
+from gemmscope.common import scratch
 from gemmscope.traces.read import read_trace
 
 CPU_EXPECTED = json.loads(

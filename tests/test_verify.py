@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from gemmscope.errors import InputError
-from gemmscope.recipes import RECIPES
+from gemmscope.judging.recipes import RECIPES
+from gemmscope.judging.verify import check, verdict
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import check, verdict
 
 from trace_mutation import altered_sqlite, same_session_as
 
@@ -300,7 +300,7 @@ def _without_the_hooks_rank_marks(gpu_path: Path, tmp_path: Path, one_gpu: bool 
 
 
 def test_several_processes_without_the_hook_are_ranked_by_their_gpu(tmp_path):
-    from gemmscope import diagnosis
+    from gemmscope.diagnosing import diagnosis
 
     original = CORPUS / "fsdp_fp8_2gpu.sqlite.xz"
     hooked = check([read_trace(original)]).gemms
@@ -361,7 +361,7 @@ def _first_seen(pairs) -> list:
 def test_summarize_per_module_and_pass(checked, gpu_expected):
     """train_mixed against its recipe: a row per (module, pass) in the order the GEMMs ran, the
     launches, their kernel time, the share of it at the expected precision, the verdict counts."""
-    from gemmscope.verify import summarize
+    from gemmscope.judging.verify import summarize
 
     expected = gpu_expected("train_mixed")
     gemms = checked("train_mixed", allow=("(outside TE)",)).gemms
@@ -392,7 +392,7 @@ def test_summarize_expected_substitutions_count_as_expected_time(checked):
     """An expected substitution is another precision by design (FP8 block scaling run as MXFP8 on
     sm100, torchao's row-wise rescaled GEMM; marked here on real rows): its time is expected time,
     its verdict counted apart; without a recipe only launches and time."""
-    from gemmscope.verify import summarize
+    from gemmscope.judging.verify import summarize
 
     gemms = checked("train_mixed").gemms.copy()
     substituted = gemms.index[gemms["verdict"] == "FALLBACK"][:5]
@@ -409,7 +409,7 @@ def test_summarize_expected_substitutions_count_as_expected_time(checked):
 
 
 def test_summarize_a_gemm_without_a_pass_and_no_gemm():
-    from gemmscope.verify import summarize
+    from gemmscope.judging.verify import summarize
 
     result = check([read_trace(CORPUS / "fsdp_fp8_2gpu_plain.sqlite.xz")], "fp8-delayed")
     gemms = result.gemms.copy()
@@ -429,7 +429,7 @@ def test_compare_ranks_per_layer_module_and_pass(name):
     """Two ranks that ran the same model: per (layer, module, pass), in the order first run, both
     ranks and the kernels they ran, no rank differing. A plain capture names no layer: its rows
     are kept (NaN is a key too)."""
-    from gemmscope.verify import compare_ranks
+    from gemmscope.judging.verify import compare_ranks
 
     gemms = check([read_trace(CORPUS / f"{name}.sqlite.xz")], None).gemms
     compared = compare_ranks(gemms)
@@ -448,7 +448,7 @@ def test_compare_ranks_per_layer_module_and_pass(name):
 
 
 def test_compare_ranks_names_the_rank_that_ran_other_kernels():
-    from gemmscope.verify import compare_ranks
+    from gemmscope.judging.verify import compare_ranks
 
     gemms = check([read_trace(CORPUS / "fsdp_fp8_2gpu_plain.sqlite.xz")], None).gemms.copy()
     rank1_fprop = gemms.index[(gemms["rank"] == 1) & (gemms["te_pass"] == "fprop")]
@@ -477,7 +477,7 @@ def test_causes_without_the_hook_say_no_record_inside_te_and_outside_te_outside(
 # --- the small rules check() is made of, called here so that a change to one fails here ----------
 
 def test_parse_expect_map_keeps_the_order_given_and_splits_at_the_last_equals_sign():
-    from gemmscope.verify import parse_expect_map
+    from gemmscope.judging.verify import parse_expect_map
 
     assert parse_expect_map(["FP8Block_*=fp8-block", "BF16_*=bf16", "step=1*=fp8-current"]) == (
         ("FP8Block_*", "fp8-block"), ("BF16_*", "bf16"), ("step=1*", "fp8-current"))
@@ -491,7 +491,7 @@ def test_parse_expect_map_keeps_the_order_given_and_splits_at_the_last_equals_si
     ("BF16_*=", "--expect-map 'BF16_*=': unknown recipe '': choose from " + ", ".join(RECIPES)),
 ])
 def test_parse_expect_map_refuses_an_item_without_pattern_or_known_recipe(item, message):
-    from gemmscope.verify import parse_expect_map
+    from gemmscope.judging.verify import parse_expect_map
 
     with pytest.raises(InputError) as raised:
         parse_expect_map(["BF16_*=bf16", item])
@@ -501,7 +501,7 @@ def test_parse_expect_map_refuses_an_item_without_pattern_or_known_recipe(item, 
 def test_layer_numbers_are_the_first_numbered_member_of_a_module_path():
     import pandas as pd
 
-    from gemmscope.job import layer_numbers
+    from gemmscope.assembly.job import layer_numbers
 
     paths = pd.Series(["decoder.layers.3.mlp.linear_fc1", "model.layers.12.self_attn.q_proj", "3.self_attention.proj",
                        "layers.7", "fc2.10.5", "h.1x.2", "block7.proj", "lm_head", None], index=range(10, 19))
@@ -514,7 +514,7 @@ def test_module_labels_name_what_te_launched_without_a_module_apart_from_what_it
     import numpy as np
     import pandas as pd
 
-    from gemmscope.job import module_labels
+    from gemmscope.assembly.job import module_labels
 
     te_module = pd.Series(["_Linear", None, None, "_LayerNormMLP"], index=[4, 5, 6, 7], dtype=object)
     labels = module_labels(te_module, np.array([True, True, False, False]))
@@ -524,7 +524,7 @@ def test_module_labels_name_what_te_launched_without_a_module_apart_from_what_it
 def test_first_pattern_is_the_position_of_the_first_matching_pattern_per_name():
     import pandas as pd
 
-    from gemmscope.verify import first_pattern
+    from gemmscope.judging.verify import first_pattern
 
     names = pd.Series(["BF16_4096", "FP8Block_4096", "fp8block_1", "other", None], index=[9, 8, 7, 6, 5], dtype=object)
     position = first_pattern(names, ["FP8*", "BF16_*", "*_4096", "o*"])
@@ -559,8 +559,8 @@ def test_autotuning_is_told_by_benchmark_loops_per_thread(gpu_sqlite, tmp_path):
     launched meanwhile, and a GEMM next to an int tensor the program zeroes are the program's. A
     candidate only the autotuner launches is its own without a loop. Kernels whose launch call the
     trace missed are ordered by their own start, apart from every thread."""
-    from gemmscope.attribution import launches
-    from gemmscope.job import autotuning_launches
+    from gemmscope.assembly.attribution import launches
+    from gemmscope.assembly.job import autotuning_launches
 
     from nsys_export import BF16_GEMM, SPLIT_K_REDUCE, HandBuiltExport
 
@@ -611,7 +611,7 @@ def test_runtime_autotuning_of_pointwise_kernels_takes_no_gemm(gpu_xz, gpu_expec
     """A compiled torchao FP8 model without max-autotune: Triton's autotuner times configs of
     Inductor's pointwise kernels while the program runs (benchmark loops between its GEMMs), and
     every GEMM stays the program's: one per Linear layer and pass, each step (expected.json)."""
-    from gemmscope.job import autotuning_launches
+    from gemmscope.assembly.job import autotuning_launches
 
     name = "corpus/torchao_tensorwise_compiled"
     expected = gpu_expected(name)
@@ -639,7 +639,7 @@ def test_group_per_layer_module_pass_and_kernel(name, expect, checked_keys, rank
     ran it and its kernel time, counted here from the rows."""
     import pandas as pd
 
-    from gemmscope.verify import group
+    from gemmscope.judging.verify import group
 
     path = CORPUS / f"{name}.sqlite.xz" if (CORPUS / f"{name}.sqlite.xz").exists() else gpu_xz(name)
     gemms = check([read_trace(path)], expect).gemms
@@ -688,7 +688,7 @@ def test_check_lists_traces_it_could_not_read_and_processes_that_launched_nothin
     or holds no kernel because CUDA was not traced, is unreadable and fails the check; each
     named with the rank its file name gives. With no trace usable, the first one's reason is the
     error: NoGpuKernels where none holds a kernel (cuda_traced only if every one traced CUDA)."""
-    from gemmscope.attribution import LoadedTrace, attribute
+    from gemmscope.assembly.attribution import LoadedTrace, attribute
     from gemmscope.errors import NoGpuKernels
 
     launched_nothing = LoadedTrace(Path("run/rank3.sqlite"), error="rank3.sqlite ran no GPU kernel", no_kernels=True,
@@ -804,7 +804,7 @@ def test_ranges_checked_per_mapped_range_counted_from_the_rows():
     torch GEMMs fall back against FP8 (one of them not allowed), a pattern names only one of the
     hook's marks (a mark is no range: NOT FOUND), another nothing; some GEMMs marked unknown or
     expected substitutions; then BF16's range with one GEMM left. Every cell as counted by hand."""
-    from gemmscope.verify import ranges_checked
+    from gemmscope.judging.verify import ranges_checked
 
     expect_map = (("nvte_cublas_gemm_v2", "fp8-current"), ("FP8Block_*", "fp8-block"), ("BF16_*", "fp8-current"),
                   ("FP8*", "fp8-current"), ("gemmscope.software*", "bf16"), ("Nope_*", "mxfp8"))
@@ -830,9 +830,9 @@ def test_a_check_leaves_what_it_was_given_and_earlier_results_as_they_were(tmp_p
     """A loaded trace checked alone, then beside the ranks of its job (where it is ranked by its
     place), keeps its own launches, and the first result its ranks: a result holds launches of its
     own. One assembled job judged twice, against two recipes, gives each its verdicts."""
-    from gemmscope.attribution import attribute
-    from gemmscope.job import assemble
-    from gemmscope.verify import judge
+    from gemmscope.assembly.attribution import attribute
+    from gemmscope.assembly.job import assemble
+    from gemmscope.judging.verify import judge
 
     third = altered_sqlite(Path(__file__).parent / "fixtures" / "gpu" / "te_linear_bf16.sqlite.xz",
                            tmp_path / "te_linear_bf16.sqlite", same_session_as(CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz"))

@@ -19,10 +19,10 @@ from typing import NoReturn
 
 import click
 
-from gemmscope import scratch
+from gemmscope.common import scratch
 from gemmscope.errors import ExitCode, InputError, exit_codes_help
+from gemmscope.judging.recipes import RECIPES
 from gemmscope.options import Options
-from gemmscope.recipes import RECIPES
 
 EXAMPLE_TRACE = Path(__file__).parent.parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
 EXAMPLE_RUN = Path(__file__).parent.parent / "examples" / "h200-codonfm-5b"
@@ -181,7 +181,7 @@ def with_options(func, options: list) -> Callable:
 def _parse_expect_map(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     if not items:  # the default: verify, and pandas under it, not imported before a command needs them
         return ()
-    from gemmscope import verify
+    from gemmscope.judging import verify
 
     return verify.parse_expect_map(items)
 

@@ -20,9 +20,9 @@ from gemmscope.cli.group import (
     with_options,
 )
 from gemmscope.errors import ExitCode, InputError
+from gemmscope.judging.recipes import RECIPES
 from gemmscope.plan.hf_config import resolve_config
 from gemmscope.plan.model_config import ACTIVATIONS, PRESETS, ModelConfig
-from gemmscope.recipes import RECIPES
 
 # pandas and what stands on it are imported by the commands that use them: the command line itself
 # starts without (verify -- starts its program before importing them)
@@ -138,8 +138,8 @@ def _with_remarks(frame: pd.DataFrame) -> pd.DataFrame:
               help="Also run a tiny GEMM that asks for FP8 but runs BF16, under nsys, and check it is flagged.")
 def doctor(canary: bool) -> None:
     """What this machine can do: nsys, GPU, Transformer Engine and each recipe's availability."""
-    from gemmscope import doctor as doctor_checks
     from gemmscope.report import terminal
+    from gemmscope.running import doctor as doctor_checks
 
     checked = doctor_checks.checks()
     emit(terminal.table_text("gemmscope doctor", checked, wrap={"detail"}))
@@ -177,7 +177,7 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
 
     from gemmscope.plan import gpu_profile, profile_run
     from gemmscope.report import render
-    from gemmscope.report.profile_run import profile_report, write_profile_reports
+    from gemmscope.report.profile import profile_report, write_profile_reports
 
     started = time.perf_counter()
     detail = detail_level(quiet, verbose)

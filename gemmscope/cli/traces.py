@@ -17,8 +17,6 @@ import click
 
 from gemmscope import api
 from gemmscope.analysis import Analysis, Options
-from gemmscope.atomic import written_whole
-from gemmscope.capturing import PROFILERS, Captured, CaptureWindow, capture, check_profiler, progress
 from gemmscope.cli.group import (
     COMPARISON_FORMATS,
     EXAMPLE_RUN,
@@ -37,10 +35,12 @@ from gemmscope.cli.group import (
     trace_options,
     with_options,
 )
+from gemmscope.common.atomic import written_whole
 from gemmscope.errors import ExitCode, InputError, NoGpuKernels, State
+from gemmscope.running.capturing import PROFILERS, Captured, CaptureWindow, capture, check_profiler, progress
 
 if TYPE_CHECKING:
-    from gemmscope.verify import Verification
+    from gemmscope.judging.verify import Verification
 
 
 @main.command()

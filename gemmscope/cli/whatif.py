@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from gemmscope.atomic import written_whole
 from gemmscope.cli.group import TRACE_PATH, emit, format_option, main, note, reading_options
+from gemmscope.common.atomic import written_whole
 from gemmscope.errors import ExitCode
 from gemmscope.options import Options
 

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gemmscope.errors import InputError
+from gemmscope.judging.recipes import RECIPES
 from gemmscope.plan import shapes
 from gemmscope.plan.model_config import ModelConfig
 from gemmscope.plan.profile_run import MODES
-from gemmscope.recipes import RECIPES
 
 if TYPE_CHECKING:
-    from gemmscope.relay import Capture
+    from gemmscope.profilers.relay import Capture
 
 
 def spec_for(config: ModelConfig, plan: list[shapes.Gemm], precisions, modes, iters, warmup) -> dict:
@@ -64,7 +64,7 @@ def run(spec: dict, out: Path, use_nsys: bool = True) -> Path:
     done: Capture | subprocess.CompletedProcess[bytes]  # how the workload ended, under nsys or not
     try:
         if use_nsys:
-            from gemmscope import nsys_runner
+            from gemmscope.profilers import nsys_runner
 
             done = nsys_runner.profile(command, partial / "trace.nsys-rep", dict(os.environ), memory_usage=True)
             if done.returncode != 0:

@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import devices
-from gemmscope.attribution import launches_with_ranges
+from gemmscope.assembly.attribution import launches_with_ranges
 from gemmscope.errors import InputError
+from gemmscope.judging.recipes import recipe_precision
+from gemmscope.judging.verify import verdict
 from gemmscope.plan.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
-from gemmscope.recipes import recipe_precision
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import read_trace
-from gemmscope.verify import verdict
 
 MODES = ("autocast", "prequant")
 # A run directory's trace, in the order load_run looks for it (the export, or it compressed).

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
+from gemmscope.judging.recipes import RECIPES
 from gemmscope.plan.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
-from gemmscope.recipes import RECIPES
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """What gemmscope says, for people and machines: a report model (`model`), one builder per
-subject (`verification`, `comparison`, `profile_run`), one renderer per format (`terminal`,
+subject (`verification`, `comparison`, `profile`), one renderer per format (`terminal`,
 `markdown`, `html`; JSON and CSV here; the tables as CSV files in `tables`; plots in
 gemmscope.report.plots), and `render`, where the format is chosen."""
 

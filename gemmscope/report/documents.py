@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import devices
-from gemmscope.diagnosis import Diagnosis
-from gemmscope.figures import Coverage, verdict_figures
-from gemmscope.jsonable import frame_records, plain
+from gemmscope.common.jsonable import frame_records, plain
+from gemmscope.diagnosing.diagnosis import Diagnosis
+from gemmscope.judging.figures import Coverage, verdict_figures
+from gemmscope.judging.verify import Verification
 from gemmscope.plan.shapes import Gemm
 from gemmscope.traces.model import Trace
-from gemmscope.verify import Verification
 
 # The version of every JSON document gemmscope writes (`schema_version`, a top-level key): it
 # changes when a key is removed or renamed, or a value changes type, unit or meaning; a new key or

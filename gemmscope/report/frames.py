@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gemmscope.diagnosis import CATEGORIES, Diagnosis
-from gemmscope.figures import coverage_groups
-from gemmscope.findings import Finding
+from gemmscope.diagnosing.diagnosis import CATEGORIES, Diagnosis
+from gemmscope.diagnosing.findings import Finding
+from gemmscope.diagnosing.steps import described
+from gemmscope.judging.figures import coverage_groups
+from gemmscope.judging.verify import Verification
 from gemmscope.report.model import count
-from gemmscope.steps import described
-from gemmscope.verify import Verification
 
 # Section titles, the same in every format.
 RANGES_TITLE = "Ranges checked (--expect-map)"

@@ -14,7 +14,7 @@ import re
 
 import pandas as pd
 
-from gemmscope.jsonable import plain
+from gemmscope.common.jsonable import plain
 from gemmscope.report.model import STATUS_WORDS, Block, Figure, Report, Table, cell, page_sections, table_parts
 
 # A table cell's text up to this long is kept on one line (names, precisions, kernel names are

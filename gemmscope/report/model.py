@@ -1,7 +1,7 @@
 """What a report is, whatever it is rendered as: a verdict, sections of tables, figures and
 details, the tables for a machine (CSV) and the JSON document.
 
-A builder (`verification`, `comparison`, `profile_run`) lists a subject's sections once: each
+A builder (`verification`, `comparison`, `profile`) lists a subject's sections once: each
 section's title, paragraphs, tables (their columns, their rows' grouping and what the codes in them
 mean), figures and details. Each renderer (`terminal`, `markdown`, `html`, and JSON and CSV in
 `render`) shows the same sections its own way: pages show everything; the terminal shows the
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
+from gemmscope.common.jsonable import plain
 from gemmscope.errors import State
-from gemmscope.jsonable import plain
-from gemmscope.redaction import Redactor
+from gemmscope.redaction.policy import Redactor
 
 if TYPE_CHECKING:
     from gemmscope.report.plots import Plot

@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 
 from gemmscope import devices
-from gemmscope.diagnosis import CATEGORIES, Diagnosis
+from gemmscope.diagnosing.diagnosis import CATEGORIES, Diagnosis
+from gemmscope.diagnosing.throughput import device_name, gemm_group_throughput
 from gemmscope.errors import InputError
+from gemmscope.judging.recipes import recipe_precision
+from gemmscope.judging.verify import Verification
 from gemmscope.plan.profile_run import ProfileRun
-from gemmscope.recipes import recipe_precision
-from gemmscope.throughput import device_name, gemm_group_throughput
-from gemmscope.verify import Verification
 
 DPI = 110
 FLAGGED_COLOUR = "#d62728"

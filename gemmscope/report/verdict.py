@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gemmscope import te_ranges
-from gemmscope.diagnosis import Diagnosis
-from gemmscope.figures import Coverage, verdict_figures
-from gemmscope.findings import Finding
+from gemmscope.assembly import te_ranges
+from gemmscope.diagnosing.diagnosis import Diagnosis
+from gemmscope.diagnosing.findings import Finding
+from gemmscope.judging.figures import Coverage, verdict_figures
+from gemmscope.judging.verify import Verification, recorded_recipes
 from gemmscope.report.model import count
-from gemmscope.verify import Verification, recorded_recipes
 
 
 def shares_by_precision(time_by_precision: dict[str, int]) -> str:

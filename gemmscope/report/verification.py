@@ -13,9 +13,10 @@ import json
 import pandas as pd
 
 from gemmscope import kernels
-from gemmscope.diagnosis import Diagnosis
-from gemmscope.findings import Finding
-from gemmscope.jsonable import plain
+from gemmscope.common.jsonable import plain
+from gemmscope.diagnosing.diagnosis import Diagnosis
+from gemmscope.diagnosing.findings import Finding
+from gemmscope.judging.verify import Verification
 from gemmscope.report import plots
 from gemmscope.report.documents import gemm_fields, gemm_records, range_lists
 from gemmscope.report.frames import (
@@ -63,7 +64,6 @@ from gemmscope.report.model import (
     count,
 )
 from gemmscope.report.verdict import trace_environment, verdict_block
-from gemmscope.verify import Verification
 
 # Kernel names (templated CUTLASS ones run to hundreds of characters) are cut to this in a
 # one-line summary; the full name is inside.

@@ -1,7 +1,7 @@
 """The trace model every reader fills: one DataFrame per kind of record, on nsys's clock and ids.
 
 A reader (traces.nsys for Nsight Systems' SQLite exports, traces.kineto for torch.profiler's
-JSON) returns a `Trace`; attribution (gemmscope.attribution) joins its frames into launches.
+JSON) returns a `Trace`; attribution (gemmscope.assembly.attribution) joins its frames into launches.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemmscope import interruptible, scratch
-from gemmscope.atomic import written_whole
+from gemmscope.common import interruptible, scratch
+from gemmscope.common.atomic import written_whole
 from gemmscope.errors import InputError
 from gemmscope.traces.model import (
     DamagedTrace,
@@ -131,13 +131,13 @@ def read(given: Path, threads: int = 2, name: Path | None = None) -> Trace:
 def sqlite_export(path: str | Path) -> Path:
     """The SQLite export of a trace, checked to be one: a `.sqlite` itself; a `.sqlite.xz`
     decompressed, an `.nsys-rep` exported with nsys (or its export beside it, when newer), into
-    this process's private scratch folder (gemmscope.scratch: never beside the input, which may
+    this process's private scratch folder (gemmscope.common.scratch: never beside the input, which may
     be read-only or shared, and removed at exit)."""
     given = path = Path(path)
     if path.suffix == ".xz":
         path = _decompressed(path)
     elif path.suffix == ".nsys-rep":
-        from gemmscope import nsys_runner
+        from gemmscope.profilers import nsys_runner
 
         if not path.is_file():
             raise InputError(f"no such file: {path}")

@@ -16,7 +16,7 @@ largest first, are nearest the calls' average stands for them all, one shape to 
 ran, so its sizes are ones the program's recipe takes). A grouped module whose members were not
 recorded has no shape.
 
-Per step: over the run's steps (gemmscope.steps) after the first (the first holds the warm-up:
+Per step: over the run's steps (gemmscope.diagnosing.steps) after the first (the first holds the warm-up:
 autotuning, lazy initialisation), averaged over ranks; without steps, over the whole capture,
 which the groups say.
 
@@ -34,9 +34,9 @@ import numpy as np
 import pandas as pd
 
 from gemmscope.autocast_hook.gemmscope_protocol import parse_members
-from gemmscope.recipes import HIGH_PRECISIONS, RECIPES
-from gemmscope.steps import NO_STEPS, described, launching_step, located_steps
-from gemmscope.verify import Verification, recorded_recipes
+from gemmscope.diagnosing.steps import NO_STEPS, described, launching_step, located_steps
+from gemmscope.judging.recipes import HIGH_PRECISIONS, RECIPES
+from gemmscope.judging.verify import Verification, recorded_recipes
 
 # A number between dots in a module path: a layer, an expert, an index in a container.
 _NUMBER = r"(?<![^.])\d+(?![^.])"

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 
 from gemmscope.errors import InputError
+from gemmscope.judging.recipes import RECIPES
 from gemmscope.plan.profile_run import RUN_TRACES, parse_label, range_label, timed_ranges
 from gemmscope.plan.run_marks import PLAN_PREFIX, RESULT_PREFIX
-from gemmscope.recipes import RECIPES
 from gemmscope.traces.read import read_trace
 from gemmscope.whatif.groups import RunGroups
 
@@ -106,7 +106,7 @@ def measuring_possible(framework: str) -> str | None:
 
 def run(measure_spec: dict, out: Path) -> Path:
     """Run the runner under nsys into the new folder `out` (appears only once complete)."""
-    from gemmscope import nsys_runner
+    from gemmscope.profilers import nsys_runner
 
     if out.exists():
         raise InputError(f"{out} exists: give a new folder")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from gemmscope.jsonable import frame_records, plain
+from gemmscope.common.jsonable import frame_records, plain
 from gemmscope.report.documents import SCHEMA_VERSION
 from gemmscope.report.model import Fit, Report, Section, Table
 from gemmscope.whatif.advice import NUMERICS, Advice

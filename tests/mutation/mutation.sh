@@ -2,11 +2,11 @@
 # Mutation testing of the rules gemmscope's verdicts rest on (not part of CI: hours on two cores,
 # where mutants whose tests read real traces run at 5-8 a minute). mutmut (pip install 'gemmscope[mutation]') changes one thing at a time in the
 # functions named below and runs the tests that cover each one ([tool.mutmut] in pyproject.toml);
-# a mutant no test kills is a survivor. Writes tests/mutation/mutation-report.txt: date, commit, counts
+# a mutant no test kills is a survivor. Writes docs/mutation-report.txt: date, commit, counts
 # per function, and every survivor with its diff. Arguments replace the default function patterns.
 #
 #   bash tests/mutation/mutation.sh                                   # the default functions below
-#   bash tests/mutation/mutation.sh 'gemmscope.scrub.*'               # one whole module
+#   bash tests/mutation/mutation.sh 'gemmscope.redaction.scrub.*'   # one whole module
 #   bash tests/mutation/mutation.sh --survivors                       # the last run's survivors again, with
 #                                                                       # the tests as they are now
 #   bash tests/mutation/mutation.sh --survivors 'gemmscope.kernels.*' # those of some functions only
@@ -36,15 +36,15 @@ if [ ${#functions[@]} -eq 0 ]; then
     # attribution: which NVTX ranges enclose a launch, their nesting, the innermost one a pattern
     # names (--expect-map, --allow), each process's rank, the launches frame and what the ranges
     # say of each launch (module, name, pass and its source, shapes)
-    'gemmscope.attribution.*'
+    'gemmscope.assembly.attribution.*'
     # verify: what a run asked for, the verdict, cause and --allow per GEMM, ranks (mark, GPU, file
     # name), autotuning launches, the mapped ranges' table, the per-module, group and rank tables
-    'gemmscope.verify.*'
+    'gemmscope.judging.verify.*'
     # kernels: how a name's operand types and scales make a precision, per naming scheme, its arch
     'gemmscope.kernels.*'
     # scrub and redaction: what the redactor takes out and learns from a trace's records, the scrubbed copy
-    'gemmscope.scrub.*'
-    'gemmscope.redaction.*'
+    'gemmscope.redaction.scrub.*'
+    'gemmscope.redaction.policy.*'
   )
 fi
 stamp() {
@@ -85,7 +85,7 @@ else
   mutmut run --max-children "${MUTATION_CHILDREN:-1}" "${functions[@]}"
   echo "full run $started" > mutants/runs.txt
 fi
-report=tests/mutation/mutation-report.txt
+report=docs/mutation-report.txt
 {
   echo "mutmut $(mutmut --version 2>/dev/null | awk '{print $NF}'):"
   cat mutants/runs.txt

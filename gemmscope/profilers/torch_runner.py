@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from gemmscope import relay
 from gemmscope.autocast_hook.gemmscope_protocol import TORCH_TRACE_FOLDER, TORCH_TRACE_GLOB
+from gemmscope.profilers import relay
 
 # What Kineto, torch.profiler's library, prints on stderr at each start and stop of a capture
 # ("USDT:2026-11-25 07:53:42 1587:1587 SyncActivityProfilerHandler.cpp:52] profiler_start"):

@@ -24,11 +24,11 @@ from typing import Any, TypedDict
 import pandas as pd
 
 from gemmscope.devices import lookup
-from gemmscope.figures import ASSUMED_SPEEDUP
-from gemmscope.recipes import RECIPE_MIN_SM
-from gemmscope.throughput import device_name, gemm_throughput
+from gemmscope.diagnosing.throughput import device_name, gemm_throughput
+from gemmscope.judging.figures import ASSUMED_SPEEDUP
+from gemmscope.judging.recipes import RECIPE_MIN_SM
+from gemmscope.judging.verify import Verification
 from gemmscope.traces.model import gpu_sm
-from gemmscope.verify import Verification
 
 # Where a finding's time is: a layer, module and pass, and its time there.
 Concern = TypedDict("Concern", {"layer": str | None, "module": str, "pass": str | None, "time_ns": int})

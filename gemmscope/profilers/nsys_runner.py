@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gemmscope import relay
 from gemmscope.errors import InputError
+from gemmscope.profilers import relay
 
 # Where nsys lives when it is not on PATH: Nsight Systems' own installs, the CUDA toolkit, and
 # the copy that ships inside Nsight Compute; then the CPU-only install this project's CI uses.

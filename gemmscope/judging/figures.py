@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from gemmscope.verify import Verification
+from gemmscope.judging.verify import Verification
 
 # A low precision's dense peak over BF16's, on Hopper and Blackwell (FP8 vs BF16, on paper): what
 # running a GEMM in low precision instead of high could gain at most (coverage, the fallback

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gemmscope.diagnosis import CATEGORIES, breakdown, categorize_modules, findings, within_steps
-from gemmscope.steps import find_steps
-from gemmscope.verify import Verification
+from gemmscope.diagnosing.diagnosis import CATEGORIES, breakdown, categorize_modules, findings, within_steps
+from gemmscope.diagnosing.steps import find_steps
+from gemmscope.judging.verify import Verification
 
 
 def compare(base: Verification, new: Verification, step_range: str | None = None) -> dict:

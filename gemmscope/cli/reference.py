@@ -1,6 +1,6 @@
 """The command-line reference, docs/cli.md: every command's `--help`, as Markdown.
 
-    python -m gemmscope.cli_reference > docs/cli.md
+    python -m gemmscope.cli.reference > docs/cli.md
 
 The commands are read from the `gemmscope` group at run time, so a new command appears without
 touching this module; tests/test_cli_reference.py fails when docs/cli.md and the code differ.
@@ -16,7 +16,7 @@ from gemmscope.cli import main
 
 # Help is wrapped at this width whatever the terminal, so the page comes out the same everywhere.
 HELP_WIDTH = 100
-REGENERATE = "python -m gemmscope.cli_reference > docs/cli.md"
+REGENERATE = "python -m gemmscope.cli.reference > docs/cli.md"
 
 
 def _help_sections(command: click.Command, context: click.Context) -> list[str]:

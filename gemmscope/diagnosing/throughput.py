@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gemmscope.devices import peak_tflops
-from gemmscope.verify import Verification
+from gemmscope.judging.verify import Verification
 
 
 def gemm_throughput(result: Verification) -> pd.DataFrame:

@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gemmscope import interruptible, scratch
-from gemmscope.atomic import written_whole
-from gemmscope.attribution import EnclosingRanges, LoadedTrace
+from gemmscope.assembly.attribution import EnclosingRanges, LoadedTrace
+from gemmscope.common import interruptible, scratch
+from gemmscope.common.atomic import written_whole
 from gemmscope.errors import InputError
-from gemmscope.redaction import PATH_CHAR, REDACTED, SECRET_NAME, Redactor
+from gemmscope.redaction.policy import PATH_CHAR, REDACTED, SECRET_NAME, Redactor
 from gemmscope.traces import kineto_json, nsys_tables
 from gemmscope.traces.model import Trace
 from gemmscope.traces.nsys_tables import command_lines

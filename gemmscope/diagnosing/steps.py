@@ -16,12 +16,12 @@ from dataclasses import replace as dataclass_replace
 import numpy as np
 import pandas as pd
 
-from gemmscope import te_ranges
-from gemmscope.attribution import LoadedTrace, literal_prefix, name_matches
+from gemmscope.assembly import te_ranges
+from gemmscope.assembly.attribution import LoadedTrace, literal_prefix, name_matches
 from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX, parse_record
 from gemmscope.errors import InputError
+from gemmscope.judging.verify import Verification
 from gemmscope.traces.model import Trace, process_id
-from gemmscope.verify import Verification
 
 # The columns of the steps found (one row per step and process); diagnosis.STEP_COLUMNS are the figures per step.
 FOUND_COLUMNS = ["trace", "pid", "name", "start", "end", "index"]

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gemmscope import scratch
 from gemmscope.autocast_hook import gemmscope_protocol
+from gemmscope.common import scratch
 from gemmscope.errors import InputError
 
 if TYPE_CHECKING:
-    from gemmscope.attribution import LoadedTrace
+    from gemmscope.assembly.attribution import LoadedTrace
 
 # What a command can be captured with: nsys, or torch.profiler inside each of its processes.
 PROFILERS = ("nsys", "torch")
@@ -65,7 +65,7 @@ class CaptureWindow:
     steps: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        from gemmscope import nsys_runner
+        from gemmscope.profilers import nsys_runner
 
         nsys_runner.check_window(self.nvtx_range, self.delay_s, self.duration_s)
         if self.steps is not None and self.timed_or_ranged:
@@ -86,7 +86,7 @@ class CaptureWindow:
         """The window in words, None for the whole run."""
         if self.steps is not None:
             return f"training steps {self.steps[0]}-{self.steps[1]} (its optimizer steps, from 0)"
-        from gemmscope import nsys_runner
+        from gemmscope.profilers import nsys_runner
 
         return nsys_runner.describe_window(self.nvtx_range, self.delay_s, self.duration_s)
 
@@ -190,7 +190,7 @@ class _ReadWhileRunning:
             if self._ended.is_set():
                 continue
             try:
-                from gemmscope.loading import load_one
+                from gemmscope.assembly.loading import load_one
 
                 self._read[path] = load_one(path)
             except Exception:  # not kept: the check reads it again, and says what failed there
@@ -205,8 +205,9 @@ class _ReadWhileRunning:
 
 
 # What checking a capture imports (pandas and the modules on it), imported while the program runs.
-_CHECKING_MODULES = ("gemmscope.loading", "gemmscope.job", "gemmscope.verify", "gemmscope.steps", "gemmscope.diagnosis",
-                     "gemmscope.report.verification", "gemmscope.report.documents", "gemmscope.report.terminal")
+_CHECKING_MODULES = ("gemmscope.assembly.loading", "gemmscope.assembly.job", "gemmscope.judging.verify",
+                     "gemmscope.diagnosing.steps", "gemmscope.diagnosing.diagnosis", "gemmscope.report.verification",
+                     "gemmscope.report.documents", "gemmscope.report.terminal")
 
 
 def _import_checking() -> None:
@@ -233,7 +234,7 @@ class _Run:
     def nsys(self) -> tuple[list[Path], int]:
         """The command under nsys, with TE's NVTX ranges on: its trace's export (Parquet where
         pyarrow reads it, else SQLite: nsys_runner.capture_export_format)."""
-        from gemmscope import nsys_runner
+        from gemmscope.profilers import nsys_runner
 
         report = self.out / "trace.nsys-rep"
         env = {**self.env, "NVTE_NVTX_ENABLED": "1"}
@@ -285,7 +286,7 @@ class _Run:
     def torch(self) -> tuple[list[Path], int]:
         """The command with torch.profiler in each of its processes: the traces of those that used
         CUDA (with steps, of those that ran them; with a --delay/--duration window, that time of each)."""
-        from gemmscope import torch_runner
+        from gemmscope.profilers import torch_runner
 
         steps, window, env = self.window.steps, self.window, dict(self.env)
         if window.delay_s is not None or window.duration_s is not None:
@@ -315,7 +316,7 @@ class _Run:
             return
         lines = done.stderr_tail
         if self.redact:
-            from gemmscope.scrub import environment_redactor
+            from gemmscope.redaction.scrub import environment_redactor
 
             lines = list(map(environment_redactor(env, self.keep), lines))
         tail = "".join(f"\n    {line}" for line in lines)

@@ -4,7 +4,7 @@ share (docs/redaction.md), and the `Redactor` that applies it.
 The rules are text rules only (`RULES`: tokens and keys recognisable by their shape, e-mail
 addresses, host names, IP addresses, home directories, user names in URLs), plus what a trace
 recorded (secret values, paths, user and host names), given to the Redactor by whoever read it
-(gemmscope.scrub learns them from a trace's own records). This module reads no trace: the report
+(gemmscope.redaction.scrub learns them from a trace's own records). This module reads no trace: the report
 model, the CLI and the scrubber all use it.
 """
 

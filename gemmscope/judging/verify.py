@@ -39,7 +39,7 @@ ran another (``kernel-differs``), the GEMM ran outside TE (``outside-te``), or n
 (``no-record``).
 
 Several traces (one per rank, or one holding every rank) are checked together, assembled as one
-job first (gemmscope.job: each GEMM keeps its trace and rank), then judged (`judge`);
+job first (gemmscope.assembly.job: each GEMM keeps its trace and rank), then judged (`judge`);
 `rank_comparison` says whether all ranks ran the same kernels for the same GEMM.
 """
 
@@ -52,11 +52,11 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from gemmscope import te_ranges
-from gemmscope.attribution import EnclosingRanges, LoadedTrace, first_matching_pattern, name_matches
+from gemmscope.assembly import te_ranges
+from gemmscope.assembly.attribution import EnclosingRanges, LoadedTrace, first_matching_pattern, name_matches
+from gemmscope.assembly.job import Job, assemble
 from gemmscope.errors import InputError, State
-from gemmscope.job import Job, assemble
-from gemmscope.recipes import (
+from gemmscope.judging.recipes import (
     EXPECTED_SUBSTITUTIONS,
     HIGH_PRECISIONS,
     RECIPE_BY_CLASS,

@@ -20,7 +20,8 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from gemmscope import kernels, te_ranges
+from gemmscope import kernels
+from gemmscope.assembly import te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import BACKWARD
 from gemmscope.traces.model import (
     ID_BITS,

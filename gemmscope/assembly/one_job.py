@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gemmscope.attribution import LoadedTrace
+from gemmscope.assembly.attribution import LoadedTrace
 from gemmscope.errors import InputError
 
 # How far apart the clocks of a job's nodes may be, and its ranks' captures start or stop.

@@ -6,9 +6,9 @@ from the kernel-name rule table (`kernels`): GEMMs at the requested precision, G
 back, GEMM tails (split-K reduce, bias gradients), quantization, attention, communication (NCCL),
 memcpy, memset, other. Category times are kernel durations; where kernels overlap (several
 streams) they add up to more than the busy time, and the JSON says both. `diagnose` adds the
-findings drawn from the breakdown and the GEMM verdicts (gemmscope.findings).
+findings drawn from the breakdown and the GEMM verdicts (gemmscope.diagnosing.findings).
 
-Steps (gemmscope.steps: `step_range`, a shell pattern such as ``"step *"``; else the optimizer
+Steps (gemmscope.diagnosing.steps: `step_range`, a shell pattern such as ``"step *"``; else the optimizer
 steps gemmscope's hook marked; else NVTX ranges named like ``step 3`` / ``iteration 3`` that
 repeat): the breakdown covers the GPU work the steps launched, leaving out the first step
 (warm-up: allocation, autotuning, lazy init) and everything before it (start-up); each step's own
@@ -28,12 +28,12 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from gemmscope.findings import Finding, findings, uneven_steps
-from gemmscope.job import launched_by_te, module_labels
-from gemmscope.jsonable import frame_records, plain
-from gemmscope.steps import NO_OPTIMIZER_STEP, NO_STEPS, launching_step, located_steps, watched_without_steps
+from gemmscope.assembly.job import launched_by_te, module_labels
+from gemmscope.common.jsonable import frame_records, plain
+from gemmscope.diagnosing.findings import Finding, findings, uneven_steps
+from gemmscope.diagnosing.steps import NO_OPTIMIZER_STEP, NO_STEPS, launching_step, located_steps, watched_without_steps
+from gemmscope.judging.verify import Verification
 from gemmscope.traces.model import process_id
-from gemmscope.verify import Verification
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",
               "memcpy", "memset", "other")

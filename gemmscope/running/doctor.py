@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gemmscope import nsys_runner, scratch
+from gemmscope.common import scratch
+from gemmscope.profilers import nsys_runner
 
 # TE's availability checks, one per recipe (each returns (available, reason)).
 _TE_RECIPE_CHECKS = (
@@ -72,7 +73,7 @@ def canary() -> CanaryResult:
     import tempfile
     from pathlib import Path
 
-    from gemmscope import verify
+    from gemmscope.judging import verify
     from gemmscope.traces.read import read_trace
 
     report = Path(tempfile.mkdtemp(dir=scratch.folder())) / "canary.nsys-rep"

@@ -16,8 +16,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from gemmscope import scratch
-from gemmscope.attribution import LoadedTrace, attribute
+from gemmscope.assembly.attribution import LoadedTrace, attribute
+from gemmscope.common import scratch
 from gemmscope.errors import ExitCode, InputError
 from gemmscope.traces.read import read_trace
 
