@@ -32,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-CPU_FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures" / "cpu"
+from fixture_paths import CPU, GPU
+
 _CPU_TRACES_CACHE = Path(__file__).resolve().parent / ".cache" / "cpu-traces"
 _CPU_TRACE_SOURCES = ("make_traces.sh", "nvtx_edge_cases.c", "empty_capture.c", "secrets_probe.c")
 _NSYS_DEFAULT = Path("/opt/nsys-cpu/target-linux-x64/nsys")
@@ -53,7 +54,7 @@ def _find_nsys() -> str | None:
 def _cpu_traces_key(nsys: str) -> str:
     h = hashlib.sha256()
     for name in _CPU_TRACE_SOURCES:
-        h.update(name.encode() + b"\0" + (CPU_FIXTURES_DIR / name).read_bytes() + b"\0")
+        h.update(name.encode() + b"\0" + (CPU / name).read_bytes() + b"\0")
     version = subprocess.run(
         [nsys, "--version"], capture_output=True, text=True, timeout=120
     ).stdout.strip()
@@ -83,7 +84,7 @@ def cpu_traces() -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=_CPU_TRACES_CACHE))
     try:
         proc = subprocess.run(
-            ["bash", str(CPU_FIXTURES_DIR / "make_traces.sh"), str(tmp)],
+            ["bash", str(CPU / "make_traces.sh"), str(tmp)],
             env={**os.environ, "NSYS": nsys},
             capture_output=True,
             text=True,
@@ -110,7 +111,7 @@ def cpu_traces() -> Path:
 
 @pytest.fixture(scope="session")
 def cpu_traces_expected() -> dict:
-    return json.loads((CPU_FIXTURES_DIR / "expected.json").read_text(encoding="utf-8"))
+    return json.loads((CPU / "expected.json").read_text(encoding="utf-8"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -122,7 +123,6 @@ def cpu_traces_expected() -> dict:
 # GPU traces: real H200 captures shipped xz-compressed in tests/fixtures/gpu/ (see README.md
 # there), each beside <name>.expected.json, what the workload itself counted it launched.
 #
-#   GPU_FIXTURES_DIR     -> tests/fixtures/gpu
 #   gpu_xz(name)         -> Path of tests/fixtures/gpu/<name>.sqlite.xz
 #   gpu_expected(name)   -> dict loaded from <name>.expected.json
 #   gpu_sqlite(name)     -> Path of a decompressed copy in a session temporary folder, for tests
@@ -133,11 +133,9 @@ def cpu_traces_expected() -> dict:
 # gemmscope is imported inside the fixtures, so collecting unrelated tests never depends on it.
 # ------------------------------------------------------------------------------------------------
 
-GPU_FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures" / "gpu"
-
 
 def _gpu_xz(name: str) -> Path:
-    path = GPU_FIXTURES_DIR / f"{name}.sqlite.xz"
+    path = GPU / f"{name}.sqlite.xz"
     assert path.is_file(), f"no GPU fixture {path}"
     return path
 
@@ -150,7 +148,7 @@ def gpu_xz():
 @pytest.fixture(scope="session")
 def gpu_expected():
     def load(name: str) -> dict:
-        return json.loads((GPU_FIXTURES_DIR / f"{name}.expected.json").read_text(encoding="utf-8"))
+        return json.loads((GPU / f"{name}.expected.json").read_text(encoding="utf-8"))
 
     return load
 

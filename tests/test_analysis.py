@@ -10,7 +10,6 @@ import json
 import sqlite3
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -21,9 +20,8 @@ from gemmscope.analysis import GEMM_COLUMNS
 from gemmscope.cli import main
 from gemmscope.judging import verify
 
-ROOT = Path(__file__).resolve().parent.parent
-GPU = ROOT / "tests" / "fixtures" / "gpu"
-CORPUS = GPU / "corpus"
+from fixture_paths import CORPUS, GPU
+
 FIRST_LAST_BF16 = CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz"
 RANKS = [CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz", CORPUS / "fsdp_fp8_2gpu_rank1.sqlite.xz"]
 KINETO = GPU / "kineto" / "te_stack_fp8-block_1gpu.rank0.json.gz"

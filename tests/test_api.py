@@ -15,8 +15,9 @@ from gemmscope.assembly.loading import load as load_traces
 from gemmscope.diagnosing.diagnosis import diagnose as diagnosis_of
 from gemmscope.judging import verify
 
+from fixture_paths import CORPUS, GPU_KINETO
+
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "tests" / "fixtures" / "gpu" / "corpus"
 FIRST_LAST_BF16 = CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz"
 
 
@@ -84,7 +85,7 @@ def test_check_names_the_traces_whose_process_launched_no_kernel():
     """verify --profiler torch's traces of a small training run on an H100: the program's, and one
     of a process that launched nothing. The check passes and names that one apart from the
     unreadable, in the result and in its dict."""
-    mixed = ROOT / "tests" / "fixtures" / "gpu" / "kineto" / "verify_torch_train_small_mixed"
+    mixed = GPU_KINETO / "verify_torch_train_small_mixed"
     result = gs.check(sorted(mixed.glob("trace.*.json.gz")))
     assert result.passed and result.unreadable == []
     assert result.without_kernels == [{"trace": "trace.538.json.gz", "rank": None}]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,6 +30,7 @@ from gemmscope.judging.verify import check, recorded_recipes
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import CORPUS, GPU, KINETO
 from nsys_export import BF16_GEMM, DOMAIN_CREATE, MARK, PUSH_POP, SPLIT_K_REDUCE, START_END, HandBuiltExport
 
 MAIN, OTHER = 1000, 2000  # two processes
@@ -224,7 +224,7 @@ def test_attribute_says_why_a_trace_has_no_kernel(schema, tmp_path):
     assert (loaded.no_kernels, loaded.cuda_traced) == (True, False)
     assert loaded.error.endswith("nothing.sqlite holds no GPU kernels: was it captured with --trace=cuda, on a GPU?")
 
-    cpu_only = Path(__file__).parent / "fixtures" / "kineto" / "cpu_train.json.gz"
+    cpu_only = KINETO / "cpu_train.json.gz"
     loaded = attribute(read_trace(cpu_only))
     assert loaded.no_kernels and "CPU-only torch.profiler trace" in loaded.error
 
@@ -499,10 +499,9 @@ def test_passes_no_per_gemm_range_names_follow_te_s_order():
     LayerNormMLP pushes only module-level ranges, so its GEMMs' passes come from TE's order
     inside them ("te-order": fprop in its forward range, dgrad and wgrad in its backward one);
     LayerNormLinear's from TE's per-GEMM ranges. As many of each as the model runs."""
-    gpu = Path(__file__).parent / "fixtures" / "gpu"
-    frame, _ = launches_with_ranges(read_trace(gpu / "te_layernorm_fp8-current.sqlite.xz"))
+    frame, _ = launches_with_ranges(read_trace(GPU / "te_layernorm_fp8-current.sqlite.xz"))
     gemms = frame[frame["role"] == "gemm"]
-    expected = json.loads((gpu / "te_layernorm_fp8-current.expected.json").read_text())["gemms_by_module"]
+    expected = json.loads((GPU / "te_layernorm_fp8-current.expected.json").read_text())["gemms_by_module"]
     source = {"_LayerNormMLP": "te-order", "_LayerNormLinear": "te-range"}
     assert Counter(zip(gemms["te_module"], gemms["te_pass"], gemms["pass_source"])) == {
         (module, p, source[module]): n for module, passes in expected.items() for p, n in passes.items()}
@@ -514,10 +513,9 @@ def test_pass_sources_of_a_mixed_run_read_here():
     LayerNormMLP's module ranges, except for its 16-bit backward GEMMs, whose layout letters
     say it first; for the torch LM head outside TE, the launching thread (fprop on the main
     thread) and the layout letters (dgrad, wgrad on autograd's). As many as the model runs."""
-    gpu = Path(__file__).parent / "fixtures" / "gpu"
-    frame, _ = launches_with_ranges(read_trace(gpu / "train_mixed.sqlite.xz"))
+    frame, _ = launches_with_ranges(read_trace(GPU / "train_mixed.sqlite.xz"))
     gemms = frame[frame["role"] == "gemm"]
-    expected = json.loads((gpu / "train_mixed.expected.json").read_text())
+    expected = json.loads((GPU / "train_mixed.expected.json").read_text())
 
     def source(module: str, p: str, precision: str) -> str:
         if module == "outside_te":
@@ -543,9 +541,8 @@ def test_deferred_wgrad_gemms_are_wgrad_by_te_s_module_range_read_here():
     (its expected.json). With TE's ranges but no hook, that range alone says wgrad: by thread
     alone they would read as fprop. Backward ranges of LayerNormMLP and GroupedLinear then hold
     only their dgrad GEMMs, fewer than TE's order needs: at least backward, from the thread."""
-    corpus = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
-    expected = json.loads((corpus / "deferred_wgrad_fp8-block.expected.json").read_text())["calls"]
-    frame, _ = launches_with_ranges(read_trace(corpus / "deferred_wgrad_fp8-block.sqlite.xz"))
+    expected = json.loads((CORPUS / "deferred_wgrad_fp8-block.expected.json").read_text())["calls"]
+    frame, _ = launches_with_ranges(read_trace(CORPUS / "deferred_wgrad_fp8-block.sqlite.xz"))
     gemms = frame[frame["role"] == "gemm"]
     assert Counter(zip(gemms["te_module"], gemms["te_pass"], gemms["pass_source"])) == {
         (module, p, "hook"): n for module, passes in expected.items() for p, n in passes.items()}
@@ -566,7 +563,7 @@ def test_deferred_wgrad_gemms_are_wgrad_by_te_s_module_range_read_here():
     assert (gemms["call_flops"] == gemms["te_module"].map(flops)).all()
     assert gemms.loc[gemms["te_module"] == "_GroupedLinear", ["gemm_m", "gemm_n", "gemm_k"]].isna().all().all()
 
-    frame, _ = launches_with_ranges(read_trace(corpus / "deferred_wgrad_fp8-block_te-ranges.sqlite.xz"))
+    frame, _ = launches_with_ranges(read_trace(CORPUS / "deferred_wgrad_fp8-block_te-ranges.sqlite.xz"))
     gemms = frame[frame["role"] == "gemm"]
     assert not frame["recorded"].any()
     want = Counter({("_Linear", p, "te-range"): n for p, n in expected["_Linear"].items()})
@@ -582,8 +579,7 @@ def test_te_names_are_the_hook_s_where_it_recorded_the_call():
     """te_stack_fp8-block_1gpu (H100, as verify runs it): the name of each TE GEMM's module is
     the one TE gave the module (TransformerLayer names them Layer_N.<path>), which the hook
     recorded; TE's own per-GEMM ranges say only qkv or proj. Three passes, three steps each."""
-    frame, _ = launches_with_ranges(read_trace(Path(__file__).parent / "fixtures" / "gpu" / "corpus"
-                                               / "te_stack_fp8-block_1gpu.sqlite.xz"))
+    frame, _ = launches_with_ranges(read_trace(CORPUS / "te_stack_fp8-block_1gpu.sqlite.xz"))
     gemms = frame[frame["role"] == "gemm"]
     te = gemms[gemms["te_module"].str.startswith("_").fillna(False)]
     names = {"_LayerNormLinear": "self_attention.layernorm_linear_qkv", "_Linear": "self_attention.proj",
@@ -598,8 +594,7 @@ def test_the_torch_head_s_backward_gemms_in_te_stack_read_here():
     """te_stack_fp8-block_1gpu (H100, as verify runs it): the torch.nn.Linear head's GEMMs,
     3 steps: fprop from the hook's record of F.linear; dgrad and wgrad from the layout letters
     inside the hook's range around its backward node."""
-    frame, _ = launches_with_ranges(read_trace(Path(__file__).parent / "fixtures" / "gpu" / "corpus"
-                                               / "te_stack_fp8-block_1gpu.sqlite.xz"))
+    frame, _ = launches_with_ranges(read_trace(CORPUS / "te_stack_fp8-block_1gpu.sqlite.xz"))
     head = frame[(frame["role"] == "gemm") & (frame["layer"] == "head")]
     assert Counter(zip(head["te_pass"], head["pass_source"], head["precision"])) == {
         ("fprop", "hook", "bf16"): 3, ("dgrad", "layout", "bf16"): 3, ("wgrad", "layout", "bf16"): 3}

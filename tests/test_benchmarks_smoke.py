@@ -14,8 +14,10 @@ from pathlib import Path
 from gemmscope.judging.verify import check
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import CORPUS
+
 ROOT = Path(__file__).resolve().parent.parent
-SEED = ROOT / "tests" / "fixtures" / "gpu" / "corpus" / "fsdp_fp8_1gpu.sqlite.xz"
+SEED = CORPUS / "fsdp_fp8_1gpu.sqlite.xz"
 FACTOR = 3
 
 

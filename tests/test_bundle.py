@@ -36,14 +36,13 @@ from gemmscope.report.profile import profile_report
 from gemmscope.report.tables import csv_text
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import CORPUS, FIXTURES, GPU
 from schema_check import assert_valid
 from sqlite_text import all_text
 from test_tables import EVERY_TRACE_REPORT, RUN_REPORT, read, records
 
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
-
-GPU_TRACE = Path(__file__).parent / "fixtures" / "gpu" / "corpus" / "fsdp_fp8_1gpu.sqlite.xz"
-RUN_DIR = Path(__file__).parent / "fixtures" / "runs" / "h100-codonfm-5b"
+GPU_TRACE = CORPUS / "fsdp_fp8_1gpu.sqlite.xz"
+RUN_DIR = FIXTURES / "runs" / "h100-codonfm-5b"
 # The tables of a checked trace of one rank (the recipe it recorded: mismatches.csv).
 CHECKED_TABLES = [f"tables/{name}" for name in EVERY_TRACE_REPORT | {"mismatches.csv"}]
 
@@ -397,7 +396,7 @@ def test_a_trace_named_as_long_as_the_system_allows_is_bundled_under_its_name(tm
     its own and zips it under the trace's name (the scratch folder's path and a temporary suffix
     around the name made it too long, and the error named the internal path)."""
     name = "a" * 240 + ".sqlite.xz"
-    shutil.copy(Path(__file__).parent / "fixtures" / "gpu" / "train_clean.sqlite.xz", tmp_path / name)
+    shutil.copy(GPU / "train_clean.sqlite.xz", tmp_path / name)
     done = CliRunner().invoke(main, ["bundle", str(tmp_path / name), "-o", str(tmp_path / "issue.zip")])
     assert done.exit_code == 0, done.output
     with zipfile.ZipFile(tmp_path / "issue.zip") as zipped:

@@ -22,6 +22,8 @@ from gemmscope.cli import main
 from gemmscope.profilers import nsys_runner
 from gemmscope.traces.read import read_trace, trace_paths
 
+from fixture_paths import CORPUS, FIXTURES
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "gemmscope" / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"  # README's main job's trace
 GEMM_FIELDS = {"kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges", "te_module", "te_pass"}
@@ -468,9 +470,6 @@ def test_a_command_that_ends_before_the_window_opens_is_said_so(nsys_bin, durati
         "collected; give a shorter --delay")
 
 
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
-
-
 @pytest.mark.parametrize("traces", [
     [CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz", CORPUS / "fsdp_fp8_2gpu_rank1.sqlite.xz"],
     [CORPUS / "fsdp_fp8_2gpu_rank*.sqlite.xz"],  # a glob, as a shell would leave it quoted
@@ -498,7 +497,7 @@ def test_analyze_a_folder_of_traces_and_a_glob_that_matches_nothing(tmp_path):
 # Transformer Engine's CodonFM-5B benchmark shapes (hidden 4096, FFN 16384, 24 layers), micro-batch
 # 31 x 512 tokens = 15872: (op, pass, M, K, N)
 CODONFM_5B = [tuple(row) for row in json.loads(
-    (Path(__file__).parent / "fixtures" / "codonfm_5b_te_shapes.json").read_text())["shapes"]]
+    (FIXTURES / "codonfm_5b_te_shapes.json").read_text())["shapes"]]
 
 
 def test_shapes_codonfm_json():

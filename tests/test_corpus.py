@@ -10,7 +10,6 @@ own structure, and the hook's per-GEMM records counted straight from the SQLite 
 import lzma
 import sqlite3
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,8 @@ from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
 from gemmscope.judging.verify import check
 from gemmscope.traces.read import read_trace
 
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+from fixture_paths import CORPUS
+
 PASSES = ("fprop", "dgrad", "wgrad")
 
 # TE's fsdp.py as run (commands.txt): --num-layers 2 --num-iters 3, the default TransformerLayer,

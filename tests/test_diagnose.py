@@ -14,7 +14,7 @@ from gemmscope.judging.verify import check
 from gemmscope.kernels import decode
 from gemmscope.traces.read import read_trace
 
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+from fixture_paths import CORPUS
 
 
 def export(name: str) -> sqlite3.Connection:

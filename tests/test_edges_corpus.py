@@ -13,10 +13,8 @@ from gemmscope.judging.verify import check
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import CORPUS
 from test_cli import gemmscope
-
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def captured(name: str) -> Path:

@@ -13,8 +13,9 @@ import gemmscope as gs
 from gemmscope.cli import main
 from gemmscope.errors import EXIT_CODES, ExitCode, State, exit_codes_help, exit_codes_markdown
 
+from fixture_paths import GPU
+
 ROOT = Path(__file__).resolve().parent.parent
-GPU = ROOT / "tests" / "fixtures" / "gpu"
 
 # A trace in each state a check can end in (its verdict word, README: Exit codes).
 TRACES = {

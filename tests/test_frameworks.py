@@ -21,10 +21,9 @@ import pytest
 from gemmscope.judging.verify import check
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import CORPUS
 from test_cli import gemmscope as run_gemmscope
 
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO / "tests" / "fixtures" / "gpu" / "corpus"
 PASSES = ("fprop", "dgrad", "wgrad")
 
 

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 from gemmscope.cli import main
 
+from fixture_paths import GPU
 from sqlite_text import all_text
 from trace_mutation import KERNELS, RUNTIME, kineto_document, sqlite_bytes, without_constraints, write_kineto
 
-GPU = Path(__file__).parent / "fixtures" / "gpu"
 SOURCE = GPU / "te_linear_bf16.sqlite.xz"  # checked with --expect bf16: PASS, exit 0
 KINETO = GPU / "kineto" / "te_ops_sequential_fp8-current.json.gz"  # PASS, exit 0
 EXAMPLES = int(os.environ.get("GEMMSCOPE_FUZZ_EXAMPLES", "25"))

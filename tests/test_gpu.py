@@ -13,9 +13,8 @@ import pytest
 
 from gemmscope.profilers import nsys_runner
 
+from fixture_paths import CORPUS, GPU
 from test_cli import gemmscope as run_gemmscope
-
-FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 
 
 def _gpu_ready() -> str | None:
@@ -87,7 +86,7 @@ def test_verify_small_training_run(tmp_path, scenario, profiler):
     outside autocast, a torch.nn.Linear) are coverage, not mismatches, and the run passes;
     captured by nsys or by torch.profiler alike."""
     done = gemmscope("verify", "--profiler", profiler, "--format", "json", "--per-launch", "--out", str(tmp_path), "--",
-                     sys.executable, str(FIXTURES / "train_small_te.py"), "--scenario", scenario,
+                     sys.executable, str(GPU / "train_small_te.py"), "--scenario", scenario,
                      "--expected-out", str(tmp_path / "expected.json"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[1/1] [" not in done.stderr and "\r" not in done.stderr  # nsys's progress bars held back
@@ -130,7 +129,7 @@ def test_verify_captures_the_steps_asked(tmp_path, profiler):
     exactly those two steps' GEMMs (the script counts its GEMMs per step itself); the breakdown
     covers them, named as the hook's steps."""
     done = gemmscope("verify", "--profiler", profiler, "--steps", "2-3", "--format", "json", "--out", str(tmp_path),
-                     "--", sys.executable, str(FIXTURES / "train_small_te.py"), "--scenario", "clean", "--steps", "6",
+                     "--", sys.executable, str(GPU / "train_small_te.py"), "--scenario", "clean", "--steps", "6",
                      "--expected-out", str(tmp_path / "expected.json"))
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
@@ -144,12 +143,11 @@ def test_verify_captures_the_steps_asked(tmp_path, profiler):
 
 def test_verify_of_a_job_that_ends_before_the_steps(tmp_path):
     done = gemmscope("verify", "--steps", "8-9", "--out", str(tmp_path), "--", sys.executable,
-                     str(FIXTURES / "train_small_te.py"), "--scenario", "clean", "--steps", "3")
+                     str(GPU / "train_small_te.py"), "--scenario", "clean", "--steps", "3")
     assert done.returncode == 2, done.stderr[-2000:]
     assert "ended before training step 8" in done.stderr
 
 
-CORPUS = FIXTURES / "corpus"
 _MXFP8_ON_HOPPER = """
 import torch, transformer_engine.pytorch as te
 from transformer_engine.common.recipe import MXFP8BlockScaling
@@ -302,7 +300,7 @@ def test_whatif_measures_the_megatron_first_last_run(tmp_path):
     import torch
 
     out = tmp_path / "whatif"
-    trace = FIXTURES / "corpus" / "megatron_gpt_first-last-bf16.sqlite.xz"
+    trace = GPU / "corpus" / "megatron_gpt_first-last-bf16.sqlite.xz"
     done = gemmscope("whatif", str(trace), "--out", str(out), "--iters", "10", "--warmup", "2", "--format", "json")
     assert done.returncode == 0, done.stderr[-3000:]
     document = json.loads(done.stdout)

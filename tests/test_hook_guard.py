@@ -18,11 +18,12 @@ from gemmscope.assembly import te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import TESTED_TORCH, parse_record
 from gemmscope.report.verdict import unpatched_line
 
+from fixture_paths import GPU
 from test_autocast_hook import HOOK_DIR
 from test_cli import gemmscope
 
 # the sitecustomize that takes torch.nn.functional.linear away as torch imports (its docstring says how)
-TAKE_AWAY = HOOK_DIR.parents[1] / "tests" / "fixtures" / "gpu" / "take_away"
+TAKE_AWAY = GPU / "take_away"
 
 
 # --- in a program, as verify runs it ---------------------------------------------------------

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 
 from gemmscope.cli import main
 
+from fixture_paths import GPU
 from schema_check import assert_valid
 from trace_mutation import (
-    GPU,
     KERNELS,
     RUNTIME,
     altered_sqlite,

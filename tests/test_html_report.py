@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from gemmscope.cli import EXAMPLE_RUN, main
 
+from fixture_paths import CORPUS
 from test_cli import assert_one_line_error, gemmscope
 
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 FSDP_SMALL = CORPUS / "fsdp_small_fp8_1gpu.sqlite.xz"
 # What a page loads: any src/href/srcset/poster/action attribute that is not a data: URI or an
 # anchor, and CSS's url() and @import. A URL as plain text is fine.

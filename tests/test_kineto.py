@@ -17,11 +17,11 @@ from gemmscope.assembly import te_ranges
 from gemmscope.assembly.loading import load_one
 from gemmscope.traces.read import read_trace, trace_paths
 
+from fixture_paths import CORPUS, GPU_KINETO, KINETO
 from test_cli import assert_one_line_error, gemmscope, invoke
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "kineto"
-V100 = FIXTURES / "hta_v100_train_rank0.json.gz"
-CPU = FIXTURES / "cpu_train.json.gz"
+V100 = KINETO / "hta_v100_train_rank0.json.gz"
+CPU = KINETO / "cpu_train.json.gz"
 
 
 @pytest.fixture(scope="module")
@@ -249,8 +249,6 @@ def test_report_and_bundle_of_a_kineto_trace(tmp_path, with_secrets):
 
 # --- paired captures: the same program by nsys and by torch.profiler ---------------------------
 
-GPU_KINETO = Path(__file__).resolve().parent / "fixtures" / "gpu" / "kineto"
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "gpu" / "corpus"
 PAIRS = sorted(GPU_KINETO.glob("*.json.gz"))
 
 

@@ -12,7 +12,7 @@ from gemmscope.assembly import loading
 from gemmscope.diagnosing.diagnosis import diagnose
 from gemmscope.judging.verify import check
 
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+from fixture_paths import CORPUS
 
 
 @pytest.fixture(scope="module")

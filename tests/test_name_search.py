@@ -8,7 +8,6 @@ as an array."""
 
 import sqlite3
 from contextlib import closing
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,7 +22,8 @@ from gemmscope.redaction.policy import Redactor
 from gemmscope.traces.model import NameText, starting_with, text_codes
 from gemmscope.traces.read import read_trace
 
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
+from fixture_paths import CORPUS
+
 # Names a join could get wrong: empty, holding the separator (before or after a prefix), a prefix
 # alone, non-ASCII (a digit that is not 0-9, a letter that lowers to two characters).
 AWKWARD = ["", "x\x00step_1", "step_\x00", "step_", "gemmscope.", "²", "step_٣", "İ", "\x00nvte_x", "nvte_cublas_gemm_v2"]

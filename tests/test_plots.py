@@ -10,7 +10,6 @@ import lzma
 import re
 import sqlite3
 from collections import defaultdict
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -26,9 +25,9 @@ from gemmscope.report import plots
 from gemmscope.report.profile import write_profile_reports
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import CORPUS
 from test_cli import assert_one_line_error, gemmscope
 
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 # 4 TransformerLayers in FP8 block scaling, 8 training steps in NVTX ranges "step N", the hook's
 # shape records on every GEMM call.
 LARGE = "te_stack_large_fp8-block_1gpu"

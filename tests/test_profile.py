@@ -14,6 +14,7 @@ from gemmscope.report.documents import results_document
 from gemmscope.report.profile import device_line, write_profile_reports
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import FIXTURES
 from test_cli import gemmscope
 
 # Dense peaks read off NVIDIA's H100 and H200 pages (figures "with sparsity", halved) and their
@@ -35,7 +36,7 @@ class Reference:
 RUNS = {
     "h200": Reference(Path(profile_run.__file__).parent.parent / "examples" / "h200-codonfm-5b",
                       {"fp8-current": 1.61, "fp8-delayed": 1.72, "fp8-block": 1.42}, 29.6),
-    "h100": Reference(Path(__file__).parent / "fixtures" / "runs" / "h100-codonfm-5b",
+    "h100": Reference(FIXTURES / "runs" / "h100-codonfm-5b",
                       {"fp8-current": 1.50, "fp8-delayed": 1.65, "fp8-block": 1.40}, 28.6),
 }
 

@@ -31,10 +31,8 @@ from click.testing import CliRunner
 
 from gemmscope.cli import main
 
+from fixture_paths import CORPUS, GPU_KINETO
 from sqlite_text import all_text
-
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
-KINETO = Path(__file__).parent / "fixtures" / "gpu" / "kineto"
 
 
 def _random(length: int, alphabet: str = string.ascii_letters + string.digits) -> str:
@@ -110,7 +108,7 @@ def traces(tmp_path_factory) -> tuple[Path, Path, Planted]:
     assert not set(planted.values) - set(planted.found("\n".join(all_text(nsys_trace))))
     # A torch.profiler trace records its host's name and the program's annotations, no environment.
     kineto_trace = folder / f"{host}.rank0.json.gz"
-    document = json.loads(gzip.decompress((KINETO / "te_stack_fp8-block_1gpu.rank0.json.gz").read_bytes()))
+    document = json.loads(gzip.decompress((GPU_KINETO / "te_stack_fp8-block_1gpu.rank0.json.gz").read_bytes()))
     document = {"host_name": host, **document}  # in the head, before the events, where the reader reads it
     events = document["traceEvents"]
     for event in events:
@@ -126,7 +124,7 @@ def traces(tmp_path_factory) -> tuple[Path, Path, Planted]:
 
 # The traces the planted ones are compared with: as committed, nothing planted.
 ORIGINALS = {"nsys": CORPUS / "te_stack_large_fp8-block_1gpu.sqlite.xz",
-             "torch.profiler": KINETO / "te_stack_fp8-block_1gpu.rank0.json.gz"}
+             "torch.profiler": GPU_KINETO / "te_stack_fp8-block_1gpu.rank0.json.gz"}
 
 
 def _run(args: list[str]) -> tuple[int, str]:

@@ -7,7 +7,6 @@ import html
 import json
 import re
 import zipfile
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -25,8 +24,8 @@ from gemmscope.report.profile import profile_report
 from gemmscope.report.verification import verification_report
 from gemmscope.traces.read import read_trace
 
-GPU = Path(__file__).parent / "fixtures" / "gpu"
-CORPUS = GPU / "corpus"
+from fixture_paths import CORPUS, GPU
+
 # A trace checked against a recipe its first and last layers do not run: mismatches, allowed ones, findings.
 MIXED = CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz"
 OPTIONS = ("--expect", "fp8-current", "--allow", "output_layer")

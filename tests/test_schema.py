@@ -19,16 +19,13 @@ from gemmscope.plan import profile_run
 from gemmscope.report import documents
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import CORPUS, FIXTURES, GPU, HF_CONFIGS
 from schema_check import REGISTRY, SCHEMAS, assert_valid
 
 DOCUMENT_KINDS = {"analyze", "verify", "compare", "shapes", "kernel", "profile-results", "environment", "whatif"}
 
-TESTS = Path(__file__).parent
-GPU = TESTS / "fixtures" / "gpu"
-CORPUS = GPU / "corpus"
-HF_CONFIGS = TESTS / "fixtures" / "hf_configs"
 RUNS = {"h200-example": Path(profile_run.__file__).parent.parent / "examples" / "h200-codonfm-5b",
-        "h100": TESTS / "fixtures" / "runs" / "h100-codonfm-5b"}
+        "h100": FIXTURES / "runs" / "h100-codonfm-5b"}
 # analyze and verify: exit 1 (mismatches) and 4 (no recipe known, verify) still write the document.
 DOCUMENT_EXITS = (0, 1, 4)
 

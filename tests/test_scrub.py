@@ -24,9 +24,8 @@ from gemmscope.redaction.policy import REDACTED, Redactor
 from gemmscope.redaction.scrub import command_lines, recorded_redactor, scrub
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import GPU, KINETO
 from sqlite_text import all_text
-
-GPU_DIR = Path(__file__).parent / "fixtures" / "gpu"
 
 # PYTEST_CURRENT_TEST changes from test to test; the rest is the machine's environment
 _NOT_MACHINE = {"PYTEST_CURRENT_TEST"}
@@ -222,7 +221,7 @@ def test_cli_scrub_onto_itself_is_exit_2(cpu_export):
 
 def test_scrub_refuses_to_overwrite_a_compressed_input_and_missing_folders(tmp_path):
     source = tmp_path / "t.sqlite.xz"
-    source.write_bytes((GPU_DIR / "te_linear_bf16.sqlite.xz").read_bytes())
+    source.write_bytes((GPU / "te_linear_bf16.sqlite.xz").read_bytes())
     before = source.read_bytes()
     with pytest.raises(InputError):
         scrub(source, source)
@@ -244,7 +243,7 @@ def test_scrub_refuses_to_overwrite_a_compressed_input_and_missing_folders(tmp_p
 
 def test_damaged_export_is_one_clear_error(tmp_path):
     damaged = tmp_path / "damaged.sqlite"
-    data = bytearray(read_trace(GPU_DIR / "train_mixed.sqlite.xz").sqlite.read_bytes())
+    data = bytearray(read_trace(GPU / "train_mixed.sqlite.xz").sqlite.read_bytes())
     data[524288:528384] = b"\x07" * 4096
     damaged.write_bytes(bytes(data))
     with pytest.raises(InputError, match="damaged or truncated"):
@@ -252,8 +251,8 @@ def test_damaged_export_is_one_clear_error(tmp_path):
 
 
 COMMITTED_TRACES = sorted(
-    [*GPU_DIR.glob("*.sqlite.xz"), *(GPU_DIR / "corpus").glob("*.sqlite.xz"),
-     *(GPU_DIR.parent / "runs").glob("*/trace.sqlite.xz"),
+    [*GPU.glob("*.sqlite.xz"), *(GPU / "corpus").glob("*.sqlite.xz"),
+     *(GPU.parent / "runs").glob("*/trace.sqlite.xz"),
      *(Path(gemmscope.__file__).parent / "examples").rglob("*.sqlite.xz")])
 
 
@@ -366,7 +365,7 @@ def test_command_lines_of_several_processes_in_process_and_argument_order(tmp_pa
 def test_redactor_of_torch_traces_and_an_export_learns_from_each(tmp_path):
     # a torch.profiler trace records only its host name ("vm" here): it adds to what the export
     # before it recorded, and the export after a torch trace is still read; --keep still applies
-    kineto = Path(__file__).parent / "fixtures" / "kineto"
+    kineto = KINETO
     exports = [kineto / "cpu_train.json.gz", _export_with_records(tmp_path / "made.sqlite"),
                kineto / "hta_v100_train_rank0.json.gz"]
     redact = recorded_redactor(exports, keep=["dgx-*"])

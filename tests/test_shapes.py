@@ -3,7 +3,6 @@ import dataclasses
 import io
 import json
 import math
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -14,10 +13,8 @@ from gemmscope.plan.hf_config import from_hf_config, resolve_config
 from gemmscope.plan.model_config import PRESETS, LatentAttention, Mamba2Mixer, ModelConfig, preset
 from gemmscope.plan.shapes import PASSES, Gemm, plan, plan_frame
 
+from fixture_paths import FIXTURES, HF_CONFIGS
 from test_cli import gemmscope
-
-REPO = Path(__file__).resolve().parent.parent
-HF_CONFIGS = Path(__file__).parent / "fixtures" / "hf_configs"
 
 
 def shapes(gemms):
@@ -34,7 +31,7 @@ def by_op_pass(gemms):
 
 def test_codonfm_5b_matches_te_benchmark_shapes():
     config = resolve_config("codonfm-5b", micro_batch_size=31, seq_len=512)
-    expected = json.loads((Path(__file__).parent / "fixtures" / "codonfm_5b_te_shapes.json").read_text())
+    expected = json.loads((FIXTURES / "codonfm_5b_te_shapes.json").read_text())
     assert shapes(plan(config)) == [tuple(row) for row in expected["shapes"]]
     assert {g.count for g in plan(config)} == {24}
 

@@ -22,9 +22,8 @@ from click.testing import CliRunner
 
 from gemmscope.cli import main
 
+from fixture_paths import GPU
 from sqlite_text import all_text
-
-GPU_DIR = Path(__file__).parent / "fixtures" / "gpu"
 
 
 def _random(length: int, alphabet: str = string.ascii_letters + string.digits) -> str:
@@ -49,7 +48,7 @@ def planted(tmp_path_factory):
             f" {values['ghp']} /home/{user}/ckpt --password={values['password']} WANDB_API_KEY={values['wandb']}"
             f" jwt {values['jwt']}")
     path = tmp_path_factory.mktemp("planted") / "train.sqlite"
-    path.write_bytes(lzma.decompress((GPU_DIR / "train_mixed.sqlite.xz").read_bytes()))
+    path.write_bytes(lzma.decompress((GPU / "train_mixed.sqlite.xz").read_bytes()))
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
                      "SELECT min(start) - 1000, max(end) + 1000, 59, ?, globalTid, 0 "
@@ -160,8 +159,8 @@ def test_xz_and_nsys_rep_inputs_leave_nothing_behind(nsys_rep, tmp_path, nsys_bi
     env = {"TMPDIR": str(temporary), "NSYS": nsys_bin}
     out = tmp_path / "out"
     out.mkdir()
-    runs = [gemmscope("scrub", str(GPU_DIR / "te_linear_bf16.sqlite.xz"), "-o", str(out / "a.sqlite"), env=env),
-            gemmscope("analyze", str(GPU_DIR / "te_linear_bf16.sqlite.xz"), env=env),
+    runs = [gemmscope("scrub", str(GPU / "te_linear_bf16.sqlite.xz"), "-o", str(out / "a.sqlite"), env=env),
+            gemmscope("analyze", str(GPU / "te_linear_bf16.sqlite.xz"), env=env),
             gemmscope("scrub", str(nsys_rep), "-o", str(out / "b.sqlite"), env=env),
             gemmscope("verify", "--expect", "bf16", "--trace", str(nsys_rep), env=env)]
     for done in runs:
@@ -202,7 +201,7 @@ def test_read_only_output_folder_is_one_line(tmp_path):
     folder = tmp_path / "ro"
     folder.mkdir(mode=0o555)
     for command in ("scrub", "bundle"):
-        _one_line(gemmscope(command, str(GPU_DIR / "te_linear_bf16.sqlite.xz"), "-o", str(folder / "x.zip"),
+        _one_line(gemmscope(command, str(GPU / "te_linear_bf16.sqlite.xz"), "-o", str(folder / "x.zip"),
                             prefix=_AS_A_USER), 2)
     assert list(folder.iterdir()) == []
 
@@ -211,7 +210,7 @@ def test_unwritable_output_is_one_line(tmp_path):
     """A file where the output's folder should be: refused by the system even to root."""
     (tmp_path / "file").write_text("x")
     for command in ("scrub", "bundle", "report"):
-        _one_line(gemmscope(command, str(GPU_DIR / "te_linear_bf16.sqlite.xz"), "-o",
+        _one_line(gemmscope(command, str(GPU / "te_linear_bf16.sqlite.xz"), "-o",
                             str(tmp_path / "file" / "out.sqlite")), 2)
 
 
@@ -221,7 +220,7 @@ def test_names_too_long_are_one_line(command, tmp_path):
     output = [] if command == "analyze" else ["-o", str(tmp_path / "out.zip")]
     _one_line(gemmscope(command, long_name, *output), 2)
     if command != "analyze":
-        _one_line(gemmscope(command, str(GPU_DIR / "te_linear_bf16.sqlite.xz"), "-o", long_name), 2)
+        _one_line(gemmscope(command, str(GPU / "te_linear_bf16.sqlite.xz"), "-o", long_name), 2)
 
 
 class _Stopped(subprocess.CompletedProcess):
@@ -255,7 +254,7 @@ def _interrupted_after(seconds: float, *args: str, group: bool = True,
 @pytest.mark.parametrize("seconds", [0.15, 2.5])
 def test_ctrl_c_is_interrupted_exit_130_also_in_workers(seconds, tmp_path):
     """Ctrl-C while the CLI starts, and while worker processes read several traces."""
-    traces = [str(p) for p in sorted((GPU_DIR / "corpus").glob("*.sqlite.xz"))]
+    traces = [str(p) for p in sorted((GPU / "corpus").glob("*.sqlite.xz"))]
     done = _interrupted_after(seconds, "analyze", "--expect", "fp8-current", "--workers", "2", *traces)
     if done.returncode in (0, 1) or "not ranks of one job" in done.stderr:  # the corpus is many runs
         pytest.skip("the analysis finished before the interrupt")
@@ -265,7 +264,7 @@ def test_ctrl_c_is_interrupted_exit_130_also_in_workers(seconds, tmp_path):
 def test_a_cli_that_ignores_ctrl_c_keeps_its_workers_reading():
     """Started with SIGINT ignored (a shell's background job), the CLI's workers ignore it too: a
     SIGINT to the whole group ends nothing, where a worker ended alone read as one lost."""
-    traces = [str(p) for p in sorted((GPU_DIR / "corpus").glob("*.sqlite.xz"))]
+    traces = [str(p) for p in sorted((GPU / "corpus").glob("*.sqlite.xz"))]
     done = _interrupted_after(2.5, "analyze", "--expect", "fp8-current", "--workers", "2", *traces,
                               sigint=signal.SIG_IGN)
     # read to the end: the corpus's runs are then told apart (not ranks of one job, exit 2)
@@ -276,7 +275,7 @@ def test_a_cli_that_ignores_ctrl_c_keeps_its_workers_reading():
 def test_ctrl_c_the_workers_never_got_ends_them_too():
     """SIGINT to the CLI alone while two workers read traces: it exits 130 at once and leaves no
     worker behind reading the rest (they hold its output pipes: the wait below would time out)."""
-    traces = [str(p) for p in sorted((GPU_DIR / "corpus").glob("*.sqlite.xz"))]
+    traces = [str(p) for p in sorted((GPU / "corpus").glob("*.sqlite.xz"))]
     started = time.perf_counter()
     done = _interrupted_after(2.5, "analyze", "--expect", "fp8-current", "--workers", "2", *traces, group=False)
     if done.returncode in (0, 1) or "not ranks of one job" in done.stderr:  # the corpus is many runs
@@ -287,7 +286,7 @@ def test_ctrl_c_the_workers_never_got_ends_them_too():
 
 # The long trace (63 k kernels, a 25 MB export): each delay stops another stage of the work:
 # decompressing and reading, the scrubbed copy's SQL, its compression, the analysis and the zip.
-BIG_TRACE = GPU_DIR / "corpus" / "fsdp_8x100_fp8_1gpu.sqlite.xz"
+BIG_TRACE = GPU / "corpus" / "fsdp_8x100_fp8_1gpu.sqlite.xz"
 
 
 def test_bundle_interrupted_leaves_nothing(tmp_path):

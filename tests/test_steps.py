@@ -7,7 +7,6 @@ from each model's own module tree (their *.expected.json), and the steps each pr
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,7 +15,7 @@ from gemmscope.assembly.loading import load_one
 from gemmscope.cli import main
 from gemmscope.diagnosing import steps
 
-STEPS = Path(__file__).resolve().parent / "fixtures" / "gpu" / "steps"
+from fixture_paths import STEPS
 
 
 def run(*args: str) -> tuple[int, dict | str, str]:

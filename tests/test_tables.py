@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from gemmscope.cli import EXAMPLE_RUN, main
 from gemmscope.report.tables import TABLE_FILES
 
+from fixture_paths import CORPUS
 from test_cli import assert_one_line_error, gemmscope
 
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 # Two ranks in one trace, three layers of which one runs BF16 under an FP8 block-scaling autocast
 # (fallbacks), cut into steps by the range each rank pushes three times.
 STACK_2GPU = [CORPUS / "te_stack_fp8-block_2gpu.sqlite.xz", "--expect", "fp8-block", "--step-range",

@@ -12,7 +12,6 @@ import re
 import sqlite3
 from collections import Counter
 from contextlib import closing
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -22,11 +21,9 @@ from gemmscope.plan import gpu_profile, profile_run
 from gemmscope.report import terminal
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import CORPUS, GPU, HF_CONFIGS
 from test_cli import gemmscope
 
-TESTS = Path(__file__).parent
-GPU = TESTS / "fixtures" / "gpu"
-CORPUS = GPU / "corpus"
 WIDTH = 100
 BENCH_MAP = ["--expect-map", "BF16_*=bf16", "--expect-map", "FP8Current_*=fp8-current",
              "--expect-map", "FP8Delayed_*=fp8-delayed", "--expect-map", "FP8Block_*=fp8-block",
@@ -55,7 +52,7 @@ COMMANDS = {
     "compare-fsdp-small": (["compare", CORPUS / "fsdp_small_bf16_1gpu.sqlite.xz",
                             CORPUS / "fsdp_small_fp8_1gpu.sqlite.xz"], 0),
     "shapes-mixtral": (["shapes", "--model", "mixtral-8x7b", "--tp", "2", "--lm-head"], 0),
-    "shapes-deepseek-v3": (["shapes", "--config", TESTS / "fixtures" / "hf_configs" / "deepseek-v3" / "config.json"],
+    "shapes-deepseek-v3": (["shapes", "--config", HF_CONFIGS / "deepseek-v3" / "config.json"],
                            0),
     "doctor": (["doctor"], 0),
     "whatif-megatron-first-last": (["whatif", CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz", "--no-measure"], 0),

@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,10 +14,10 @@ from gemmscope.errors import State
 from gemmscope.watching import alerts
 from gemmscope.watching.timeline import TIMELINE_FILE, Timeline, read_timeline
 
+from fixture_paths import GPU
 from test_cli import REPO, assert_one_line_error, gemmscope
 
-FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
-FP8_RUN, FALLBACK_RUN = FIXTURES / "train_clean.sqlite.xz", FIXTURES / "train_mixed.sqlite.xz"
+FP8_RUN, FALLBACK_RUN = GPU / "train_clean.sqlite.xz", GPU / "train_mixed.sqlite.xz"
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import json
 import shutil
 import sqlite3
 from collections import Counter
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -20,8 +19,10 @@ from gemmscope.assembly.attribution import launches, launches_with_ranges
 from gemmscope.common import scratch
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import CPU, GPU
+
 CPU_EXPECTED = json.loads(
-    (Path(__file__).parent / "fixtures" / "cpu" / "expected.json").read_text(encoding="utf-8")
+    (CPU / "expected.json").read_text(encoding="utf-8")
 )
 KIND = {"push_pop": "push-pop", "start_end": "start-end"}
 THREAD_NVTX_NAME = {t["role"]: t["nvtx_name"] for t in CPU_EXPECTED["threads"]}
@@ -184,7 +185,7 @@ def test_empty_capture(cpu_traces):
 
 GPU_TRACES = sorted(
     p.name.removesuffix(".sqlite.xz")
-    for p in (Path(__file__).parent / "fixtures" / "gpu").glob("*.sqlite.xz")
+    for p in GPU.glob("*.sqlite.xz")
 )
 # what each recipe's GEMMs run at (TE on Hopper: delayed and current scaling are per-tensor FP8)
 RECIPE_PRECISION = {"bf16": "bf16", "fp8-delayed": "fp8", "fp8-current": "fp8", "fp8-block": "fp8-block"}

@@ -15,9 +15,8 @@ from gemmscope.judging.verify import check, verdict
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 
+from fixture_paths import CORPUS, GPU
 from trace_mutation import altered_sqlite, same_session_as
-
-CORPUS = Path(__file__).parent / "fixtures" / "gpu" / "corpus"
 
 H200_SM = 90
 
@@ -724,7 +723,7 @@ def test_check_of_several_traces_keeps_each_one_s_ranges_and_memory_operations(t
     checked alone, and each memcpy/memset its trace's name and its process's rank (the hook's
     mark in the FSDP ranks; the third file, without one, ranked by its place: a real trace given
     the ranks' session start, as a third process of their job)."""
-    third = altered_sqlite(Path(__file__).parent / "fixtures" / "gpu" / "te_linear_bf16.sqlite.xz",
+    third = altered_sqlite(GPU / "te_linear_bf16.sqlite.xz",
                            tmp_path / "te_linear_bf16.sqlite", same_session_as(CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz"))
     paths = [CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz", CORPUS / "fsdp_fp8_2gpu_rank1.sqlite.xz", third]
     together = check([read_trace(p) for p in paths])
@@ -834,7 +833,7 @@ def test_a_check_leaves_what_it_was_given_and_earlier_results_as_they_were(tmp_p
     from gemmscope.assembly.job import assemble
     from gemmscope.judging.verify import judge
 
-    third = altered_sqlite(Path(__file__).parent / "fixtures" / "gpu" / "te_linear_bf16.sqlite.xz",
+    third = altered_sqlite(GPU / "te_linear_bf16.sqlite.xz",
                            tmp_path / "te_linear_bf16.sqlite", same_session_as(CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz"))
     alone = attribute(read_trace(third))
     given = list(alone.launches.columns)

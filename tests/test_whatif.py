@@ -21,11 +21,10 @@ import gemmscope as gs
 from gemmscope.whatif import advice, answer, changes, measure
 from gemmscope.whatif.groups import group_gemms
 
+from fixture_paths import CORPUS, GPU, STEPS
 from schema_check import assert_valid
 
 TESTS = Path(__file__).parent
-CORPUS = TESTS / "fixtures" / "gpu" / "corpus"
-STEPS = TESTS / "fixtures" / "gpu" / "steps"
 FIRST_LAST = CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz"
 MEGATRON_10 = STEPS / "megatron_gpt_10steps.sqlite.xz"
 HF_ACCELERATE = STEPS / "hf_llama_accelerate-fp8_10steps.sqlite.xz"
@@ -450,7 +449,7 @@ def test_moe_grouped_gemms_are_said_unmeasurable_and_the_router_has_no_switch():
     assert pd.isna(written.predicted_ms)  # the experts were not measured: no prediction, never a partial sum
 
 
-MEASURED_H200 = TESTS / "fixtures" / "gpu" / "whatif" / "megatron_first-last-bf16_h200"
+MEASURED_H200 = GPU / "whatif" / "megatron_first-last-bf16_h200"
 
 
 def _runner_times(folder: Path, scratch: Path) -> dict[tuple[str, str, str], float]:
@@ -515,7 +514,7 @@ def test_whatif_is_a_library_call_as_the_command_is(tmp_path):
     assert {"whatif.json", "whatif.html", "megatron_args.txt"} <= set(found.files) and found.out == tmp_path / "out"
     assert not (tmp_path / "out").exists()  # the caller writes them; nothing was measured here
     with pytest.raises(answer.NothingToGroup):
-        answer.answer([TESTS / "fixtures" / "gpu" / "request_mxfp8.sqlite.xz"])
+        answer.answer([GPU / "request_mxfp8.sqlite.xz"])
 
 
 @pytest.mark.parametrize("framework", ["hf-accelerate-te", "megatron-core"])
@@ -555,7 +554,7 @@ def test_the_te_debug_file_names_the_layers_as_the_debug_api_names_them(framewor
     assert {path for path, name in named.items() if re.fullmatch(pattern, name)} == set(paths)
 
 
-CLAIM = TESTS / "fixtures" / "gpu" / "whatif" / "claim_h200"
+CLAIM = GPU / "whatif" / "claim_h200"
 
 
 def _predicted_as_run(document: dict, after) -> float:

@@ -9,7 +9,6 @@ fixture, said unmeasurable.)"""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -27,6 +26,7 @@ from gemmscope.plan.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX
 from gemmscope.whatif import advice, changes, measure
 from gemmscope.whatif.groups import group_gemms
 
+from fixture_paths import CORPUS
 from nsys_export import MARK, PUSH_POP, START_END, HandBuiltExport
 
 PID = 4242
@@ -187,7 +187,7 @@ def test_a_real_megatron_moe_capture_records_each_experts_tokens_and_is_planned_
     said unmeasurable."""
     from gemmscope.autocast_hook.gemmscope_protocol import parse_members
 
-    trace = Path(__file__).parent / "fixtures" / "gpu" / "corpus" / "megatron_moe_fp8-block_members.sqlite.xz"
+    trace = CORPUS / "megatron_moe_fp8-block_members.sqlite.xz"
     expected = json.loads(trace.with_name("megatron_moe_fp8-block_members.expected.json").read_text())
     gemms = gs.check(trace).verification.gemms
     recorded = gemms[gemms["gemm_members"].notna()].drop_duplicates(["layer", "te_pass", "gemm_members"])

@@ -12,7 +12,6 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-GPU = Path(__file__).parent / "fixtures" / "gpu"
 KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 
