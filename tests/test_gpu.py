@@ -108,8 +108,8 @@ def test_a_moved_entry_point_costs_its_records_not_the_program(tmp_path, profile
     GEMMs through it are left unjudged (the program counts them itself) and the check names what
     went unrecorded: NOT FULLY CHECKED, never a pass."""
     done = gemmscope("verify", "--profiler", profiler, "--format", "json", "--per-launch", "--out", str(tmp_path),
-                     "--", sys.executable, str(FIXTURES / "moved_entry_point.py"),
-                     env={"PYTHONPATH": os.pathsep.join(filter(None, [str(FIXTURES / "take_away"),
+                     "--", sys.executable, str(GPU / "moved_entry_point.py"),
+                     env={"PYTHONPATH": os.pathsep.join(filter(None, [str(GPU / "take_away"),
                                                                       os.environ.get("PYTHONPATH")]))})
     assert done.returncode == 5, done.stderr[-2000:]
     said = [line for line in done.stderr.splitlines() if line.startswith("gemmscope hook: ")]
