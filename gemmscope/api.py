@@ -51,10 +51,11 @@ if TYPE_CHECKING:
     from gemmscope.diagnosing.diagnosis import Diagnosis
     from gemmscope.redaction.policy import Redactor
     from gemmscope.report.model import Report
+    from gemmscope.watching.audit import Audited
     from gemmscope.watching.timeline import Timeline
 
 __all__ = ["GEMM_COLUMNS", "VERDICT_COLUMNS", "Analysis", "CheckResult", "Comparison", "Options", "Shared", "Traces",
-           "bundle", "check", "compare", "diagnose", "follow", "load", "report", "scrub", "timeline"]
+           "audit_command", "bundle", "check", "compare", "diagnose", "follow", "load", "report", "scrub", "timeline"]
 
 
 def load(paths: str | Path | Sequence[str | Path], workers: int | None = None,
@@ -233,3 +234,14 @@ def follow(folder: str | Path, options: Options | None = None, count: int | None
     if not Path(folder).is_dir():
         raise InputError(f"{folder}: no such folder to follow")
     return follow_folder(folder, Timeline(folder, Options.of(options, **settings), say=say), count)
+
+
+def audit_command(command: Sequence[str], out: str | Path, every: int, window: int = 3,
+                  options: Options | None = None, *, echo: bool = False, say: Callable[[str], None] = lambda line: None,
+                  **settings: Any) -> Audited:
+    """`verify --every`: `command` run with `window` training steps captured every `every`
+    (torch.profiler, in each of its processes), each window judged as it lands into
+    OUT/timeline.jsonl, compared with the first; `say`: a line per window, its alerts with it."""
+    from gemmscope.watching.audit import audit
+
+    return audit(command, out, every, window, Options.of(options, **settings), echo=echo, say=say)

@@ -123,6 +123,39 @@ def test_a_moved_entry_point_costs_its_records_not_the_program(tmp_path, profile
     assert [u["what"] for u in summary["unpatched"]] == ["torch.nn.functional.linear"]
 
 
+def test_an_audit_judges_each_window_as_it_lands(tmp_path):
+    """--every 5 --window 2 over 30 steps of the clean run: windows 10-11, 15-16, 20-21, 25-26, each
+    holding exactly two steps' GEMMs (the script counts them per step itself), each a pass."""
+    done = gemmscope("verify", "--every", "5", "--window", "2", "--format", "json", "--out", str(tmp_path), "--",
+                     sys.executable, str(GPU / "train_small_te.py"), "--scenario", "clean", "--steps", "30",
+                     "--expected-out", str(tmp_path / "expected.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    windows = json.loads(done.stdout)["windows"]
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    per_step = sum(sum(per_pass.values()) for per_pass in expected["fp8"].values()) // 30
+    assert [w["steps"] for w in windows] == [[10, 11], [15, 16], [20, 21], [25, 26]]
+    assert [(w["state"], w["gemm_launches"], w["alerts"]) for w in windows] == [("pass", 2 * per_step, [])] * 4
+    assert len([line for line in done.stderr.splitlines() if line.startswith("gemmscope: window ")]) == 4
+
+
+def test_an_audit_flags_a_precision_change_at_the_first_window_after_it(tmp_path):
+    """Block 1 leaves te.autocast from step 22 on (as a resume that lost the recipe would): the
+    windows before pass, the first after it (25-26) is flagged with the layers, module and pass that
+    changed, and the run exits 1."""
+    done = gemmscope("verify", "--every", "5", "--window", "2", "--expect", "fp8-current", "--format", "json",
+                     "--out", str(tmp_path), "--", sys.executable, str(GPU / "train_small_te.py"), "--scenario",
+                     "clean", "--steps", "40", "--block1-bf16-from", "22")
+    assert done.returncode == 1, done.stderr[-3000:]
+    windows = json.loads(done.stdout)["windows"]
+    assert [w["steps"] for w in windows] == [[10, 11], [15, 16], [20, 21], [25, 26], [30, 31], [35, 36]]
+    assert [w["state"] for w in windows] == ["pass"] * 3 + ["fail"] * 3
+    first_flagged = next(w for w in windows if w["alerts"])
+    assert first_flagged["steps"] == [25, 26]
+    alert = first_flagged["alerts"][0]
+    assert alert["code"] == "new-mismatch" and alert["steps"] == [25, 26]
+    assert alert["places"] and all(place.startswith("blocks.1.") for place in alert["places"]), alert["places"]
+
+
 @pytest.mark.parametrize("profiler", ["nsys", "torch"])
 def test_verify_captures_the_steps_asked(tmp_path, profiler):
     """--steps 2-3 of a 6-step run: the hook marks each optimizer step and the capture keeps

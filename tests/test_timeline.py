@@ -2,14 +2,17 @@
 by `gemmscope timeline`; `--follow` on a folder that receives committed GPU traces one by one, as
 another tool's would arrive (an FP8 run, then the same program with BF16 fallbacks)."""
 
+import gzip
 import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 import gemmscope as gs
+from gemmscope.autocast_hook.gemmscope_protocol import trace_steps
 from gemmscope.errors import State
 from gemmscope.watching import alerts
 from gemmscope.watching.timeline import TIMELINE_FILE, Timeline, read_timeline
@@ -124,3 +127,62 @@ def test_follow_flags_the_fallback_at_the_trace_that_brings_it(tmp_path):
     said = [line for line in stderr.splitlines() if line.startswith("gemmscope: window ")]
     assert said[0].startswith("gemmscope: window 0 (rank0.window0.sqlite.xz): PASS")
     assert said[1].startswith("gemmscope: window 1 (rank0.window1.sqlite.xz): MISMATCHES") and "ALERT new-mismatch" in said[1]
+
+
+# --- verify --every: windows captured one by one (real torch.profiler on a CPU) ------------------
+
+# A training loop on the CPU that stands for one on a GPU (its processes write their traces as one
+# that used CUDA does), STEPS optimizer steps.
+_TRAINING = """\
+import sys, torch
+sys.modules["gemmscope_torch_profiler"].used_cuda = lambda torch: True
+model = torch.nn.Linear(8, 8)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(int(sys.argv[1])):
+    model(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+"""
+
+
+def _step_marks(trace: Path) -> set[int]:
+    with gzip.open(trace, "rt") as text:
+        names = {e.get("name", "") for e in json.load(text)["traceEvents"]}
+    return {int(n.rpartition("=")[2]) for n in names if n.startswith("gemmscope.step|n=")}
+
+
+def test_verify_every_captures_each_window_on_its_own(torch_cpu, tmp_path):
+    """--every 6 --window 2 over 30 steps: windows 10-11, 16-17, 22-23, 28-29, each its own trace
+    named by its steps and holding them (a CPU trace holds no kernel: each is said not judged, and
+    the run is no pass)."""
+    program = tmp_path / "train.py"
+    program.write_text(_TRAINING)
+    out = tmp_path / "out"
+    done = gemmscope("verify", "--every", "6", "--window", "2", "--format", "json", "--out", out, "--",
+                     sys.executable, program, "30", timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    windows = json.loads(done.stdout)["windows"]
+    steps = [(10, 11), (16, 17), (22, 23), (28, 29)]
+    assert [tuple(w["steps"]) for w in windows] == steps and [w["window"] for w in windows] == [0, 1, 2, 3]
+    assert all("CPU-only torch.profiler trace" in w["error"] for w in windows)
+    traces = sorted(out.glob("trace.*.json.gz"), key=lambda t: trace_steps(t.name))
+    assert [trace_steps(t.name) for t in traces] == steps
+    for trace, (first, last) in zip(traces, steps):
+        marks = _step_marks(trace)
+        assert set(range(first, last + 1)) <= marks <= set(range(first - 2, last + 2)), (trace.name, marks)
+    assert read_timeline(out) == windows
+    said = [line for line in done.stderr.splitlines() if line.startswith("gemmscope: window ")]
+    assert [line.split(":")[1] for line in said] == [f" window {i} (steps {a}-{b})" for i, (a, b) in enumerate(steps)]
+
+
+@pytest.mark.parametrize("arguments, said", [
+    (("--every", "6"), "--every keeps the job's timeline and its windows' traces: give --out DIR"),
+    (("--every", "6", "--out", "OUT", "--profiler", "nsys"), "--every captures with torch.profiler"),
+    (("--every", "4", "--window", "2", "--out", "OUT"), "--every 4 --window 2: give a window of 1 step or more"),
+    (("--every", "6", "--out", "OUT", "--steps", "3-4"), "--every captures windows of its own: not with --steps"),
+])
+def test_verify_every_is_refused_where_it_cannot_audit(tmp_path, arguments, said):
+    done = gemmscope("verify", *[str(tmp_path / a) if a == "OUT" else a for a in arguments], "--", sys.executable,
+                     "-c", "pass")
+    assert_one_line_error(done)
+    assert said in done.stderr

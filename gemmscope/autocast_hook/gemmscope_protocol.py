@@ -129,6 +129,41 @@ def parse_members(text: str) -> list[tuple[int, int, int]] | None:
 TORCH_TRACE_FOLDER = "GEMMSCOPE_TORCH_TRACE_FOLDER"
 # The environment variable naming the training steps to capture, "A-B" (inclusive, from 0).
 STEPS = "GEMMSCOPE_STEPS"
+# The environment variable naming an audit's windows, "EVERY:WINDOW:FIRST": WINDOW training steps
+# every EVERY steps from step FIRST on (audit_window), each captured as a window of its own.
+AUDIT = "GEMMSCOPE_AUDIT"
+# Where an audit's first window starts by default: after the warm-up steps (compilation,
+# autotuning, the allocator's growth) that no later step repeats.
+AUDIT_FIRST_STEP = 10
+
+
+def format_audit(every: int, window: int, first: int = AUDIT_FIRST_STEP) -> str:
+    return f"{every}:{window}:{first}"
+
+
+def parse_audit(text: str) -> tuple[int, int, int]:
+    """"EVERY:WINDOW:FIRST" as (every, window, first); ValueError unless 1 <= WINDOW, WINDOW + 2 <
+    EVERY (the one-step margins of two windows do not meet) and 0 <= FIRST."""
+    every, window, first = (int(part) for part in text.split(":"))
+    if not (window >= 1 and every > window + 2 and first >= 0):
+        raise ValueError(f"audit {text!r}: want EVERY:WINDOW:FIRST with WINDOW >= 1, EVERY > WINDOW + 2, FIRST >= 0")
+    return every, window, first
+
+
+def audit_window(index: int, every: int, window: int, first: int) -> tuple[int, int]:
+    """The steps (A, B) of an audit's window `index`, from 0."""
+    start = first + index * every
+    return start, start + window - 1
+
+
+def audit_windows(every: int, window: int, first: int):
+    """An audit's windows' steps, in order, without end."""
+    index = 0
+    while True:
+        yield audit_window(index, every, window, first)
+        index += 1
+
+
 # The environment variable naming a time window to capture with torch.profiler, "DELAY:DURATION"
 # in seconds from the hook's import (DURATION empty: to the process's exit).
 TIME_WINDOW = "GEMMSCOPE_TIME_WINDOW"
@@ -156,10 +191,22 @@ def parse_steps(text: str) -> tuple[int, int]:
     return first_step, last_step
 
 
-def torch_trace_name(pid: int, rank: str) -> str:
+def torch_trace_name(pid: int, rank: str, steps: tuple[int, int] | None = None) -> str:
     """A process's torch.profiler trace: its rank in the name where a launcher set one (gemmscope
-    reads a rank from a name such as rank3), its pid always (a rank may run more than one process)."""
-    return f"trace.{'' if rank == UNKNOWN else f'rank{rank}.'}{pid}.json.gz"
+    reads a rank from a name such as rank3), its pid always (a rank may run more than one process),
+    and an audit window's steps (trace_steps reads them back)."""
+    window = f".steps{steps[0]}-{steps[1]}" if steps is not None else ""
+    return f"trace.{'' if rank == UNKNOWN else f'rank{rank}.'}{pid}{window}.json.gz"
+
+
+def trace_steps(name: str) -> tuple[int, int] | None:
+    """The steps of an audit window's trace from its name (torch_trace_name), None for another."""
+    for part in name.split("."):
+        if part.startswith("steps") and "-" in part:
+            first, _, last = part[len("steps"):].partition("-")
+            if first.isdigit() and last.isdigit():
+                return int(first), int(last)
+    return None
 
 
 # Every name torch_trace_name gives, as a glob pattern.

@@ -18,7 +18,17 @@ launches belong to A..B.
 import importlib
 import os
 
-from gemmscope_protocol import CAPTURE_RANGE, STEP_PREFIX, STEPS, TORCH_TRACE_FOLDER, format_record, parse_steps
+from gemmscope_protocol import (
+    AUDIT,
+    CAPTURE_RANGE,
+    STEP_PREFIX,
+    STEPS,
+    TORCH_TRACE_FOLDER,
+    audit_windows,
+    format_record,
+    parse_audit,
+    parse_steps,
+)
 from gemmscope_records import guarded, mark, note, patch, recording
 
 # Where torch says an optimizer stepped (every torch.optim.Optimizer subclass), and where GradScaler
@@ -88,11 +98,11 @@ def watch_steps(torch) -> None:
         mark(torch, format_record(STEP_PREFIX, {"watching": "optimizers"}))
     except Exception:  # a torch without NVTX (a CPU build): nothing to mark into
         pass
-    asked = os.environ.get(STEPS)
-    if asked:
-        record_only_between(*parse_steps(asked))
-    if asked and not os.environ.get(TORCH_TRACE_FOLDER):
-        _capture_with_nsys(torch, *parse_steps(asked))
+    windows = asked_windows()
+    if windows is not None:
+        record_only_in(asked_windows())  # an iterator of its own: each consumer walks the windows
+    if os.environ.get(STEPS) and not os.environ.get(TORCH_TRACE_FOLDER):
+        _capture_with_nsys(torch, *parse_steps(os.environ[STEPS]))
 
 
 def on_first_mark(call) -> None:
@@ -103,28 +113,51 @@ def on_first_mark(call) -> None:
     _on_first_mark.append(call)
 
 
-def on_capture_window(first: int, last: int, opens, closes) -> None:
-    """`opens()` where a capture of steps first..last opens (now for first <= 1, else at the first
-    mark of first-2) and `closes()` where it closes (the first mark of last+1): on_first_mark says why."""
-    if first <= 1:  # step 0 runs from the start
+def on_capture_windows(windows, opens, closes) -> None:
+    """`opens()` where a capture of each of `windows` ((first, last) steps, in order; an iterator,
+    maybe endless) opens (now for first <= 1, else at the first mark of first-2) and `closes()`
+    where it closes (the first mark of last+1): on_first_mark says why. Windows come at least three
+    steps apart (gemmscope_protocol.parse_audit), so that one closes before the next opens."""
+    windows = iter(windows)
+    current = [next(windows, None)]
+    if current[0] is not None and current[0][0] <= 1:  # step 0 runs from the start
         opens()
 
     def at_first_mark(n: int) -> None:
-        if n == first - 2:
+        window = current[0]
+        if window is None:
+            return
+        if n == window[0] - 2:
             opens()
-        elif n == last + 1:
+        elif n == window[1] + 1:
             closes()
+            current[0] = next(windows, None)
 
     on_first_mark(at_first_mark)
 
 
-def record_only_between(first: int, last: int) -> None:
-    """GEMM calls recorded over the capture of steps first..last alone, for nsys and torch.profiler alike."""
+def on_capture_window(first: int, last: int, opens, closes) -> None:
+    """on_capture_windows for one window, steps first..last."""
+    on_capture_windows([(first, last)], opens, closes)
+
+
+def asked_windows():
+    """The windows this process captures: `verify --steps A-B`'s one (STEPS), an audit's endless
+    ones (AUDIT), or None for the whole run."""
+    if os.environ.get(STEPS):
+        return [parse_steps(os.environ[STEPS])]
+    if os.environ.get(AUDIT):
+        return audit_windows(*parse_audit(os.environ[AUDIT]))
+    return None
+
+
+def record_only_in(windows) -> None:
+    """GEMM calls recorded over the captures of `windows` alone, for nsys and torch.profiler alike."""
     def switch(on: bool):
         return lambda: recording.__setitem__(0, on)
 
     recording[0] = False
-    on_capture_window(first, last, switch(True), switch(False))
+    on_capture_windows(windows, switch(True), switch(False))
 
 
 def _capture_with_nsys(torch, first: int, last: int) -> None:

@@ -14,9 +14,9 @@ import shutil
 import threading
 import time
 
-from gemmscope_protocol import STEPS, TIME_WINDOW, TORCH_TRACE_FOLDER, parse_steps, parse_time_window, torch_trace_name
+from gemmscope_protocol import AUDIT, TIME_WINDOW, TORCH_TRACE_FOLDER, parse_time_window, torch_trace_name
 from gemmscope_records import launcher_rank, note, on_main_thread_record, profiler_recording
-from gemmscope_steps import on_first_mark
+from gemmscope_steps import asked_windows, on_first_mark
 
 # The hook's import, at the process's start-up: a time window's DELAY counts from here.
 _IMPORTED = time.monotonic()
@@ -31,10 +31,11 @@ def start_profiler(torch) -> None:
     folder = os.environ.get(TORCH_TRACE_FOLDER)
     if not folder:
         return
-    if os.environ.get(STEPS) or os.environ.get(TIME_WINDOW):
+    windows = asked_windows()
+    if windows is not None or os.environ.get(TIME_WINDOW):
         tear_down_cupti_after_window(torch)
-    if os.environ.get(STEPS):
-        _profile_steps(torch, folder, *parse_steps(os.environ[STEPS]))
+    if windows is not None:  # an audit's traces are named by their steps: one per window
+        _profile_windows(torch, folder, windows, named_by_steps=bool(os.environ.get(AUDIT)))
         return
     if os.environ.get(TIME_WINDOW):
         _profile_time_window(torch, folder, *parse_time_window(os.environ[TIME_WINDOW]))
@@ -83,24 +84,28 @@ def _started(torch, accumulate: bool = False, schedule=None, on_trace_ready=None
         return None
 
 
-def _profile_steps(torch, folder: str, first: int, last: int) -> None:
-    """Steps first..last: torch.profiler starts at the first mark of step first-2 with a warm-up
-    step through its schedule (from the start, with no schedule, for first <= 1), advances at each
-    step's first mark and saves at the first mark of step last+1 (gemmscope_steps.on_first_mark
-    says why those bounds hold the steps whole); a job that ends inside the window writes what it
-    recorded at exit."""
+def _profile_windows(torch, folder: str, windows, named_by_steps: bool) -> None:
+    """Each of `windows` (steps first..last, in order): torch.profiler starts at the first mark of
+    step first-2 with a warm-up step through its schedule (from the start, with no schedule, for
+    first <= 1), advances at each step's first mark and saves at the first mark of step last+1
+    (gemmscope_steps.on_first_mark says why those bounds hold the steps whole), stopped there, and
+    the next window is waited for; a job that ends inside a window writes what it recorded at exit.
+    `named_by_steps`: each trace's name says its window's steps (an audit's several)."""
     from torch.profiler import schedule
 
-    state: dict = {"profiler": None, "written": False, "scheduled": False}
+    windows = iter(windows)
+    state: dict = {"window": next(windows, None), "profiler": None, "written": False, "scheduled": False}
 
     def save(profiler) -> None:
         state["written"] = True
-        _guarded(lambda: _export(profiler, folder))
+        steps = state["window"] if named_by_steps else None
+        _guarded(lambda: _export(profiler, folder, steps))
 
     def at_first_mark(n: int) -> None:
-        profiler = state["profiler"]
-        if state["written"]:
+        window, profiler = state["window"], state["profiler"]
+        if window is None:
             return
+        first, last = window
         if profiler is None:
             if n == first - 2:
                 state["scheduled"] = True
@@ -114,6 +119,8 @@ def _profile_steps(torch, folder: str, first: int, last: int) -> None:
             profiler.step()
             if state["written"]:  # the window's last step is saved: CUPTI goes now, not at exit
                 profiler.stop()
+        if state["written"]:  # the next window, if any, from a profiler of its own
+            state.update(window=next(windows, None), profiler=None, written=False)
 
     def at_exit() -> None:
         profiler = state["profiler"]
@@ -128,7 +135,7 @@ def _profile_steps(torch, folder: str, first: int, last: int) -> None:
         if not state["written"]:
             save(profiler)
 
-    if first <= 1:  # step 0 runs from the start
+    if state["window"] is not None and state["window"][0] <= 1:  # step 0 runs from the start
         state["profiler"] = _started(torch, accumulate=True)
     on_first_mark(at_first_mark)
     atexit.register(_guarded, at_exit)
@@ -202,10 +209,10 @@ def _write_trace(torch, profiler, folder: str) -> None:
         note(f"torch.profiler trace not written ({type(exc).__name__}: {exc})")
 
 
-def _export(profiler, folder: str) -> None:
+def _export(profiler, folder: str, steps: tuple[int, int] | None = None) -> None:
     """The trace, gzipped, written through a name gemmscope does not read, so that it appears
-    whole or not at all."""
-    path = os.path.join(folder, torch_trace_name(os.getpid(), launcher_rank()))
+    whole or not at all; `steps`: an audit window's, in its name."""
+    path = os.path.join(folder, torch_trace_name(os.getpid(), launcher_rank(), steps))
     plain, partial = f"{path}.plain.partial", f"{path}.partial"
     try:
         profiler.export_chrome_trace(plain)

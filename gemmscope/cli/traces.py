@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -139,7 +140,9 @@ def _capture_options(func):
     _CaptureArgs (`capturing`)."""
     @functools.wraps(func)
     def command(*args, **params):
-        window = CaptureWindow(params.pop("capture_range"), params.pop("delay"), params.pop("duration"))
+        every, window_steps = params.pop("every"), params.pop("window")
+        window = CaptureWindow(params.pop("capture_range"), params.pop("delay"), params.pop("duration"),
+                               audit=(every, window_steps) if every is not None else None)
         return func(*args, capturing=_CaptureArgs(params.pop("out"), params.pop("profiler"), window), **params)
 
     return with_options(command, [
@@ -158,6 +161,13 @@ def _capture_options(func):
         click.option("--delay", type=click.FloatRange(min=0), metavar="SECONDS", help="Start collecting after this long."),
         click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
                      help="Collect for this long; COMMAND runs on to its own end. Not with --capture-range."),
+        click.option("--every", type=click.IntRange(min=1), metavar="STEPS",
+                     help="Audit a long job: --window training steps every STEPS (from step 10, after warm-up), on "
+                          "every rank, to the job's own end (torch.profiler; needs --out). Each window is judged as "
+                          "it lands into OUT/timeline.jsonl, compared with the first, its alerts said; the worst "
+                          "window's state is the exit status (`gemmscope timeline OUT` shows it again)."),
+        click.option("--window", type=click.IntRange(min=1), default=3, show_default=True, metavar="STEPS",
+                     help="With --every: the training steps each window holds."),
     ])
 
 
@@ -180,6 +190,8 @@ def verify_cmd(trace_args: tuple[Path, ...], capturing: _CaptureArgs, options: O
     not (`gemmscope --help`: every exit code). The profiler's own output is shown with --verbose or
     when nsys fails."""
     trace_args, command = _traces_or_command(trace_args, command, capturing)
+    if capturing.window.audit is not None:
+        _audit(command, capturing, options, output)
     window = dataclasses.replace(capturing.window, steps=options.steps if command else None)
     check_profiler(capturing.profiler or "nsys", window)
     output.make_plots_folder()
@@ -203,6 +215,29 @@ def verify_cmd(trace_args: tuple[Path, ...], capturing: _CaptureArgs, options: O
         sys.exit(ExitCode.COMMAND_FAILED)
     assert result is not None  # without a failed command, the traces were checked (none: exited above)
     _exit_as_checked(result)
+
+
+def _audit(command: tuple[str, ...], capturing: _CaptureArgs, options: Options, output: Output) -> NoReturn:
+    """verify --every: the job's windows judged as they land, its timeline printed at its end."""
+    from gemmscope.watching.timeline import timeline_document, timeline_table
+
+    if capturing.out is None:
+        raise InputError("--every keeps the job's timeline and its windows' traces: give --out DIR")
+    if options.steps is not None:
+        raise InputError("--every captures windows of its own: not with --steps")
+    if output.fmt not in ("table", "json"):
+        raise InputError(f"--every prints its timeline as table or json, not {output.fmt}")
+    check_profiler(capturing.profiler or "torch", capturing.window)
+    assert capturing.window.audit is not None  # the caller's test
+    every, window = capturing.window.audit
+    audited = api.audit_command(command, capturing.out, every, window, options, echo=output.detail == "verbose",
+                                say=note)
+    records = audited.timeline.records
+    emit(json.dumps(timeline_document(records), indent=2) + "\n" if output.fmt == "json" else timeline_table(records))
+    if audited.captured.failed:
+        note(f"gemmscope: the command failed (exit {audited.captured.exit_code}): a failed run is never a pass, "
+             "whatever its windows said")
+    sys.exit(audited.exit_code)
 
 
 def _traces_or_command(trace_args: tuple[Path, ...], command: tuple[str, ...],

@@ -63,6 +63,9 @@ class CaptureWindow:
     delay_s: float | None = None
     duration_s: float | None = None
     steps: tuple[int, int] | None = None
+    # an audit: (every, window), `window` training steps every `every` steps from step
+    # gemmscope_protocol.AUDIT_FIRST_STEP on, each captured and judged as a window of its own
+    audit: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         from gemmscope.profilers import nsys_runner
@@ -71,6 +74,15 @@ class CaptureWindow:
         if self.steps is not None and self.timed_or_ranged:
             raise InputError("--steps is a capture window of its own: give it, or --capture-range / --delay / "
                              "--duration, not both")
+        if self.audit is not None:
+            if self.steps is not None or self.timed_or_ranged:
+                raise InputError("--every captures windows of its own: not with --steps, --capture-range, --delay "
+                                 "or --duration")
+            try:
+                gemmscope_protocol.parse_audit(gemmscope_protocol.format_audit(*self.audit))
+            except ValueError:
+                raise InputError(f"--every {self.audit[0]} --window {self.audit[1]}: give a window of 1 step or more, "
+                                 "and windows more than 2 steps further apart than they are long") from None
 
     @property
     def timed_or_ranged(self) -> bool:
@@ -84,6 +96,10 @@ class CaptureWindow:
 
     def described(self) -> str | None:
         """The window in words, None for the whole run."""
+        if self.audit is not None:
+            every, window = self.audit
+            return (f"{window} training steps every {every} from step {gemmscope_protocol.AUDIT_FIRST_STEP}, "
+                    "each judged as it lands")
         if self.steps is not None:
             return f"training steps {self.steps[0]}-{self.steps[1]} (its optimizer steps, from 0)"
         from gemmscope.profilers import nsys_runner
@@ -94,6 +110,8 @@ class CaptureWindow:
         """As the JSON report's meta.command.capture_window says it: what was given, None for the whole run."""
         if self.steps is not None:
             return {"steps": list(self.steps)}
+        if self.audit is not None:
+            return {"every": self.audit[0], "window": self.audit[1]}
         given = {"nvtx_range": self.nvtx_range, "delay_s": self.delay_s, "duration_s": self.duration_s}
         return {k: v for k, v in given.items() if v is not None} or None
 
@@ -103,6 +121,9 @@ def check_profiler(profiler: str, window: CaptureWindow) -> None:
     is not one of PROFILERS."""
     if profiler not in PROFILERS:
         raise InputError(f"unknown profiler {profiler!r}: choose from {', '.join(PROFILERS)}")
+    if profiler == "nsys" and window.audit is not None:
+        raise InputError("--every captures with torch.profiler (--profiler torch, its default): an nsys session "
+                         "stays attached after its window and slows every later step")
     if profiler == "torch" and window.nvtx_range is not None:
         raise InputError("--capture-range is nsys's capture window: --profiler torch records each process from "
                          "its import of torch to its exit, or --steps, or --delay/--duration (or use nsys)")
@@ -134,12 +155,14 @@ class Captured:
 
 def capture(command: Sequence[str], out: str | Path | None = None, *, profiler: str = "nsys",
             window: CaptureWindow | None = None, echo: bool = False, redact: bool = True, keep: Sequence[str] = (),
-            say: Callable[[str], None] = _stderr) -> Captured:
+            say: Callable[[str], None] = _stderr, on_trace: Callable[[Path], None] | None = None) -> Captured:
     """Run `command` under `profiler` (PROFILERS) with gemmscope's hook, collecting `window`
     (default: the whole run); the capture kept in `out` (default: a private temporary folder,
     removed when gemmscope exits). `echo`: also show the profiler's own output. A command that
     failed is said at once, with its last stderr lines, redacted unless `redact` is False
-    (`keep`: shell patterns the redaction leaves)."""
+    (`keep`: shell patterns the redaction leaves). `on_trace`: called with each trace complete
+    while the program runs on (an audit's windows), one after another in a thread of its own,
+    instead of reading it early for the check."""
     command = list(command)
     window = window or CaptureWindow()
     check_profiler(profiler, window)
@@ -156,7 +179,9 @@ def capture(command: Sequence[str], out: str | Path | None = None, *, profiler: 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (hook, os.environ.get("PYTHONPATH")) if p))
     if window.steps is not None:  # the hook collects those steps alone (one more on each side: gemmscope_steps)
         env[gemmscope_protocol.STEPS] = f"{window.steps[0]}-{window.steps[1]}"
-    reads = _ReadWhileRunning()
+    if window.audit is not None:
+        env[gemmscope_protocol.AUDIT] = gemmscope_protocol.format_audit(*window.audit)
+    reads = _ReadWhileRunning(on_trace)
     run = _Run(command, folder, kept, env, window, echo, redact, tuple(keep), say, reads.offer)
     importing = threading.Thread(target=_import_checking, name="gemmscope-imports", daemon=True)
     importing.start()  # with the program: the command line starts without what checking needs
@@ -171,11 +196,13 @@ def capture(command: Sequence[str], out: str | Path | None = None, *, profiler: 
 class _ReadWhileRunning:
     """Traces complete before the program's end (a window's: written at its last step, while
     the job runs on) read and attributed meanwhile, one after another in a thread of their own,
-    so that the check after the program's end has less left to do."""
+    so that the check after the program's end has less left to do; or each given to `on_trace`
+    (an audit's judge), every one of them, those waiting at the program's end too."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_trace: Callable[[Path], None] | None = None) -> None:
         self._offered: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
         self._read: dict[Path, LoadedTrace] = {}
+        self._on_trace = on_trace
         self._ended = threading.Event()
         self._thread = threading.Thread(target=self._read_offered, name="gemmscope-early-reads", daemon=True)
         self._thread.start()
@@ -185,6 +212,9 @@ class _ReadWhileRunning:
 
     def _read_offered(self) -> None:
         while (path := self._offered.get()) is not None:
+            if self._on_trace is not None:
+                self._on_trace(path)
+                continue
             # once the program has ended, what is still waiting is left to the check, which reads
             # several traces side by side (every rank's, written at the exit), not one after another
             if self._ended.is_set():

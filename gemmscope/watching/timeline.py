@@ -91,12 +91,13 @@ class Timeline:
         """The job's state so far: the worst of its windows' (None before the first)."""
         return alerts.worst([State(record["state"]) for record in self.records])
 
-    def judge(self, traces: Sequence[Path], steps: tuple[int, int] | None = None) -> dict[str, Any]:
-        """Judges one window (its traces, and the steps they were captured for), appends its record
-        with its alerts, and says a line of it."""
+    def judge(self, traces: Sequence[Path], steps: tuple[int, int] | None = None,
+              index: int | None = None) -> dict[str, Any]:
+        """Judges one window (its traces, the steps they were captured for, its index: default the
+        next), appends its record with its alerts, and says a line of it."""
         from gemmscope.analysis import Analysis
 
-        window = {"index": len(self.records), "steps": list(steps) if steps else None,
+        window = {"index": len(self.records) if index is None else index, "steps": list(steps) if steps else None,
                   "traces": [Path(t).name for t in traces]}
         options = Options.of(self.options, steps=steps, redact=True)
         try:
@@ -160,7 +161,8 @@ _COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
                                       sorted(r["gemm_time_share_by_precision"].items(), key=lambda i: -i[1])) or "-"),
     ("Quantize", lambda r: "-" if r["quantization_share"] is None else f"{100 * r['quantization_share']:.1f} %"),
     ("Step ms", lambda r: "-" if r["step_time_ns"]["median"] is None else f"{r['step_time_ns']['median'] / 1e6:.2f}"),
-    ("Alerts", lambda r: " ".join(dict.fromkeys(a["code"] for a in r.get("alerts", []))) or r.get("error") or "-"),
+    ("Alerts", lambda r: "not judged" if r.get("error") else
+     " ".join(dict.fromkeys(a["code"] for a in r.get("alerts", []))) or "-"),
 )
 
 
@@ -182,6 +184,8 @@ def timeline_table(records: list[dict[str, Any]]) -> str:
                          columns=[header for header, _ in _COLUMNS])
     said = [f"{state.word if state else 'NO WINDOW'}: {len(records)} window{'s' * (len(records) != 1)} judged",
             table_text("Windows", frame, wrap=("Alerts",)).rstrip("\n")]
-    said += [f"window {record['window']}: ALERT {a['code']}: {a['statement']}"
-             for record in records for a in record.get("alerts", [])]
+    for record in records:
+        if record.get("error"):
+            said.append(f"window {record['window']}: NOT JUDGED: {record['error']}")
+        said += [f"window {record['window']}: ALERT {a['code']}: {a['statement']}" for a in record.get("alerts", [])]
     return "\n".join(said) + "\n"
