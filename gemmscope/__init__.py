@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         Comparison,
         Options,
         Traces,
+        audit,
         check,
         compare,
         diagnose,
@@ -34,12 +35,12 @@ __version__ = "0.1.0"
 
 # Each public name beside the errors' -> the module it is imported from on first use.
 _PUBLIC = {name: "gemmscope.api" for name in
-           ("Analysis", "CheckResult", "Comparison", "Options", "Traces", "check", "compare", "diagnose", "follow",
+           ("Analysis", "CheckResult", "Comparison", "Options", "Traces", "audit", "check", "compare", "diagnose", "follow",
             "load", "timeline")}
 _PUBLIC |= {name: "gemmscope.running.capturing" for name in ("CaptureWindow", "Captured", "capture")}
 
 __all__ = ["Analysis", "CaptureWindow", "Captured", "CheckResult", "Comparison", "InputError", "Options", "State",
-           "Traces", "capture", "check", "compare", "diagnose", "follow", "load", "timeline", "__version__"]
+           "Traces", "audit", "capture", "check", "compare", "diagnose", "follow", "load", "timeline", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from gemmscope.watching.timeline import Timeline
 
 __all__ = ["GEMM_COLUMNS", "VERDICT_COLUMNS", "Analysis", "CheckResult", "Comparison", "Options", "Shared", "Traces",
-           "audit_command", "bundle", "check", "compare", "diagnose", "follow", "load", "report", "scrub", "timeline"]
+           "audit", "audit_command", "bundle", "check", "compare", "diagnose", "follow", "load", "report", "scrub", "timeline"]
 
 
 def load(paths: str | Path | Sequence[str | Path], workers: int | None = None,
@@ -224,16 +224,18 @@ def timeline(folder: str | Path) -> list[dict[str, Any]]:
 
 
 def follow(folder: str | Path, options: Options | None = None, count: int | None = None,
-           say: Callable[[str], None] = lambda line: None, **settings: Any) -> Timeline:
+           say: Callable[[str], None] = lambda line: None, until_pid: int | None = None, **settings: Any) -> Timeline:
     """Judges each trace another tool writes into `folder`, once complete, as a window of the
     job's timeline (FOLDER/timeline.jsonl), each compared with the first; until `count` traces
-    were judged (None: until interrupted). `say`: a line per window, its alerts with it."""
+    were judged, or process `until_pid` has ended and its last traces are judged (neither: until
+    interrupted). `say`: a line per window, its alerts with it."""
     from gemmscope.watching.follow import follow as follow_folder
     from gemmscope.watching.timeline import Timeline
 
     if not Path(folder).is_dir():
         raise InputError(f"{folder}: no such folder to follow")
-    return follow_folder(folder, Timeline(folder, Options.of(options, **settings), say=say), count)
+    return follow_folder(folder, Timeline(folder, Options.of(options, **settings), say=say), count,
+                         until_pid=until_pid)
 
 
 def audit_command(command: Sequence[str], out: str | Path, every: int, window: int = 3,
@@ -245,3 +247,13 @@ def audit_command(command: Sequence[str], out: str | Path, every: int, window: i
     from gemmscope.watching.audit import audit
 
     return audit(command, out, every, window, Options.of(options, **settings), echo=echo, say=say)
+
+
+def audit(every: int, window: int = 3, out: str | Path = "gemmscope-audit", *, expect: str | None = None,
+          follow: bool = True) -> Path:
+    """One line in a training script: this process audited from now on as `verify --every` audits
+    a command (gemmscope.watching.in_process.audit): `window` steps every `every`, each window's
+    trace in `out`, judged there into timeline.jsonl by a follower the rank-0 process starts."""
+    from gemmscope.watching.in_process import audit as audit_here
+
+    return audit_here(every, window, out, expect=expect, follow=follow)

@@ -85,15 +85,11 @@ def torch(torch_cpu):
 def hook(torch):
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(HOOK_DIR))  # `from gemmscope_protocol import ...`, as on verify's PYTHONPATH
-        spec = importlib.util.spec_from_file_location("gemmscope_autocast_hook", HOOK_DIR / "sitecustomize.py")
-        module = importlib.util.module_from_spec(spec)
-        mp.setitem(sys.modules, spec.name, module)  # torch.compile looks functions' modules up there
-        spec.loader.exec_module(module)
-        # On import it waits for torch and TE to be imported; torch already is (patched below as
-        # its finder would), and TE must not be looked for by the rest of the suite.
-        mp.setattr(sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, module._Finder)])
-        parts = {part: importlib.import_module(f"gemmscope_{part}") for part in ("records", "modules", "te", "torch_gemms")}
-        hook = SimpleNamespace(site=module, **parts)
+        # Its parts, not installed (gemmscope_install.install would wait for TE, which the rest of the
+        # suite must not see patched): torch, imported already, is patched below as install would.
+        parts = {part: importlib.import_module(f"gemmscope_{part}")
+                 for part in ("install", "records", "modules", "te", "torch_gemms")}
+        hook = SimpleNamespace(**parts)
         with _torch_patched_by(hook, torch):
             yield hook
 

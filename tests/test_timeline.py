@@ -151,6 +151,16 @@ def _step_marks(trace: Path) -> set[int]:
     return {int(n.rpartition("=")[2]) for n in names if n.startswith("gemmscope.step|n=")}
 
 
+def assert_windows_captured(out: Path, steps: list[tuple[int, int]]) -> None:
+    """OUT holds one trace per window, named by its steps and holding them (the hook's step marks:
+    its own steps whole, and no more than a step either side)."""
+    traces = sorted(out.glob("trace.*.json.gz"), key=lambda t: trace_steps(t.name))
+    assert [trace_steps(t.name) for t in traces] == steps
+    for trace, (first, last) in zip(traces, steps):
+        marks = _step_marks(trace)
+        assert set(range(first, last + 1)) <= marks <= set(range(first - 2, last + 2)), (trace.name, marks)
+
+
 def test_verify_every_captures_each_window_on_its_own(torch_cpu, tmp_path):
     """--every 6 --window 2 over 30 steps: windows 10-11, 16-17, 22-23, 28-29, each its own trace
     named by its steps and holding them (a CPU trace holds no kernel: each is said not judged, and
@@ -165,11 +175,7 @@ def test_verify_every_captures_each_window_on_its_own(torch_cpu, tmp_path):
     steps = [(10, 11), (16, 17), (22, 23), (28, 29)]
     assert [tuple(w["steps"]) for w in windows] == steps and [w["window"] for w in windows] == [0, 1, 2, 3]
     assert all("CPU-only torch.profiler trace" in w["error"] for w in windows)
-    traces = sorted(out.glob("trace.*.json.gz"), key=lambda t: trace_steps(t.name))
-    assert [trace_steps(t.name) for t in traces] == steps
-    for trace, (first, last) in zip(traces, steps):
-        marks = _step_marks(trace)
-        assert set(range(first, last + 1)) <= marks <= set(range(first - 2, last + 2)), (trace.name, marks)
+    assert_windows_captured(out, steps)
     assert read_timeline(out) == windows
     said = [line for line in done.stderr.splitlines() if line.startswith("gemmscope: window ")]
     assert [line.split(":")[1] for line in said] == [f" window {i} (steps {a}-{b})" for i, (a, b) in enumerate(steps)]

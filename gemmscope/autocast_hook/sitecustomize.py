@@ -32,67 +32,20 @@ own (gemmscope_records.patch), and one a torch or TE release moved or changed is
 on stderr and marked in the trace, whose check then names the records it lacks. The interpreter's
 own sitecustomize, if any, is still run afterwards.
 
-This file only installs the patches; what they record is written by its siblings:
+This file only installs the patches (gemmscope_install.py); what they record is written by its siblings:
 gemmscope_te.py (TE's autocast and GEMM calls), gemmscope_torch_gemms.py (GEMMs outside TE),
 gemmscope_modules.py (which module made a GEMM), gemmscope_records.py (writing records, per-thread
 state) and gemmscope_torch_profiler.py (capturing with torch.profiler).
 """
 
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
 import sys
 
-from gemmscope_records import guarded
-from gemmscope_steps import watch_steps
-from gemmscope_te import GEMM_MODULE, QUANTIZATION_MODULE, patch_gemm, patch_quantization
-from gemmscope_torch_gemms import patch_torch
-from gemmscope_torch_profiler import start_profiler
+from gemmscope_install import install
 
-
-def _patch_and_profile_torch(torch) -> None:
-    patch_torch(torch)
-    start_profiler(torch)  # first: the profiler records watch_steps' mark
-    watch_steps(torch)
-
-
-# Each module is patched as it is imported, before any code of the program's can use it.
-_PATCHES = {"torch": _patch_and_profile_torch, QUANTIZATION_MODULE: patch_quantization, GEMM_MODULE: patch_gemm}
-
-
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader, patch):
-        self._loader = loader
-        self._patch = patch
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        # each patch is guarded on its own (gemmscope_records.patch); this catches the rest
-        guarded(f"{module.__name__} (all of it)", module, "every record the hook makes of it",
-                lambda: self._patch(module))
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path, target=None):
-        patch = _PATCHES.pop(fullname, None)
-        if patch is None:
-            return None
-        sys.meta_path.remove(self)  # no recursion into ourselves
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            if _PATCHES:
-                sys.meta_path.insert(0, self)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _PatchingLoader(spec.loader, patch)
-        return spec
-
-
-sys.meta_path.insert(0, _Finder())
+install()
 
 # Run the sitecustomize this one shadows, as Python would have.
 _here = os.path.dirname(os.path.abspath(__file__))

@@ -21,18 +21,21 @@ TIMELINE_FORMATS = ("table", "json")
               help="Judge each trace another tool writes into FOLDER (torch.profiler's, nsys exports), once complete, "
                    "as a window; one line each on stderr, its alerts with it.")
 @click.option("--count", type=click.IntRange(min=1), help="With --follow: stop after COUNT traces (default: Ctrl-C).")
+@click.option("--until-pid", type=int, metavar="PID",
+              help="With --follow: stop once process PID has ended and its last traces are judged.")
 @click.option("--expect", help="With --follow: the recipe every GEMM should run (default: what each asked).")
 @click.option("--allow", multiple=True, help="With --follow: shell patterns whose mismatches are accepted.")
 @format_option(TIMELINE_FORMATS)
-def timeline_cmd(folder: Path, follow: bool, count: int | None, expect: str | None, allow: tuple[str, ...],
-                 fmt: str) -> None:
+def timeline_cmd(folder: Path, follow: bool, count: int | None, until_pid: int | None, expect: str | None,
+                 allow: tuple[str, ...], fmt: str) -> None:
     """A job's windows (FOLDER/timeline.jsonl), each judged, with what changed since the first:
     exits with the worst window's state."""
     from gemmscope.watching.timeline import timeline_document, timeline_table
 
-    if not follow and (count or expect or allow):
-        raise click.UsageError("--count, --expect and --allow go with --follow")
-    records = (gemmscope.follow(folder, count=count, expect=expect, allow=allow, say=note).records if follow
+    if not follow and (count or until_pid or expect or allow):
+        raise click.UsageError("--count, --until-pid, --expect and --allow go with --follow")
+    records = (gemmscope.follow(folder, count=count, until_pid=until_pid, expect=expect, allow=allow,
+                                say=note).records if follow
                else gemmscope.timeline(folder))
     emit(json.dumps(timeline_document(records), indent=2) + "\n" if fmt == "json" else timeline_table(records))
     state = timeline_document(records)["state"]

@@ -1,0 +1,98 @@
+"""gemmscope.audit() inside programs nobody wraps, run as `python train.py` with real torch on a
+CPU: a plain training loop that calls it in one line, HF transformers' Trainer with the callback,
+Lightning's Trainer with the callback. Each writes one trace per window at the steps asked, and
+the follower the call starts judges them into the same timeline verify --every writes (on a CPU
+a window holds no kernel: each is said not judged)."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from test_timeline import _TRAINING, assert_windows_captured
+
+from gemmscope.watching.in_process import FOLLOW_LOG
+from gemmscope.watching.timeline import TIMELINE_FILE, read_timeline
+
+from test_cli import REPO
+
+STEPS = [(10, 11), (16, 17), (22, 23), (28, 29)]  # every 6, windows of 2, 30 steps
+
+_PLAIN = """\
+import sys
+import gemmscope
+gemmscope.audit(every=6, window=2, out=sys.argv[2])
+""" + _TRAINING.replace('sys.modules["gemmscope_torch_profiler"].used_cuda = lambda torch: True\\n', "")
+
+_HF = """\
+import sys
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+from gemmscope.watching.integrations import hf_trainer_callback
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return {"input_ids": torch.randint(0, 100, (16,)), "labels": torch.tensor(i % 2)}
+
+config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+args = TrainingArguments(output_dir=sys.argv[2] + "/hf", max_steps=int(sys.argv[1]), per_device_train_batch_size=4,
+                         report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no")
+Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Data(),
+        callbacks=[hf_trainer_callback(every=6, window=2, out=sys.argv[2])]).train()
+"""
+
+_LIGHTNING = """\
+import sys
+import torch
+import lightning as L
+from gemmscope.watching.integrations import lightning_callback
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 8)
+
+    def training_step(self, batch, _):
+        return self.layer(batch).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+L.Trainer(max_steps=int(sys.argv[1]), accelerator="cpu", logger=False, enable_checkpointing=False,
+          enable_progress_bar=False, enable_model_summary=False, default_root_dir=sys.argv[2],
+          callbacks=[lightning_callback(every=6, window=2, out=sys.argv[2])]).fit(
+    Model(), torch.utils.data.DataLoader(torch.randn(120, 8), batch_size=4))
+"""
+
+
+@pytest.mark.parametrize("program, framework", [(_PLAIN, None), (_HF, "transformers"), (_LIGHTNING, "lightning")],
+                         ids=["plain", "hf-trainer", "lightning"])
+def test_an_audit_started_inside_the_program(torch_cpu, tmp_path, program, framework):
+    if framework is not None:
+        pytest.importorskip(framework)
+    script, out = tmp_path / "train.py", tmp_path / "audit"
+    script.write_text(program)
+    done = subprocess.run([sys.executable, str(script), "30", str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_windows_captured(out, STEPS)
+    deadline = time.monotonic() + 120  # the follower judges the last window once the program has ended
+    while not ((out / TIMELINE_FILE).exists() and len(read_timeline(out)) == len(STEPS)):
+        assert time.monotonic() < deadline, (out / FOLLOW_LOG).read_text()
+        time.sleep(0.5)
+    windows = read_timeline(out)
+    assert sorted(tuple(w["steps"]) for w in windows) == STEPS
+    assert all("CPU-only torch.profiler trace" in w["error"] for w in windows)
+    said = (out / FOLLOW_LOG).read_text()
+    assert said.count("gemmscope: window ") == len(STEPS), said
+
+
+def test_an_audit_asked_twice_in_one_process_is_one_line(torch_cpu, tmp_path):
+    done = subprocess.run([sys.executable, "-c", "import gemmscope, sys; gemmscope.audit(6, 2, sys.argv[1], "
+                           "follow=False); gemmscope.audit(6, 2, sys.argv[1], follow=False)", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 1 and "gemmscope's hook already captures this process" in done.stderr
