@@ -5,6 +5,7 @@ the follower the call starts judges them into the same timeline verify --every w
 a window holds no kernel: each is said not judged)."""
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -12,8 +13,9 @@ import time
 import pytest
 from test_timeline import _TRAINING, assert_windows_captured
 
+from gemmscope.autocast_hook.gemmscope_protocol import trace_steps
 from gemmscope.watching.in_process import FOLLOW_LOG
-from gemmscope.watching.timeline import TIMELINE_FILE, read_timeline
+from gemmscope.watching.timeline import TIMELINE_FILE, job_windows, read_timeline
 
 from test_cli import REPO
 
@@ -96,3 +98,58 @@ def test_an_audit_asked_twice_in_one_process_is_one_line(torch_cpu, tmp_path):
                            "follow=False); gemmscope.audit(6, 2, sys.argv[1], follow=False)", str(tmp_path)],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 1 and "gemmscope's hook already captures this process" in done.stderr
+
+
+# Data-parallel training over gloo, as each node of a job runs it: torchrun sets RANK and the rendezvous.
+_DDP = """\
+import sys
+import torch
+import torch.distributed as dist
+import gemmscope
+
+dist.init_process_group("gloo")
+gemmscope.audit(every=6, window=2, out=sys.argv[2])
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(int(sys.argv[1])):
+    model(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_nodes_write_one_timeline(torch_cpu, tmp_path):
+    """Two torchrun launches, one per "node" (--nnodes 2 --node-rank K, a localhost rendezvous),
+    into one shared folder: each rank writes its own traces (its rank and pid in every name), the
+    rank-0 node's follower judges both ranks' windows into one timeline, and each window of the
+    job holds both ranks."""
+    script, out = tmp_path / "train.py", tmp_path / "shared"
+    script.write_text(_DDP)
+    port = _free_port()
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                               "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
+                               str(script), "30", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+             for node in (0, 1)]
+    try:
+        said = [node.communicate(timeout=300)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], said[0][-3000:] + said[1][-3000:]
+    for rank in (0, 1):
+        traces = sorted(t.name for t in out.glob(f"trace.rank{rank}.*.json.gz"))
+        assert [trace_steps(name) for name in traces] == STEPS, traces
+    deadline = time.monotonic() + 120
+    while not ((out / TIMELINE_FILE).exists() and len(read_timeline(out)) == 2 * len(STEPS)):
+        assert time.monotonic() < deadline, (out / FOLLOW_LOG).read_text()
+        time.sleep(0.5)
+    job = job_windows(read_timeline(out))
+    assert [(tuple(w["steps"]), w["ranks"], w["records"]) for w in job] == [(s, [0, 1], 2) for s in STEPS]

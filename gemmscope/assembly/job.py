@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -66,9 +67,9 @@ def assemble(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace]) -> Job
     raise_if_none_usable(loaded)
     usable = [item for item in loaded if item.error is None]
     idle = [item.error is not None and item.no_kernels and item.cuda_traced for item in loaded]
-    without_kernels = [{"trace": item.path.name, "rank": _rank_in_name(item.path)}
+    without_kernels = [{"trace": item.path.name, "rank": rank_in_name(item.path)}
                        for item, no_kernel in zip(loaded, idle) if no_kernel]
-    unreadable = [{"trace": item.path.name, "rank": _rank_in_name(item.path), "error": item.error}
+    unreadable = [{"trace": item.path.name, "rank": rank_in_name(item.path), "error": item.error}
                   for item, no_kernel in zip(loaded, idle) if item.error is not None and not no_kernel]
     read_traces = []
     for item in usable:
@@ -189,7 +190,8 @@ def _timed(thread: np.ndarray, kernel: np.ndarray, loop: np.ndarray) -> np.ndarr
             | (flush_after[run] & (position == last[run])))
 
 
-def _rank_in_name(path) -> int | None:
+def rank_in_name(path: Path) -> int | None:
+    """The rank a trace's file name gives (rank3), None where it gives none."""
     named = _RANK_IN_NAME.search(path.name)
     return int(named[1]) if named else None
 
@@ -203,7 +205,7 @@ def _fill_ranks(trace_launches: pd.DataFrame, trace: Trace, index: int, count: i
         return rank
     if trace_launches["global_pid"].nunique() > 1:
         return rank.fillna(_rank_by_gpu(trace_launches))
-    named = _rank_in_name(trace.path)
+    named = rank_in_name(trace.path)
     fallback = named if named is not None else (index if count > 1 else pd.NA)
     return rank.fillna(fallback)
 

@@ -67,3 +67,18 @@ def compare(record: dict[str, Any], baseline: dict[str, Any]) -> list[dict[str, 
                                           f"({spread['min'] / 1e6:.2f}-{spread['max'] / 1e6:.2f} ms) by more than "
                                           f"{STEP_SPREAD_FACTOR:.2f}x", **at))
     return alerts
+
+
+def rank_lag(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A rank whose median step time in a window is above the fastest rank's slowest step by more
+    than STEP_SPREAD_FACTOR: the window's records of one rank each."""
+    timed = [r for r in ranks if r["step_time_ns"]["median"] is not None]
+    if len(timed) < 2:
+        return []
+    fastest = min(timed, key=lambda r: r["step_time_ns"]["median"])
+    bound = fastest["step_time_ns"]["max"] * STEP_SPREAD_FACTOR
+    return [_alert("rank-lag", f"rank {', '.join(map(str, r['ranks'])) or '?'}: step time "
+                               f"{r['step_time_ns']['median'] / 1e6:.2f} ms, beyond the fastest rank's steps "
+                               f"(at most {fastest['step_time_ns']['max'] / 1e6:.2f} ms) by more than "
+                               f"{STEP_SPREAD_FACTOR:.2f}x", steps=r["steps"], ranks=r["ranks"])
+            for r in timed if r["step_time_ns"]["median"] > bound]

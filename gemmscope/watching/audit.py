@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gemmscope.autocast_hook.gemmscope_protocol import AUDIT_FIRST_STEP, trace_steps
+from gemmscope.autocast_hook.gemmscope_protocol import trace_steps
 from gemmscope.errors import ExitCode
 from gemmscope.options import Options
 from gemmscope.running.capturing import Captured, CaptureWindow, capture
@@ -56,9 +56,7 @@ def audit(command: Sequence[str], out: str | Path, every: int, window: int = 3, 
             if trace.name in judged:
                 return
             judged.add(trace.name)
-            steps = trace_steps(trace.name)
-            index = None if steps is None else (steps[0] - AUDIT_FIRST_STEP) // every
-            timeline.judge([trace], steps, index)
+            timeline.judge([trace], trace_steps(trace.name))
 
     captured = capture(command, out, profiler="torch", window=CaptureWindow(audit=(every, window)), echo=echo,
                        redact=options.redact, keep=options.keep, say=say, on_trace=judge)

@@ -61,8 +61,11 @@ def window_record(document: dict[str, Any], window: dict[str, Any]) -> dict[str,
 
 def _failed_record(window: dict[str, Any], why: str) -> dict[str, Any]:
     """A window that could not be judged (no trace read, no GPU kernel in it): a failed record."""
+    from gemmscope.assembly.job import rank_in_name
+
+    ranks = sorted({rank for name in window["traces"] if (rank := rank_in_name(Path(name))) is not None})
     return {"window": window["index"], "steps": window["steps"], "traces": window["traces"],
-            "judged_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ranks": [], "state": State.FAIL.value,
+            "judged_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "ranks": ranks, "state": State.FAIL.value,
             "gemm_launches": 0, "gemm_time_ns": 0, "mismatches": 0, "mismatches_by_place": {},
             "coverage_time_share": None, "gemm_time_share_by_precision": {}, "quantization_share": None,
             "busy_split": {}, "step_time_ns": {"median": None, "min": None, "max": None, "steps": 0},
@@ -91,13 +94,19 @@ class Timeline:
         """The job's state so far: the worst of its windows' (None before the first)."""
         return alerts.worst([State(record["state"]) for record in self.records])
 
-    def judge(self, traces: Sequence[Path], steps: tuple[int, int] | None = None,
-              index: int | None = None) -> dict[str, Any]:
-        """Judges one window (its traces, the steps they were captured for, its index: default the
-        next), appends its record with its alerts, and says a line of it."""
+    def _index(self, steps: tuple[int, int] | None) -> int:
+        """A window's index: that of the job's window of the same steps (another rank's), else the next."""
+        indices = {tuple(r["steps"]): r["window"] for r in self.records if r["steps"] is not None}
+        if steps is not None and tuple(steps) in indices:
+            return indices[tuple(steps)]
+        return max((r["window"] for r in self.records), default=-1) + 1
+
+    def judge(self, traces: Sequence[Path], steps: tuple[int, int] | None = None) -> dict[str, Any]:
+        """Judges one window of one process or more (its traces, the steps they were captured for),
+        appends its record with its alerts, and says a line of it."""
         from gemmscope.analysis import Analysis
 
-        window = {"index": len(self.records) if index is None else index, "steps": list(steps) if steps else None,
+        window = {"index": self._index(steps), "steps": list(steps) if steps else None,
                   "traces": [Path(t).name for t in traces]}
         options = Options.of(self.options, steps=steps, redact=True)
         try:
@@ -154,6 +163,7 @@ def read_timeline(folder: str | Path) -> list[dict[str, Any]]:
 _COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("Window", lambda r: str(r["window"])),
     ("Steps", lambda r: f"{r['steps'][0]}-{r['steps'][1]}" if r["steps"] else "all"),
+    ("Ranks", lambda r: ",".join(map(str, r["ranks"])) or "-"),
     ("State", lambda r: State(r["state"]).word),
     ("GEMMs", lambda r: str(r["gemm_launches"])),
     ("Mismatches", lambda r: str(r["mismatches"])),
@@ -161,15 +171,34 @@ _COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
                                       sorted(r["gemm_time_share_by_precision"].items(), key=lambda i: -i[1])) or "-"),
     ("Quantize", lambda r: "-" if r["quantization_share"] is None else f"{100 * r['quantization_share']:.1f} %"),
     ("Step ms", lambda r: "-" if r["step_time_ns"]["median"] is None else f"{r['step_time_ns']['median'] / 1e6:.2f}"),
-    ("Alerts", lambda r: "not judged" if r.get("error") else
-     " ".join(dict.fromkeys(a["code"] for a in r.get("alerts", []))) or "-"),
+    ("Alerts", lambda r: "not judged" if r.get("error") else str(len(r.get("alerts", [])))),
 )
 
 
+def job_windows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per window of the whole job, from its ranks' (each process's trace is judged on
+    its own): the window's steps, the ranks that reported it, the worst state, the mismatches and
+    GEMM launches summed, every rank's alerts, and a rank whose step time lags the others'
+    (alerts.rank_lag)."""
+    by_window: dict[int, list[dict[str, Any]]] = {}
+    for record in records:
+        by_window.setdefault(record["window"], []).append(record)
+    job = []
+    for window, ranks in sorted(by_window.items()):
+        state = alerts.worst([State(r["state"]) for r in ranks])
+        assert state is not None  # a window has at least one record
+        job.append({"window": window, "steps": ranks[0]["steps"], "ranks": sorted({x for r in ranks for x in r["ranks"]}),
+                    "records": len(ranks), "state": state.value, "gemm_launches": sum(r["gemm_launches"] for r in ranks),
+                    "mismatches": sum(r["mismatches"] for r in ranks),
+                    "alerts": [a for r in ranks for a in r.get("alerts", [])] + alerts.rank_lag(ranks)})
+    return job
+
+
 def timeline_document(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """`gemmscope timeline --format json`: the job's state (the worst window's) and every record."""
+    """`gemmscope timeline --format json`: the job's state (the worst window's), every record (a
+    window of one process each), and each window of the whole job (job_windows)."""
     state = alerts.worst([State(r["state"]) for r in records])
-    return {"state": state.value if state else None, "windows": records,
+    return {"state": state.value if state else None, "windows": records, "job_windows": job_windows(records),
             "alerts": [a for r in records for a in r.get("alerts", [])]}
 
 
@@ -183,7 +212,7 @@ def timeline_table(records: list[dict[str, Any]]) -> str:
     frame = pd.DataFrame([[show(record) for _, show in _COLUMNS] for record in records],
                          columns=[header for header, _ in _COLUMNS])
     said = [f"{state.word if state else 'NO WINDOW'}: {len(records)} window{'s' * (len(records) != 1)} judged",
-            table_text("Windows", frame, wrap=("Alerts",)).rstrip("\n")]
+            table_text("Windows (each process's; the alerts below)", frame).rstrip("\n")]
     for record in records:
         if record.get("error"):
             said.append(f"window {record['window']}: NOT JUDGED: {record['error']}")
