@@ -22,7 +22,7 @@ from gemmscope.traces.read import read_trace
 from fixture_paths import CORPUS, FIXTURES, GPU, HF_CONFIGS
 from schema_check import REGISTRY, SCHEMAS, assert_valid
 
-DOCUMENT_KINDS = {"analyze", "verify", "compare", "shapes", "kernel", "profile-results", "environment", "whatif"}
+DOCUMENT_KINDS = {"analyze", "verify", "compare", "shapes", "kernel", "profile-results", "environment", "whatif", "timeline"}
 
 RUNS = {"h200-example": Path(profile_run.__file__).parent.parent / "examples" / "h200-codonfm-5b",
         "h100": FIXTURES / "runs" / "h100-codonfm-5b"}

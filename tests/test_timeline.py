@@ -18,6 +18,7 @@ from gemmscope.watching import alerts
 from gemmscope.watching.timeline import TIMELINE_FILE, Timeline, read_timeline
 
 from fixture_paths import GPU
+from schema_check import assert_valid
 from test_cli import REPO, assert_one_line_error, gemmscope
 
 FP8_RUN, FALLBACK_RUN = GPU / "train_clean.sqlite.xz", GPU / "train_mixed.sqlite.xz"
@@ -81,6 +82,7 @@ def test_timeline_command_reads_what_was_written(two_windows, tmp_path):
     assert "window 1: ALERT new-mismatch: " in done.stdout
     document = json.loads(gemmscope("timeline", tmp_path, "--format", "json").stdout)
     assert document["state"] == "fail" and [w["window"] for w in document["windows"]] == [0, 1]
+    assert_valid(document, "timeline")
 
 
 def test_a_timeline_that_is_not_one_is_one_line(tmp_path):
@@ -171,7 +173,9 @@ def test_verify_every_captures_each_window_on_its_own(torch_cpu, tmp_path):
     done = gemmscope("verify", "--every", "6", "--window", "2", "--format", "json", "--out", out, "--",
                      sys.executable, program, "30", timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]
-    windows = json.loads(done.stdout)["windows"]
+    document = json.loads(done.stdout)
+    assert_valid(document, "timeline")  # records of windows not judged too
+    windows = document["windows"]
     steps = [(10, 11), (16, 17), (22, 23), (28, 29)]
     assert [tuple(w["steps"]) for w in windows] == steps and [w["window"] for w in windows] == [0, 1, 2, 3]
     assert all("CPU-only torch.profiler trace" in w["error"] for w in windows)

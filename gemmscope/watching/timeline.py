@@ -197,8 +197,11 @@ def job_windows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def timeline_document(records: list[dict[str, Any]]) -> dict[str, Any]:
     """`gemmscope timeline --format json`: the job's state (the worst window's), every record (a
     window of one process each), and each window of the whole job (job_windows)."""
+    from gemmscope.report.documents import SCHEMA_VERSION
+
     state = alerts.worst([State(r["state"]) for r in records])
-    return {"state": state.value if state else None, "windows": records, "job_windows": job_windows(records),
+    return {"schema_version": SCHEMA_VERSION, "state": state.value if state else None, "windows": records,
+            "job_windows": job_windows(records),
             "alerts": [a for r in records for a in r.get("alerts", [])]}
 
 
