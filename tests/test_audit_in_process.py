@@ -102,12 +102,13 @@ def test_an_audit_asked_twice_in_one_process_is_one_line(torch_cpu, tmp_path):
 
 # Data-parallel training over gloo, as each node of a job runs it: torchrun sets RANK and the rendezvous.
 _DDP = """\
+import datetime
 import sys
 import torch
 import torch.distributed as dist
 import gemmscope
 
-dist.init_process_group("gloo")
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
 gemmscope.audit(every=6, window=2, out=sys.argv[2])
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -136,7 +137,9 @@ def test_two_nodes_write_one_timeline(torch_cpu, tmp_path):
     nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
                                "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
                                str(script), "30", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+                              text=True, cwd=tmp_path,
+                              # gloo on the loopback interface: the "nodes" are this machine
+                              env={**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo"})
              for node in (0, 1)]
     try:
         said = [node.communicate(timeout=300)[0] for node in nodes]

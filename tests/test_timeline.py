@@ -179,8 +179,9 @@ def test_verify_every_captures_each_window_on_its_own(torch_cpu, tmp_path):
     steps = [(10, 11), (16, 17), (22, 23), (28, 29)]
     assert [tuple(w["steps"]) for w in windows] == steps and [w["window"] for w in windows] == [0, 1, 2, 3]
     assert all("CPU-only torch.profiler trace" in w["error"] for w in windows)
-    assert_windows_captured(out, steps)
-    assert read_timeline(out) == windows
+    [node] = out.iterdir()  # this verify process's own folder (audit.node_folder)
+    assert_windows_captured(node, steps)
+    assert read_timeline(out) == read_timeline(node) == windows
     said = [line for line in done.stderr.splitlines() if line.startswith("gemmscope: window ")]
     assert [line.split(":")[1] for line in said] == [f" window {i} (steps {a}-{b})" for i, (a, b) in enumerate(steps)]
 

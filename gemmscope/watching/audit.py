@@ -6,6 +6,8 @@ timeline (timeline.Timeline) in OUT."""
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -16,7 +18,7 @@ from gemmscope.autocast_hook.gemmscope_protocol import trace_steps
 from gemmscope.errors import ExitCode
 from gemmscope.options import Options
 from gemmscope.running.capturing import Captured, CaptureWindow, capture
-from gemmscope.watching.timeline import TIMELINE_FILE, Timeline
+from gemmscope.watching.timeline import Timeline
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,12 @@ class Audited:
         return state.exit_code if state is not None else ExitCode.NOT_CHECKED
 
 
+def node_folder(out: Path) -> Path:
+    """This verify process's own folder in OUT: its host and pid, so that no two processes of a job
+    (a verify per node, or per srun task) write one file or remove another's traces."""
+    return out / f"{socket.gethostname()}-{os.getpid()}"
+
+
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -42,12 +50,13 @@ def _stderr(line: str) -> None:
 def audit(command: Sequence[str], out: str | Path, every: int, window: int = 3, options: Options | None = None, *,
           echo: bool = False, say: Callable[[str], None] = _stderr) -> Audited:
     """Runs `command` with `window` steps captured every `every` in each of its processes, each
-    window judged against `options` as it lands, into OUT/timeline.jsonl (a previous one there is
-    replaced) beside the windows' traces; a line per window through `say`, its alerts with it."""
+    window judged against `options` as it lands, into OUT/NODE/timeline.jsonl beside the windows'
+    traces (node_folder: one per verify process, so that the verify of each node of a job, or each
+    srun task, writes its own files into one shared OUT); a line per window through `say`, its
+    alerts with it."""
     options = options or Options()
-    out = Path(out)
-    (out / TIMELINE_FILE).unlink(missing_ok=True)
-    timeline = Timeline(out, options, say=say)
+    folder = node_folder(Path(out))
+    timeline = Timeline(folder, options, say=say)
     judged: set[str] = set()
     lock = threading.Lock()
 
@@ -58,7 +67,7 @@ def audit(command: Sequence[str], out: str | Path, every: int, window: int = 3, 
             judged.add(trace.name)
             timeline.judge([trace], trace_steps(trace.name))
 
-    captured = capture(command, out, profiler="torch", window=CaptureWindow(audit=(every, window)), echo=echo,
+    captured = capture(command, folder, profiler="torch", window=CaptureWindow(audit=(every, window)), echo=echo,
                        redact=options.redact, keep=options.keep, say=say, on_trace=judge)
     for trace in captured.traces:  # those written as the program ended
         judge(trace)

@@ -137,13 +137,19 @@ def status_line(record: dict[str, Any]) -> str:
 
 
 def read_timeline(folder: str | Path) -> list[dict[str, Any]]:
-    """The records of a job's timeline (a folder holding TIMELINE_FILE, or the file), in order;
-    InputError where there is none or a line is not a record (a line still being written is not
-    read: each is written whole)."""
+    """The records of a job's timeline, in order: a folder's TIMELINE_FILE, then those of the
+    folders in it (one per verify process of a job: audit.node_folder), or a file; InputError where
+    there is none or a line is not a record (a line still being written is not read: each is
+    written whole)."""
     path = Path(folder)
-    path = path / TIMELINE_FILE if path.is_dir() else path
-    if not path.is_file():
+    files = ([f for f in (path / TIMELINE_FILE, *sorted(path.glob(f"*/{TIMELINE_FILE}"))) if f.is_file()]
+             if path.is_dir() else [path] if path.is_file() else [])
+    if not files:
         raise InputError(f"{folder}: no timeline ({TIMELINE_FILE}) there")
+    return [record for file in files for record in _records(file)]
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
     records = []
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
@@ -180,11 +186,12 @@ def job_windows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     its own): the window's steps, the ranks that reported it, the worst state, the mismatches and
     GEMM launches summed, every rank's alerts, and a rank whose step time lags the others'
     (alerts.rank_lag)."""
-    by_window: dict[int, list[dict[str, Any]]] = {}
-    for record in records:
-        by_window.setdefault(record["window"], []).append(record)
+    by_window: dict[tuple, list[dict[str, Any]]] = {}
+    for record in records:  # by steps where known: each verify process of a job counts its windows itself
+        key = (0, *record["steps"]) if record["steps"] else (1, record["window"])
+        by_window.setdefault(key, []).append(record)
     job = []
-    for window, ranks in sorted(by_window.items()):
+    for window, ranks in enumerate(by_window[key] for key in sorted(by_window)):
         state = alerts.worst([State(r["state"]) for r in ranks])
         assert state is not None  # a window has at least one record
         job.append({"window": window, "steps": ranks[0]["steps"], "ranks": sorted({x for r in ranks for x in r["ranks"]}),
