@@ -25,6 +25,7 @@ from gemmscope.kernels.cutlass import (
 from gemmscope.kernels.model import Rule
 from gemmscope.kernels.serving import TRTLLM_GEN, quantize_operands, triton_gemm_operands, trtllm_gen_operands
 
+
 # Literals that follow one another inside one word (a run of \w), as a regex a search tries only at a
 # word's start: each literal is the first one found after the one before, found once (an atomic
 # group: never tried again), so a search costs time linear in the name. `\w*A\w*B` cost a scan to
