@@ -38,12 +38,17 @@ _GROUPED = re.compile(
     r"|GemmType\)[1-9]|GemmType::(?!Normal)[A-Z]|matmul_ogs|triton_(?:scaled_)?grouped_mm|triton_tem_fused_\w*bmm|triton_bmm"
     r"|_bmm_|Batched_GEMV|\bbmm\b")
 _UNSPELLED = "the name does not spell the operand types"
+# How much of a name the table reads: the longest kernel names met (CUTLASS 3's demangled templates)
+# are a few thousand characters, and a longer one is read by its head, so that each distinct name
+# of a trace costs a bounded time whatever its length (the rules' patterns run in time linear in
+# what they read; some operand decoders scan on from each repeat of a token, quadratic in it).
+DECODED_LENGTH = 1 << 14
 
 
 @functools.cache
 def decode(name: str) -> KernelInfo:
     """Classify one kernel name, short (nvjet_sm90_tst_...) or demangled (void ns::kernel<...>(...))."""
-    text = name.strip()
+    text = name.strip()[:DECODED_LENGTH]
     rule = next(r for r in RULES if r.pattern.search(text))
     if rule.operands is not None:
         operands = rule.operands(text)

@@ -25,34 +25,48 @@ from gemmscope.kernels.cutlass import (
 from gemmscope.kernels.model import Rule
 from gemmscope.kernels.serving import TRTLLM_GEN, quantize_operands, triton_gemm_operands, trtllm_gen_operands
 
+
+# Literals that follow one another inside one word (a run of \w), as a regex a search tries only at a
+# word's start: each literal is the first one found after the one before, found once (an atomic
+# group: never tried again), so a search costs time linear in the name. `\w*A\w*B` cost a scan to
+# the word's end from every place in it: a name with 16 K characters more took 110 s to decode.
+def _in_one_word(*literals: str) -> str:
+    return r"(?<!\w)" + "".join(rf"(?>\w*?{literal})" for literal in literals)
+
+
+# The same for two patterns on one line, tried from a line's start only.
+def _on_one_line(first: str, then: str) -> str:
+    return rf"(?m:^)(?>.*?{first}).*?{then}"
+
+
 # Transformer Engine kernels that cast, scale, transpose, Hadamard-transform or swizzle tensors for a
 # quantized GEMM. Stems are the __global__ names in transformer_engine/common (cast/, transpose/,
 # recipe/, swizzle/, hadamard_transform/, NVIDIA/TransformerEngine@d0067d0); they match both the
-# demangled names and the short names nsys shows.
+# demangled names and the short names nsys shows, anywhere in a word.
 _TE_QUANTIZE_STEMS = (
-    r"\w*cast_transpose\w*",  # cast_transpose_optimized_kernel, block_scaled_1d_cast_transpose_kernel (seen on H200)
+    r"cast_transpose",  # cast_transpose_optimized_kernel, block_scaled_1d_cast_transpose_kernel (seen on H200)
     r"\btranspose_(?:optimized|general)_kernel",  # transposes of FP8 data (seen on H200)
-    r"\btranspose_dbias_kernel\w*",
-    r"\w*quantize\w*_kernel\w*",  # quantize_mxfp8_kernel, quantize_transpose_nvfp4_kernel, dequantize_kernel
-    r"\w*cast_fp8\w*_kernel\w*",
-    r"\w*_partial_cast_kernel",
-    r"\w*amax\w*_kernel",  # amax_kernel, zero_amax_kernel, compute_scale_from_amax_kernel (seen on H200)
-    r"\w*Amax\w*Kernel",  # HadamardAmaxTmaKernel, ZeroAmaxKernel
+    r"\btranspose_dbias_kernel",
+    _in_one_word("quantize", "_kernel"),  # quantize_mxfp8_kernel, quantize_transpose_nvfp4_kernel, dequantize_kernel
+    _in_one_word("cast_fp8", "_kernel"),
+    r"_partial_cast_kernel",
+    _in_one_word("amax", "_kernel"),  # amax_kernel, zero_amax_kernel, compute_scale_from_amax_kernel (seen on H200)
+    _in_one_word("Amax", "Kernel"),  # HadamardAmaxTmaKernel, ZeroAmaxKernel
     r"\bHadamardTransformKernel",
     r"\bupdate_tensor_scale_inv_kernel",
-    r"\bnvfp4_\w*_kernel",
-    r"\w*swizzle\w*_kernel\w*",  # swizzle_row_scaling_kernel: scale factors into the GEMM's layout
-    r"\bdelayed_scaling_recipe::.*\bkernel_bulk\b",  # amax history and scale update (seen on H200)
+    r"\bnvfp4_(?>\w*?_kernel)",
+    _in_one_word("swizzle", "_kernel"),  # swizzle_row_scaling_kernel: scale factors into the GEMM's layout
+    _on_one_line(r"\bdelayed_scaling_recipe::", r"\bkernel_bulk\b"),  # amax history and scale update (seen on H200)
     r"^kernel_bulk$",  # its short name
-    r"\btransformer_engine::unary_kernel<.*\bidentity\b",  # a plain cast to FP8 (seen on H200)
+    _on_one_line(r"\btransformer_engine::unary_kernel<", r"\bidentity\b"),  # a plain cast to FP8 (seen on H200)
 )
 
 
 _QUANTIZE_STEMS = (
-    r"\bper_token_group_quant\w*", r"\bper_token_quant\w*", r"\bper_tensor_quant\w*", r"\b_?per_token_quant\w*",
-    r"\b\w*scaled_fp8_quant\w*", r"\b\w*scaled_int8_quant\w*", r"\bscaled_fp4_quant\w*", r"\b\w*fp8_quant\w*_kernel",
-    r"\b_?(?:static|dynamic)_quant_fp8\w*", r"\b\w*mxfp8_quantize\w*", r"\bsegmented_max_reduction\b",
-    r"\b_?per_token_group_quant_fp8\w*",
+    r"\bper_token_group_quant", r"\bper_token_quant", r"\bper_tensor_quant", r"\b_?per_token_quant",
+    r"scaled_fp8_quant", r"scaled_int8_quant", r"\bscaled_fp4_quant", _in_one_word("fp8_quant", "_kernel"),
+    r"\b_?(?:static|dynamic)_quant_fp8", r"mxfp8_quantize", r"\bsegmented_max_reduction\b",
+    r"\b_?per_token_group_quant_fp8",
 )
 
 
@@ -76,7 +90,7 @@ RULES: tuple[Rule, ...] = (
     # merge of partial states (MergeStatesKernel, PersistentVariableLengthMergeStatesKernel).
     Rule("flashinfer-attention", re.compile(
         r"\b(?:Batch|Single)(?:Prefill|Decode)With\w*Kernel|\bBatchMLAPaged\w*Attention\w*|\bflashinfer::mla::"
-        r"|\b\w*MergeStates\w*Kernel|\bBatch(?:Prefill|Decode)\w*Kernel(?:<|\b)"), "flashinfer", "attention"),
+        r"|" + _in_one_word("MergeStates", "Kernel") + r"|\bBatch(?:Prefill|Decode)\w*Kernel(?:<|\b)"), "flashinfer", "attention"),
     # TRT-LLM's fused attention, also run by FlashInfer's trtllm-gen backend:
     # fmhaSm100fKernel_QkvE4m3OBfloat16H... (SemiAnalysisAI/InferenceX#863, B200), and CuTe DSL attention
     # classes (kernel_cutlass_kernel_..._FlashAttentionForwardSm100_object_at__..., FA4; CUTLASS's
@@ -135,7 +149,7 @@ RULES: tuple[Rule, ...] = (
     Rule("nccl", re.compile(r"nccl", re.IGNORECASE), "nccl", "other"),
     Rule("te-quantize", re.compile("|".join(_TE_QUANTIZE_STEMS)), "te", "quantize"),
     # Quantization kernels of TRT-LLM / FlashInfer / vLLM / SGLang, decoded in serving.py.
-    Rule("trtllm-quantize", re.compile(r"\bquantize_with_block_size<|\b\w*cvt_(?:fp16|fp8|bf16)_to_fp4\b"), "trtllm", "quantize",
+    Rule("trtllm-quantize", re.compile(r"\bquantize_with_block_size<|cvt_(?:fp16|fp8|bf16)_to_fp4\b"), "trtllm", "quantize",
          quantize_operands),
     Rule("serving-quantize", re.compile("|".join(_QUANTIZE_STEMS)), "unknown", "quantize", quantize_operands),
     # cuBLASLt split-K reduction (seen on H200 as cublasLt::splitKreduce_kernel; after nvjet

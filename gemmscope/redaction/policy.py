@@ -27,8 +27,10 @@ PATH_CHAR = r"[A-Za-z0-9_.~+-]"
 # Names of environment variables and command-line options whose values are secrets
 # (HF_TOKEN, MY_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, --api-key, --token). The name's tail
 # is taken possessively (`*+`): nothing after a name is a name character, and giving one back
-# only made every long identifier (a kernel's name) cost a backtrack per character.
-SECRET_NAME = r"(?i:[A-Za-z0-9_-]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD)[A-Za-z0-9_-]*+|AWS_[A-Za-z0-9_]++)"
+# only made every long identifier (a kernel's name) cost a backtrack per character. Its head is
+# the first secret word found (an atomic group, never tried again): a name holding the word many
+# times was otherwise scanned to its end once per word, in time quadratic in its length.
+SECRET_NAME = r"(?i:(?>[A-Za-z0-9_-]*?(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD))[A-Za-z0-9_-]*+|AWS_[A-Za-z0-9_]++)"
 # A secret-named variable's or option's value shorter than this is a setting, not a credential
 # (TOKENIZERS_PARALLELISM=false, HF_HUB_DISABLE_TOKEN=1): redacting it wherever it appears would
 # take "1" out of every number. Where it is assigned (NAME=value) it is redacted all the same.

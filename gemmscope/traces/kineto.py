@@ -41,7 +41,15 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     format_record,
 )
 from gemmscope.errors import InputError
-from gemmscope.traces.kineto_json import READ_ERRORS, bad_event, damaged, head_and_events, one_line, shown
+from gemmscope.traces.kineto_json import (
+    MAX_STRING,
+    READ_ERRORS,
+    bad_event,
+    damaged,
+    head_and_events,
+    one_line,
+    shown,
+)
 from gemmscope.traces.model import ID_BITS, TID_MASK, DamagedTrace, Trace, check_records
 
 # The trace format versions this reader knows (Kineto's `schemaVersion`, 1 since PyTorch 1.10).
@@ -106,6 +114,7 @@ def read(path: Path, given: Path | None = None) -> Trace:
         head, events = head_and_events(path)
         read_events = _Events(head)
         read_events.consume(events)
+        read_events.strings_cut = events.cut
         return read_events.trace(given)
     except InputError:
         raise
@@ -138,6 +147,7 @@ class _Events:
         self.backward_nodes = _Columns(start="q", end="q", pid="q", tid="q")
         self.scaled_mm: list[tuple[int, int, int, int, dict]] = []  # (start, end, pid, tid, args)
         self.cpu_ops = 0
+        self.strings_cut = 0  # texts longer than MAX_STRING, cut as they were read
         # every name given, in order, by (pid, tid) as the trace writes them (_threads keeps the int ones)
         self.thread_names: dict[tuple[object, object], list[str]] = {}
 
@@ -387,6 +397,9 @@ class _Events:
         if "distributedInfo" not in self.head:
             lacks.append("distributed info (rank from the file name or order)")
         lacks.append("GPU memory events")
+        if self.strings_cut:
+            lacks.append(f"the whole of {self.strings_cut} text{'s' * (self.strings_cut > 1)} longer than "
+                         f"{MAX_STRING:,} bytes (a name, an argument: cut to its first {MAX_STRING:,} as read)")
         return lacks
 
 
