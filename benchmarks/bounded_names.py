@@ -13,7 +13,7 @@ import argparse
 import time
 
 from gemmscope.kernels import decode
-from gemmscope.redaction import Redactor
+from gemmscope.redaction.policy import Redactor
 
 NAME = "nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_TNT"
 RANGE = "Linear_fwd HF_TOKEN=hf_aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC2eF4 "

@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 
 from gemmscope.traces import kineto
 from gemmscope.traces.kineto_json import MAX_STRING
-from tests.trace_mutation import GPU, first_event, kineto_document, write_kineto
+
+from fixture_paths import GPU_KINETO
+from trace_mutation import first_event, kineto_document, write_kineto
 
 ROOT = Path(__file__).parent.parent
-TRACE = GPU / "kineto" / "torchao_rowwise.json.gz"
+TRACE = GPU_KINETO / "torchao_rowwise.json.gz"
 TIMEOUT = 60  # seconds, far above the few a linear pass takes: the old patterns took minutes
 
 
@@ -69,7 +71,7 @@ print(len(rows))
 def test_a_1_mb_nvtx_name_is_redacted_whole(units):
     """A 1 MB range name, its secret at the end, loses the secret and keeps the rest."""
     out = _python(f"""
-from gemmscope.redaction import Redactor
+from gemmscope.redaction.policy import Redactor
 head = ({"".join(units)!r} * (1 << 20))[:1 << 20]
 name = head + " HF_TOKEN=hf_aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC2eF4"
 redacted = Redactor()(name)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -151,7 +151,7 @@ class _Events:
         # every name given, in order, by (pid, tid) as the trace writes them (_threads keeps the int ones)
         self.thread_names: dict[tuple[object, object], list[str]] = {}
 
-    def consume(self, events: Iterator[dict]) -> None:
+    def consume(self, events: Iterable[dict]) -> None:
         """Sort the events into columns; the first one a field of which is not what Kineto writes
         (a time that is no number, an event that is no object) is refused by name (bad_event),
         looked for only then: the loop itself checks nothing it need not."""

@@ -127,7 +127,7 @@ class _DepthBounded:
         inside = (quotes_before + self.in_string) % 2 == 1
         depth = self.depth + np.cumsum(np.where(inside, 0, (k == 2).astype(np.int64) - (k == 3)))
         if depth.max() > MAX_DEPTH:
-            where = self.offset + int(at[np.argmax(depth > MAX_DEPTH)])
+            where = self.offset - len(data) + int(at[np.argmax(depth > MAX_DEPTH)])  # offset counts `data` already
             raise DamagedTrace(f"its JSON nests deeper than {MAX_DEPTH} levels (at byte {where}), which no "
                                "torch.profiler trace does")
         self.depth = int(depth[-1])
@@ -159,10 +159,12 @@ class _DepthBounded:
                 at = start  # cut in a chunk before: nothing more of it
             else:
                 before = self.string_length if continued else 0
-                at = self._cut_place(data, start, end, start + max(MAX_STRING - before, _AFTER_CHUNK_START if continued else 0),
-                                     carried_backslashes if continued else 0)
-                if at is None:  # no place to cut it in this chunk: in the next
+                place = self._cut_place(data, start, end,
+                                        start + max(MAX_STRING - before, _AFTER_CHUNK_START if continued else 0),
+                                        carried_backslashes if continued else 0)
+                if place is None:  # no place to cut it in this chunk: in the next
                     continue
+                at = place
                 self.cut += 1
             last_cut = index == len(lengths) - 1
             pieces.append(data[kept_from:at])
