@@ -51,7 +51,8 @@ def run(script: str, args: list[str]) -> None:
         _time_window_calls(calls)
 
     def write() -> None:
-        label = ("bare" if not hooked else "hook" if not os.environ.get("GEMMSCOPE_STEPS")
+        label = ("bare" if not hooked else "audit" if os.environ.get("GEMMSCOPE_AUDIT")
+                 else "hook" if not os.environ.get("GEMMSCOPE_STEPS")
                  else "torch-steps" if os.environ.get("GEMMSCOPE_TORCH_TRACE_FOLDER") else "steps")
         folder = Path(os.environ.get(CLOCK_FOLDER, "."))
         record = {"label": label, "started": started, "ends": ends, "calls": calls}
@@ -109,6 +110,29 @@ def summary(record: dict, first: int, last: int) -> dict:
             "json": sum(seconds for name, _, seconds in calls if name == "export_chrome_trace")}
 
 
+def audit_summary(record: dict, every: int, window: int, first: int = 10) -> dict:
+    """An audited (or bare) run's figures: per window of `verify --every`, what its steps and
+    margins took beyond the median of the steps before it, and the median step after it against
+    before it; the whole audit's share of the run (the windows' extra over the run's time)."""
+    ends = record["ends"]
+    durations = [ends[k] - ends[k - 1] for k in range(1, len(ends))]  # durations[k-1]: step k
+    extras, paces = [], []
+    start = first
+    while start + window + MARGIN_AFTER < len(ends):
+        lo, hi = start - MARGIN_BEFORE, start + window - 1 + MARGIN_AFTER
+        before = durations[max(0, lo - 1 - BASELINE_STEPS):lo - 1]
+        after = durations[hi:hi + BASELINE_STEPS]
+        if before and after:
+            step = statistics.median(before)
+            extras.append(sum(durations[lo - 1:hi]) - (hi - lo + 1) * step)
+            paces.append(statistics.median(after) / step)
+        start += every
+    run_s = ends[-1] - record["started"]
+    return {"windows": len(extras), "extra_s": extras, "after_over_before": paces, "run_s": run_s,
+            "audit_share": sum(extras) / run_s if run_s else float("nan"),
+            "step_ms": statistics.median(durations) * 1e3 if durations else float("nan")}
+
+
 def main() -> None:
     if sys.argv[1:2] != ["--summary"]:
         if len(sys.argv) < 2:
@@ -117,8 +141,22 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--summary", required=True, type=Path, help="the folder STEP_CLOCK_DIR named")
-    parser.add_argument("--steps", required=True, help="A-B: the steps verify collected")
+    parser.add_argument("--steps", help="A-B: the steps verify collected")
+    parser.add_argument("--every", type=int, help="with --window: an audit's windows (verify --every)")
+    parser.add_argument("--window", type=int, default=3)
     args = parser.parse_args()
+    if args.every:
+        print(f"{'run':8} {'run s':>7} {'step ms':>8} {'windows':>7} {'audit share':>11} {'window +s (each)':>30} "
+              f"{'after/before (each)':>30}")
+        for path in sorted(args.summary.glob("*.json")):
+            record = json.loads(path.read_text())
+            a = audit_summary(record, args.every, args.window)
+            print(f"{record['label']:8} {a['run_s']:7.1f} {a['step_ms']:8.2f} {a['windows']:7} "
+                  f"{100 * a['audit_share']:10.2f}% {' '.join(f'{x:.2f}' for x in a['extra_s']):>30} "
+                  f"{' '.join(f'{x:.3f}' for x in a['after_over_before']):>30}")
+        return
+    if not args.steps:
+        raise SystemExit("give --steps A-B, or --every N [--window W]")
     first, last = (int(n) for n in args.steps.split("-"))
     print(f"{'run':12} {'start-up s':>10} {'step before ms':>14} {'after ms':>9} {'window +s':>9} "
           f"{'longest +s':>10} | {'start ms':>8} {'last step() ms':>14} {'export ms':>9} {'of it JSON ms':>13}")
