@@ -240,13 +240,15 @@ def follow(folder: str | Path, options: Options | None = None, count: int | None
 
 def audit_command(command: Sequence[str], out: str | Path, every: int, window: int = 3,
                   options: Options | None = None, *, echo: bool = False, say: Callable[[str], None] = lambda line: None,
-                  **settings: Any) -> Audited:
+                  keep_windows: int | None = None, **settings: Any) -> Audited:
     """`verify --every`: `command` run with `window` training steps captured every `every`
     (torch.profiler, in each of its processes), each window judged as it lands into
-    OUT/timeline.jsonl, compared with the first; `say`: a line per window, its alerts with it."""
+    OUT/timeline.jsonl, compared with the first; `say`: a line per window, its alerts with it;
+    `keep_windows`: how many traces of windows with nothing new are kept, the newest (None: all)."""
     from gemmscope.watching.audit import audit
 
-    return audit(command, out, every, window, Options.of(options, **settings), echo=echo, say=say)
+    return audit(command, out, every, window, Options.of(options, **settings), echo=echo, say=say,
+                 keep_windows=keep_windows)
 
 
 def audit(every: int, window: int = 3, out: str | Path = "gemmscope-audit", *, expect: str | None = None,

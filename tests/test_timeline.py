@@ -197,3 +197,26 @@ def test_verify_every_is_refused_where_it_cannot_audit(tmp_path, arguments, said
                      "-c", "pass")
     assert_one_line_error(done)
     assert said in done.stderr
+
+
+def test_windows_with_nothing_new_are_pruned_past_those_kept(tmp_path):
+    """keep_windows=1: the baseline's trace stays, of the quiet windows only the newest, and a
+    window that raised an alert keeps its trace as evidence."""
+    names = ["w0.sqlite.xz", "w1.sqlite.xz", "w2.sqlite.xz", "w3.sqlite.xz"]
+    for name, source in zip(names, (FP8_RUN, FP8_RUN, FP8_RUN, FALLBACK_RUN)):
+        (tmp_path / name).write_bytes(source.read_bytes())
+    timeline = Timeline(tmp_path, keep_windows=1)
+    for name in names:
+        timeline.judge([tmp_path / name])
+    assert [bool(r["alerts"]) for r in timeline.records] == [False, False, False, True]
+    assert sorted(p.name for p in tmp_path.glob("w*")) == ["w0.sqlite.xz", "w2.sqlite.xz", "w3.sqlite.xz"]
+
+
+def test_a_window_trace_is_its_users_alone(torch_cpu, tmp_path):
+    program = tmp_path / "train.py"
+    program.write_text(_TRAINING)
+    out = tmp_path / "out"
+    gemmscope("verify", "--every", "6", "--window", "2", "--out", out, "--", sys.executable, program, "20",
+              timeout=300)
+    traces = list(out.glob("*/trace.*.json.gz"))
+    assert traces and all(t.stat().st_mode & 0o777 == 0o600 for t in traces)

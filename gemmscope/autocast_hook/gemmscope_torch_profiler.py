@@ -219,6 +219,7 @@ def _export(profiler, folder: str, steps: tuple[int, int] | None = None) -> None
         # level 1: a trace is read once; a long run's is hundreds of MB
         with open(plain, "rb") as source, gzip.open(partial, "wb", compresslevel=1) as target:
             shutil.copyfileobj(source, target, 1 << 20)
+        os.chmod(partial, 0o600)  # the trace holds the program's names and shapes: its user's alone
         os.replace(partial, path)
     finally:
         for leftover in (plain, partial):

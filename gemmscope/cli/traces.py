@@ -133,6 +133,7 @@ class _CaptureArgs:
     out: Path | None
     profiler: str | None  # None: not given (nsys)
     window: CaptureWindow
+    keep_windows: int | None = None  # with --every: the traces of windows with nothing new kept
 
 
 def _capture_options(func):
@@ -140,10 +141,11 @@ def _capture_options(func):
     _CaptureArgs (`capturing`)."""
     @functools.wraps(func)
     def command(*args, **params):
-        every, window_steps = params.pop("every"), params.pop("window")
+        every, window_steps, keep_windows = params.pop("every"), params.pop("window"), params.pop("keep_windows")
         window = CaptureWindow(params.pop("capture_range"), params.pop("delay"), params.pop("duration"),
                                audit=(every, window_steps) if every is not None else None)
-        return func(*args, capturing=_CaptureArgs(params.pop("out"), params.pop("profiler"), window), **params)
+        return func(*args, capturing=_CaptureArgs(params.pop("out"), params.pop("profiler"), window, keep_windows),
+                    **params)
 
     return with_options(command, [
         click.option("--out", type=click.Path(path_type=Path),
@@ -168,6 +170,9 @@ def _capture_options(func):
                           "window's state is the exit status (`gemmscope timeline OUT` shows it again)."),
         click.option("--window", type=click.IntRange(min=1), default=3, show_default=True, metavar="STEPS",
                      help="With --every: the training steps each window holds."),
+        click.option("--keep-windows", type=click.IntRange(min=0), metavar="N",
+                     help="With --every: keep the traces of the newest N windows that raised no alert (default: "
+                          "all); every window that raised one, and the first, keep theirs."),
     ])
 
 
@@ -231,7 +236,7 @@ def _audit(command: tuple[str, ...], capturing: _CaptureArgs, options: Options, 
     assert capturing.window.audit is not None  # the caller's test
     every, window = capturing.window.audit
     audited = api.audit_command(command, capturing.out, every, window, options, echo=output.detail == "verbose",
-                                say=note)
+                                say=note, keep_windows=capturing.keep_windows)
     records = audited.timeline.records
     emit(json.dumps(timeline_document(records), indent=2) + "\n" if output.fmt == "json" else timeline_table(records))
     if audited.captured.failed:

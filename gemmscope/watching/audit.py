@@ -48,15 +48,15 @@ def _stderr(line: str) -> None:
 
 
 def audit(command: Sequence[str], out: str | Path, every: int, window: int = 3, options: Options | None = None, *,
-          echo: bool = False, say: Callable[[str], None] = _stderr) -> Audited:
+          echo: bool = False, say: Callable[[str], None] = _stderr, keep_windows: int | None = None) -> Audited:
     """Runs `command` with `window` steps captured every `every` in each of its processes, each
     window judged against `options` as it lands, into OUT/NODE/timeline.jsonl beside the windows'
     traces (node_folder: one per verify process, so that the verify of each node of a job, or each
     srun task, writes its own files into one shared OUT); a line per window through `say`, its
-    alerts with it."""
+    alerts with it. `keep_windows`: the traces of windows with nothing new kept, the newest (None: all)."""
     options = options or Options()
     folder = node_folder(Path(out))
-    timeline = Timeline(folder, options, say=say)
+    timeline = Timeline(folder, options, say=say, keep_windows=keep_windows)
     judged: set[str] = set()
     lock = threading.Lock()
 

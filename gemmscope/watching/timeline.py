@@ -78,12 +78,25 @@ class Timeline:
     job's first window that was judged), its alerts said through `say`."""
 
     def __init__(self, folder: str | Path, options: Options | None = None, baseline: dict[str, Any] | None = None,
-                 say: Callable[[str], None] = lambda line: None) -> None:
+                 say: Callable[[str], None] = lambda line: None, keep_windows: int | None = None) -> None:
         self.folder = Path(folder)
         self.options = options or Options()
         self.baseline = baseline
         self.records: list[dict[str, Any]] = []
         self._say = say
+        # the traces of windows with nothing new beyond the newest `keep_windows` are removed: a
+        # days-long audit's disk use stays bounded, and every window that raised an alert keeps its evidence
+        self._keep_windows = keep_windows
+        self._quiet: list[list[Path]] = []
+
+    def _prune(self, traces: list[Path]) -> None:
+        """A window with nothing new: its traces join those kept, the oldest past keep_windows removed."""
+        if self._keep_windows is None:
+            return
+        self._quiet.append(traces)
+        while len(self._quiet) > self._keep_windows:
+            for trace in self._quiet.pop(0):
+                trace.unlink(missing_ok=True)
 
     @property
     def path(self) -> Path:
@@ -119,6 +132,8 @@ class Timeline:
             self.baseline = record
         record["alerts"] = alerts.compare(record, self.baseline) if self.baseline and "error" not in record else []
         self.records.append(record)
+        if record is not self.baseline and not record["alerts"] and "error" not in record:
+            self._prune(list(traces))
         self.folder.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as timeline:
             timeline.write(json.dumps(record) + "\n")  # one write of one line: a reader sees it whole or not
