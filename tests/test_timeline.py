@@ -220,3 +220,14 @@ def test_a_window_trace_is_its_users_alone(torch_cpu, tmp_path):
               timeout=300)
     traces = list(out.glob("*/trace.*.json.gz"))
     assert traces and all(t.stat().st_mode & 0o777 == 0o600 for t in traces)
+
+
+def test_a_process_kinetos_daemon_profiles_is_left_to_it(torch_cpu, tmp_path):
+    """One CUPTI client per process: under KINETO_USE_DAEMON the hook starts no profiler and says
+    where to look instead; the program runs as ever."""
+    program = tmp_path / "train.py"
+    program.write_text(_TRAINING)
+    done = gemmscope("verify", "--every", "6", "--window", "2", "--out", tmp_path / "out", "--", sys.executable,
+                     program, "20", timeout=300, env={"KINETO_USE_DAEMON": "1"})
+    assert "Kineto's daemon holds this process's profiling (KINETO_USE_DAEMON is set)" in done.stderr
+    assert not list((tmp_path / "out").glob("*/trace.*")) and done.returncode == 4, done.stderr[-2000:]

@@ -18,6 +18,9 @@ from gemmscope_protocol import AUDIT, TIME_WINDOW, TORCH_TRACE_FOLDER, parse_tim
 from gemmscope_records import launcher_rank, note, on_main_thread_record, profiler_recording
 from gemmscope_steps import asked_windows, on_first_mark
 
+# Set where Kineto runs as dynolog's daemon client in the process (KINETO_USE_DAEMON=1).
+KINETO_DAEMON = "KINETO_USE_DAEMON"
+
 # The hook's import, at the process's start-up: a time window's DELAY counts from here.
 _IMPORTED = time.monotonic()
 
@@ -30,6 +33,11 @@ def start_profiler(torch) -> None:
     the trace, never the program."""
     folder = os.environ.get(TORCH_TRACE_FOLDER)
     if not folder:
+        return
+    if os.environ.get(KINETO_DAEMON, "0") not in ("", "0"):
+        # one CUPTI client per process: the daemon's (dynolog's `dyno gputrace`) excludes a second
+        note(f"Kineto's daemon holds this process's profiling ({KINETO_DAEMON} is set): gemmscope starts no "
+             "torch.profiler here; follow the daemon's traces with `gemmscope timeline --follow DIR`")
         return
     windows = asked_windows()
     if windows is not None or os.environ.get(TIME_WINDOW):
