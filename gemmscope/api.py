@@ -97,13 +97,13 @@ def diagnose(traces: CheckResult | Source, expect: str | None = None, step_range
     findings, most time at stake first; over the training steps after the first when steps are
     found (`step_range`: the NVTX range that marks one, a shell pattern)."""
     if isinstance(traces, CheckResult):
-        if traces.verification is None:  # the CLI's diagnose says this line and exits 1
+        if traces.judgement is None:  # the CLI's diagnose says this line and exits 1
             raise NoGpuKernels(traces.note or "no GPU kernel ran", cuda_traced=True)
         from gemmscope.diagnosing.diagnosis import diagnose as diagnosed
 
-        return diagnosed(traces.verification, step_range)
+        return diagnosed(traces.judgement, step_range)
     analysis = Analysis(traces, expect=expect, step_range=step_range, **settings)
-    if analysis.check.verification is None:
+    if analysis.check.judgement is None:
         raise NoGpuKernels(analysis.check.note or "no GPU kernel ran", cuda_traced=True)
     return analysis.diagnosis
 

@@ -50,7 +50,7 @@ from gemmscope.common import interruptible, scratch
 from gemmscope.common.atomic import written_whole
 from gemmscope.common.jsonable import frame_records
 from gemmscope.errors import InputError
-from gemmscope.judging import verify
+from gemmscope.judging.judgement import recorded_recipes
 from gemmscope.plan.profile_run import RUN_TRACES, load_run
 from gemmscope.redaction.policy import REDACTED, Redactor
 from gemmscope.redaction.scrub import check_output, recorded_redactor, scrub
@@ -112,7 +112,7 @@ def _bundle(paths: list[Path], out: Path, inputs: list[Path], keep: Sequence[str
         # zip: read from its .xz it would be decompressed once more.
         staged = {member: scrub(trace, _staging_path(Path(staging), i, member), redactor)
                   for i, (member, trace) in enumerate(zip(members, originals))}
-        recipes = verify.recorded_recipes(originals) if run_dir is None else []
+        recipes = recorded_recipes(originals) if run_dir is None else []
         try:
             if report_of is not None:
                 report = report_of([dataclasses.replace(read_trace(path), path=Path(member))

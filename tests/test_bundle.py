@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from gemmscope.api import bundle
 from gemmscope.cli import main
 from gemmscope.errors import InputError
-from gemmscope.judging import verify
+from gemmscope.judging import judgement
 from gemmscope.plan.profile_run import load_run
 from gemmscope.redaction.policy import Redactor
 from gemmscope.report import render
@@ -209,8 +209,8 @@ def test_bundle_of_a_gpu_trace_holds_no_planted_secret_and_reanalyzes(gpu_plante
     assert_nothing_planted_survives(contents, tmp_path, planted.strings())
 
     # offline, the bundled trace gives the committed trace's verdicts
-    bundled = verify.check([read_trace(tmp_path / "unzipped" / "traces" / "fsdp_fp8_1gpu.sqlite.xz")])
-    original = verify.check([read_trace(GPU_TRACE)])
+    bundled = judgement.judge([read_trace(tmp_path / "unzipped" / "traces" / "fsdp_fp8_1gpu.sqlite.xz")])
+    original = judgement.judge([read_trace(GPU_TRACE)])
     assert len(bundled.gemms) == len(original.gemms) == 72
     assert bundled.gemms["verdict"].value_counts().to_dict() == original.gemms["verdict"].value_counts().to_dict()
     # and `gemmscope analyze` of the unzipped bundle gives its report and analysis.json again

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
 from gemmscope.cli import EXAMPLE_RUN, EXAMPLE_TRACE, main
 from gemmscope.diagnosing import diagnosis
-from gemmscope.judging.verify import check
+from gemmscope.judging.judgement import judge
 from gemmscope.kernels import decode
 from gemmscope.plan import profile_run
 from gemmscope.report import plots
@@ -89,7 +89,7 @@ def checked():
 
     def load(name, expect=None):
         if (name, expect) not in cache:
-            cache[name, expect] = check([read_trace(CORPUS / f"{name}.sqlite.xz")], expect)
+            cache[name, expect] = judge([read_trace(CORPUS / f"{name}.sqlite.xz")], expect)
         return cache[name, expect]
 
     return load
@@ -213,7 +213,7 @@ def test_flagged_markers_are_the_fallback_gemms(checked):
 def test_unknown_flops_are_said_not_drawn_as_zeros():
     """The shipped example: a block outside autocast and a torch head fall back, and no hook
     recorded a GEMM shape (the trace was made without it)."""
-    result = check([read_trace(EXAMPLE_TRACE)])
+    result = judge([read_trace(EXAMPLE_TRACE)])
     plot = plots.trace_tflops_plot(result)
     assert plot.data["tflops"].isna().all() and plot.data["flops"].isna().all()
     fallback = result.mismatches

@@ -179,11 +179,11 @@ def with_options(func, options: list) -> Callable:
 
 
 def _parse_expect_map(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    if not items:  # the default: verify, and pandas under it, not imported before a command needs them
+    if not items:  # the default: the judging module, and pandas under it, not imported before a command needs them
         return ()
-    from gemmscope.judging import verify
+    from gemmscope.judging import judgement
 
-    return verify.parse_expect_map(items)
+    return judgement.parse_expect_map(items)
 
 
 def _steps(_ctx, _param, text: str | None) -> tuple[int, int] | None:

@@ -19,8 +19,8 @@ import pandas as pd
 from gemmscope import devices
 from gemmscope.assembly.attribution import launches_with_ranges
 from gemmscope.errors import InputError
+from gemmscope.judging.judgement import verdict
 from gemmscope.judging.recipes import recipe_precision
-from gemmscope.judging.verify import verdict
 from gemmscope.plan.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import read_trace
