@@ -23,9 +23,9 @@ from gemmscope.common import scratch
 from gemmscope.errors import ExitCode, InputError, exit_codes_help
 from gemmscope.judging.recipes import RECIPES
 from gemmscope.options import Options
+from gemmscope.plan import EXAMPLE_RUN as EXAMPLE_RUN  # defined beside the plan side, which reads it
 
 EXAMPLE_TRACE = Path(__file__).parent.parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
-EXAMPLE_RUN = Path(__file__).parent.parent / "examples" / "h200-codonfm-5b"
 
 
 class _Interrupted(Exception):
