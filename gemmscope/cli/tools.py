@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -21,12 +20,6 @@ from gemmscope.cli.group import (
 from gemmscope.errors import ExitCode, InputError
 from gemmscope.judging.recipes import RECIPES
 from gemmscope.plan.model_config import ACTIVATIONS, PRESETS
-
-# pandas and what stands on it are imported by the commands that use them: the command line itself
-# starts without (verify -- starts its program before importing them)
-if TYPE_CHECKING:
-
-    pass
 
 
 def config_options(func):

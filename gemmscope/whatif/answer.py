@@ -1,5 +1,5 @@
-"""`gemmscope whatif` as a library call: traces in, the report and the files to write out (the
-command line writes them and prints the report)."""
+"""`gemmscope whatif`'s answer: traces in, the report and the files to write out (gemmscope.api.what_if
+writes them; the command line prints the report)."""
 
 from __future__ import annotations
 
