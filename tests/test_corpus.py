@@ -7,8 +7,6 @@ Ground truth comes from outside the parser: GEMM counts derived here from each m
 own structure, and the hook's per-GEMM records counted straight from the SQLite export.
 """
 
-import lzma
-import sqlite3
 from collections import Counter
 
 import pytest
@@ -18,6 +16,7 @@ from gemmscope.judging.judgement import judge
 from gemmscope.traces.read import read_trace
 
 from fixture_paths import CORPUS
+from nsys_export import export
 
 PASSES = ("fprop", "dgrad", "wgrad")
 
@@ -45,8 +44,7 @@ def corpus():
 
 def hook_records(name: str) -> Counter:
     """(module, pass) of every GEMM call the hook recorded, read straight from the export."""
-    db = sqlite3.connect(":memory:")
-    db.deserialize(lzma.decompress((CORPUS / f"{name}.sqlite.xz").read_bytes()))
+    db = export(name)
     labels = [row[0] for row in db.execute(
         "SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id")]
     records = [parse_record(GEMM_PREFIX, label) for label in labels if label]

@@ -1,7 +1,6 @@
 """Breakdown, findings and compare on real GPU traces (tests/fixtures/gpu/corpus), each figure
 checked against sums computed here straight from the SQLite export."""
 
-import lzma
 import sqlite3
 from pathlib import Path
 
@@ -15,12 +14,7 @@ from gemmscope.kernels import decode
 from gemmscope.traces.read import read_trace
 
 from fixture_paths import CORPUS
-
-
-def export(name: str) -> sqlite3.Connection:
-    db = sqlite3.connect(":memory:")
-    db.deserialize(lzma.decompress((CORPUS / f"{name}.sqlite.xz").read_bytes()))
-    return db
+from nsys_export import export
 
 
 def gpu_activity(db) -> list[tuple[int, int, str]]:

@@ -13,8 +13,8 @@ from gemmscope.judging.judgement import judge
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 
+from cli_runner import gemmscope
 from fixture_paths import CORPUS
-from test_cli import gemmscope
 
 
 def captured(name: str) -> Path:

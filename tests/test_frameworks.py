@@ -21,8 +21,8 @@ import pytest
 from gemmscope.judging.judgement import judge
 from gemmscope.traces.read import read_trace
 
+from cli_runner import gemmscope as run_gemmscope
 from fixture_paths import CORPUS
-from test_cli import gemmscope as run_gemmscope
 
 PASSES = ("fprop", "dgrad", "wgrad")
 

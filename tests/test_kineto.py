@@ -17,8 +17,8 @@ from gemmscope.assembly import te_ranges
 from gemmscope.assembly.loading import load_one
 from gemmscope.traces.read import read_trace, trace_paths
 
+from cli_runner import assert_one_line_error, gemmscope, invoke
 from fixture_paths import CORPUS, GPU_KINETO, KINETO
-from test_cli import assert_one_line_error, gemmscope, invoke
 
 V100 = KINETO / "hta_v100_train_rank0.json.gz"
 CPU = KINETO / "cpu_train.json.gz"

@@ -6,9 +6,7 @@ HTML report."""
 
 import base64
 import json
-import lzma
 import re
-import sqlite3
 from collections import defaultdict
 
 import pandas as pd
@@ -25,20 +23,15 @@ from gemmscope.report import plots
 from gemmscope.report.profile import write_profile_reports
 from gemmscope.traces.read import read_trace
 
+from cli_runner import assert_one_line_error, gemmscope
 from fixture_paths import CORPUS
-from test_cli import assert_one_line_error, gemmscope
+from nsys_export import export
 
 # 4 TransformerLayers in FP8 block scaling, 8 training steps in NVTX ranges "step N", the hook's
 # shape records on every GEMM call.
 LARGE = "te_stack_large_fp8-block_1gpu"
 PNG = b"\x89PNG\r\n\x1a\n"
 DENSE_PEAK_TFLOPS = {"bf16": 989.5, "fp8": 1979.0}  # H100 / H200 SXM, the datasheets' sparse figures halved
-
-
-def export(name: str) -> sqlite3.Connection:
-    db = sqlite3.connect(":memory:")
-    db.deserialize(lzma.decompress((CORPUS / f"{name}.sqlite.xz").read_bytes()))
-    return db
 
 
 def nvtx_label(alias: str) -> str:
