@@ -2,7 +2,7 @@
 as verify exports it (`--lazy=false`: every table), SQLite as nsys exports it by default (only
 tables with rows), a Parquet folder and an Arrow folder. Per round and format, in run
 order rotated every round: `nsys export --type FORMAT` of the report (wall seconds), then reading
-and checking the export in a fresh process (`read_trace` + `verify.check`, wall seconds and peak
+and checking the export in a fresh process (`read_trace` + `judgement.judge`, wall seconds and peak
 RSS); medians [IQR] per format, and the kernels each read (they must agree).
 
     python benchmarks/export_formats.py --report trace.nsys-rep [--nsys PATH] [--rounds 5]
@@ -36,10 +36,10 @@ CHECK = """
 import json, resource, sys, time
 t = time.perf_counter()
 from gemmscope.traces.read import read_trace
-from gemmscope.judging.verify import check
+from gemmscope.judging.judgement import judge
 trace = read_trace(sys.argv[1])
 kernels = len(trace.kernels)
-result = check(trace)
+result = judge(trace)
 print(json.dumps({"seconds": time.perf_counter() - t, "kernels": kernels, "gemms": len(result.gemms),
                   "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """

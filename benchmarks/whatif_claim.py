@@ -95,7 +95,7 @@ def gemm_ms_per_step(capture: Path) -> float:
     import gemmscope as gs
     from gemmscope.whatif.groups import group_gemms
 
-    return float(group_gemms(gs.check(capture).verification).groups["now_ms"].sum())
+    return float(group_gemms(gs.check(capture).judgement).groups["now_ms"].sum())
 
 
 def step_samples(command: list[str]) -> list[float]:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from gemmscope.assembly.job import Job
     from gemmscope.bundle import Bundle
     from gemmscope.diagnosing.diagnosis import Diagnosis
-    from gemmscope.judging.verify import Verification
+    from gemmscope.judging.judgement import Judgement
     from gemmscope.redaction.policy import Redactor
     from gemmscope.report.model import Report
     from gemmscope.report.plots import Plot
@@ -105,8 +105,8 @@ class CheckResult:
     # workers ...): trace, rank; nothing in them to check, no failure
     without_kernels: list[dict]
     gemms: pd.DataFrame = field(repr=False)  # GEMM_COLUMNS, and VERDICT_COLUMNS where something was checked
-    # everything verify computed (the CLI's reports read it); None where the run launched no GPU kernel
-    verification: Verification | None = field(repr=False)
+    # every verdict and what it was judged on (the CLI's reports read it); None where the run launched no GPU kernel
+    judgement: Judgement | None = field(repr=False)
     note: str | None = field(default=None, repr=False)  # why nothing was checked: the run launched no GPU kernel
     # what gemmscope's hook could not patch in the run (a torch or TE release that moved an entry
     # point): what, version, why, misses; the records the traces lack (te_ranges.recorded_unpatched)
@@ -135,9 +135,9 @@ class CheckResult:
         return self._public("unjudged")
 
     def _public(self, which: str) -> pd.DataFrame:
-        if self.verification is None:
+        if self.judgement is None:
             return self.gemms
-        return _table(getattr(self.verification, which), GEMM_COLUMNS | VERDICT_COLUMNS)
+        return _table(getattr(self.judgement, which), GEMM_COLUMNS | VERDICT_COLUMNS)
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-able values: the mismatches and the unjudged GEMMs one record per launch."""
@@ -275,20 +275,20 @@ class Analysis:
         return job
 
     @functools.cached_property
-    def verification(self) -> Verification:
+    def judgement(self) -> Judgement:
         """Every GEMM launch of the job judged against Options.expect, expect_map, allow and strict
-        (verify.judge; NoGpuKernels as `job`)."""
-        from gemmscope.judging import verify
+        (judging.judgement.judge; NoGpuKernels as `job`)."""
+        from gemmscope.judging.judgement import judge
 
         options = self.options
-        return verify.judge(self.job, options.expect, options.allow, options.expect_map, options.strict)
+        return judge(self.job, options.expect, options.allow, options.expect_map, options.strict)
 
     @functools.cached_property
     def check(self) -> CheckResult:
         """The check as the public result: a run that launched no GPU kernel (captured with CUDA
         tracing, or by `capture`) is state FAIL, with a `note`."""
         try:
-            result = self.verification
+            result = self.judgement
         except NoGpuKernels as exc:
             if not exc.cuda_traced and self.captured is None:  # a capture gemmscope made traces CUDA: not blind
                 raise
@@ -299,11 +299,11 @@ class Analysis:
             expect = self.options.expect
             read = [item.trace for item in self.traces.loaded if item.trace is not None]
             return CheckResult(state=State.FAIL, expected=[expect] if expect else [], unreadable=[],
-                               without_kernels=[], gemms=pd.DataFrame(columns=list(GEMM_COLUMNS)), verification=None,
+                               without_kernels=[], gemms=pd.DataFrame(columns=list(GEMM_COLUMNS)), judgement=None,
                                note=f"{exc}: no GEMM ran", unpatched=unpatched_in(read))
-        return CheckResult(state=result.state, expected=result.expected_recipes, unreadable=result.unreadable,
-                           without_kernels=result.without_kernels,
-                           gemms=_table(result.gemms, GEMM_COLUMNS | VERDICT_COLUMNS), verification=result,
+        return CheckResult(state=result.state, expected=result.expected_recipes, unreadable=result.job.unreadable,
+                           without_kernels=result.job.without_kernels,
+                           gemms=_table(result.gemms, GEMM_COLUMNS | VERDICT_COLUMNS), judgement=result,
                            unpatched=result.unpatched)
 
     @functools.cached_property
@@ -312,7 +312,7 @@ class Analysis:
         over the steps Options.step_range marks (else those found)."""
         from gemmscope.diagnosing.diagnosis import diagnose
 
-        return diagnose(self.verification, self.options.step_range)
+        return diagnose(self.judgement, self.options.step_range)
 
     def report(self, kind: str = "analysis", detail: str = "normal", per_launch: bool = False) -> Report:
         """The report of `kind` (REPORT_KINDS) at `detail` ("quiet": the verdict block; "normal";
@@ -329,7 +329,7 @@ class Analysis:
         from gemmscope.report import documents
         from gemmscope.report.verification import diagnosis_report, verification_report
 
-        result, diagnosis = self.verification, self.diagnosis
+        result, diagnosis = self.judgement, self.diagnosis
         command = self.captured.outcome if self.captured is not None else None
         if kind == "diagnosis":
             report = diagnosis_report(result, diagnosis)
@@ -359,7 +359,7 @@ class Analysis:
         """One JSON line per GEMM launch (`--format jsonl`), made as they are read."""
         from gemmscope.report import documents
 
-        return documents.launch_lines(self.verification)
+        return documents.launch_lines(self.judgement)
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
@@ -370,7 +370,7 @@ class Analysis:
         """The trace plots: GPU time per rank, GEMM TFLOP/s against the GPU's peak, time per step."""
         from gemmscope.report import plots
 
-        return plots.trace_plots(self.verification, self.diagnosis)
+        return plots.trace_plots(self.judgement, self.diagnosis)
 
     def compare(self, new: Analysis) -> Comparison:
         """This run (BASE) against `new` (NEW): where NEW gained or lost GPU time, per category and
@@ -378,7 +378,7 @@ class Analysis:
         from gemmscope.diagnosing.compare_runs import compare
         from gemmscope.report.comparison import comparison_report
 
-        figures = compare(self.verification, new.verification, step_range=self.options.step_range)
+        figures = compare(self.judgement, new.judgement, step_range=self.options.step_range)
         return Comparison(figures, comparison_report(figures))
 
     def scrubbed(self, folder: str | Path | None = None) -> Analysis:

@@ -27,8 +27,9 @@ gemmscope`, so that importing it stays cheap.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,13 +50,18 @@ if TYPE_CHECKING:
 
     from gemmscope.bundle import Bundle
     from gemmscope.diagnosing.diagnosis import Diagnosis
+    from gemmscope.plan.model_config import ModelConfig
+    from gemmscope.plan.profile_run import ProfileRun
+    from gemmscope.plan.shapes import Gemm
     from gemmscope.redaction.policy import Redactor
     from gemmscope.report.model import Report
     from gemmscope.watching.audit import Audited
     from gemmscope.watching.timeline import Timeline
+    from gemmscope.whatif.answer import Answer
 
-__all__ = ["GEMM_COLUMNS", "VERDICT_COLUMNS", "Analysis", "CheckResult", "Comparison", "Options", "Shared", "Traces",
-           "audit", "audit_command", "bundle", "check", "compare", "diagnose", "follow", "load", "report", "scrub", "timeline"]
+__all__ = ["GEMM_COLUMNS", "VERDICT_COLUMNS", "Analysis", "CheckResult", "Comparison", "Kernels", "Options", "Profiled",
+           "Shapes", "Shared", "Traces", "audit", "audit_command", "bundle", "check", "compare", "decode_kernels",
+           "diagnose", "follow", "gemm_shapes", "load", "profile_model", "report", "scrub", "timeline", "what_if"]
 
 
 def load(paths: str | Path | Sequence[str | Path], workers: int | None = None,
@@ -98,13 +104,13 @@ def diagnose(traces: CheckResult | Source, expect: str | None = None, step_range
     findings, most time at stake first; over the training steps after the first when steps are
     found (`step_range`: the NVTX range that marks one, a shell pattern)."""
     if isinstance(traces, CheckResult):
-        if traces.verification is None:  # the CLI's diagnose says this line and exits 1
+        if traces.judgement is None:  # the CLI's diagnose says this line and exits 1
             raise NoGpuKernels(traces.note or "no GPU kernel ran", cuda_traced=True)
         from gemmscope.diagnosing.diagnosis import diagnose as diagnosed
 
-        return diagnosed(traces.verification, step_range)
+        return diagnosed(traces.judgement, step_range)
     analysis = Analysis(traces, expect=expect, step_range=step_range, **settings)
-    if analysis.check.verification is None:
+    if analysis.check.judgement is None:
         raise NoGpuKernels(analysis.check.note or "no GPU kernel ran", cuda_traced=True)
     return analysis.diagnosis
 
@@ -139,17 +145,15 @@ def report(targets: Source, options: Options | None = None, **settings: Any) -> 
     """The report `gemmscope report` writes (`render("html")` or "markdown"; its `tables`), of a
     `gemmscope profile` run directory or of traces, made from them scrubbed and redacted
     (Options.keep: what the redaction leaves)."""
-    from gemmscope.report.profile import is_run_dir
+    from gemmscope.plan.profile_run import run_directory
 
     options = Options.of(options, **settings)
-    named = _named(targets)
-    if any(is_run_dir(Path(t)) for t in named):
-        if len(named) > 1:
-            raise InputError("give one profile run directory, or traces, not both")
+    run_dir = run_directory(_named(targets), "report")
+    if run_dir is not None:
         if options.judging:
             raise InputError("--expect, --expect-map, --allow, --strict, --step-range and --steps apply to traces, "
                              "not to a profile run directory")
-        return _run_report(Path(named[0]), options.keep)
+        return _run_report(run_dir, options.keep)
     shared = Analysis(targets, options).scrubbed()
     page = shared.report("page")
     assert shared.redactor is not None  # a scrubbed copy's
@@ -182,12 +186,16 @@ def _run_report(run_dir: Path, keep: Sequence[str]) -> Shared:
 def bundle(inputs: Source, out: str | Path, options: Options | None = None, **settings: Any) -> Bundle:
     """The zip `gemmscope bundle` writes, of traces or of one `gemmscope profile` run directory
     (gemmscope.bundle): the report, its JSON and tables, the traces scrubbed, the environment."""
-    from gemmscope.bundle import bundle_run, run_directory
+    from gemmscope.bundle import bundle_run
+    from gemmscope.plan.profile_run import run_directory
 
     options = Options.of(options, **settings)
     if isinstance(inputs, Traces):
         return Analysis(inputs, options).bundle(out)
-    run_dir = run_directory(_named(inputs))
+    named = _named(inputs)
+    if not named:
+        raise InputError("nothing to bundle: give traces or a gemmscope profile run directory")
+    run_dir = run_directory(named, "bundle")
     if run_dir is None:
         return Analysis(inputs, options).bundle(out)
     if options.judging:
@@ -259,3 +267,172 @@ def audit(every: int, window: int = 3, out: str | Path = "gemmscope-audit", *, e
     from gemmscope.watching.in_process import audit as audit_here
 
     return audit_here(every, window, out, expect=expect, follow=follow)
+
+
+# --- the products beside the check: one call each, as their commands make it -----------------------
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The GEMMs a model runs per training step (`gemm_shapes`): its `config` and `gemms`
+    (gemmscope.plan.shapes.Gemm), one row each in `frame`."""
+
+    config: ModelConfig
+    gemms: list[Gemm]
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        from gemmscope.plan.shapes import plan_frame
+
+        return plan_frame(self.gemms)
+
+    def to_dict(self) -> dict[str, Any]:
+        """`gemmscope shapes --format json`'s document."""
+        from gemmscope.report.documents import shapes_document
+
+        return shapes_document(self.gemms)
+
+    def render(self, fmt: str = "table") -> str:
+        """What `gemmscope shapes --format FMT` prints: table, json, csv or markdown."""
+        if fmt == "json":
+            return json.dumps(self.to_dict(), indent=2) + "\n"
+        if fmt == "csv":
+            return self.frame.to_csv(index=False)
+        if fmt == "markdown":
+            from gemmscope.report.markdown import markdown_table
+
+            return markdown_table(self.frame)
+        if fmt != "table":
+            raise InputError(f"shapes cannot be written as {fmt}: choose from table, json, csv, markdown")
+        from gemmscope.report import terminal
+
+        title = f"{self.config.name}: {self.config.tokens} tokens, {len(self.gemms)} GEMMs"
+        return terminal.table_text(title, self.frame)
+
+
+def gemm_shapes(model: str | None = None, config: str | Path | None = None, lm_head: bool = False,
+                **fields: Any) -> Shapes:
+    """The GEMMs a transformer runs per training step (`gemmscope shapes`): op, pass, M×K×N, FLOPs,
+    count; of a preset `model` (gemmscope.plan.model_config.PRESETS) or a Hugging Face config.json
+    (`config`), ModelConfig's `fields` by name over it (hidden_size=4096, tp=2, ...; alone without
+    either); `lm_head`: the LM head's GEMMs too."""
+    from gemmscope.plan import shapes
+    from gemmscope.plan.hf_config import resolve_config
+
+    resolved = resolve_config(model, None if config is None else str(config), **fields)
+    return Shapes(resolved, shapes.plan(resolved, lm_head=lm_head))
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """Kernel names decoded (`decode_kernels`): one row per name in `frame` (gemmscope.kernels.decode_frame)."""
+
+    frame: pd.DataFrame
+
+    def to_dict(self) -> dict[str, Any]:
+        """`gemmscope kernel --format json`'s document."""
+        from gemmscope.report.documents import kernels_document
+
+        return kernels_document(self.frame)
+
+    def render(self, fmt: str = "table") -> str:
+        """What `gemmscope kernel --format FMT` prints: table or json."""
+        if fmt == "json":
+            return json.dumps(self.to_dict(), indent=2) + "\n"
+        if fmt != "table":
+            raise InputError(f"kernels cannot be written as {fmt}: choose from table, json")
+        from gemmscope import kernels
+        from gemmscope.report import terminal
+
+        # each name followed (under the table) by whether its GEMM is grouped and why its precision
+        # is open: too long for a column of a terminal's width
+        frame = self.frame
+        remarks = [" · ".join(part for part in ("grouped GEMM" if grouped else "", note or "") if part)
+                   for grouped, note in zip(frame["grouped"], frame["note"])]
+        names = [f"{name}\n  {remark}" if remark else name for name, remark in zip(frame["name"], remarks)]
+        return terminal.kernels_text(frame[["name", *kernels.TABLE_COLUMNS]].assign(name=names))
+
+
+def decode_kernels(names: Sequence[str]) -> Kernels:
+    """What CUDA kernel names say (`gemmscope kernel`): family, arch, role, precision, operand
+    types, scale mode, layout, whether grouped, and why a precision is unknown."""
+    import pandas as pd
+
+    from gemmscope import kernels
+
+    return Kernels(kernels.decode_frame(pd.Series(list(names), dtype=object)))
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """A `gemmscope profile` run read back (`profile_model`): `run` (gemmscope.plan.profile_run),
+    the run directory it is in, and how long it took here (None: the run shipped with gemmscope)."""
+
+    run: ProfileRun = field(repr=False)
+    run_dir: Path
+    wall_s: float | None = None
+
+    def report(self, detail: str = "normal") -> Report:
+        """What gemmscope says of the run at `detail` ("quiet", "normal", "verbose")."""
+        from gemmscope.report.profile import profile_report
+
+        return profile_report(self.run, self.run_dir, detail=detail, written_to=self.run_dir)
+
+    def render(self, fmt: str = "table", detail: str = "normal") -> str:
+        from gemmscope.report import render
+
+        return render(self.report(detail), fmt)
+
+
+def profile_model(model: str | None = None, config: str | Path | None = None, *, lm_head: bool = False,
+                  precisions: Sequence[str] | None = None, modes: Sequence[str] | None = None, iters: int = 100,
+                  warmup: int = 10, out: str | Path | None = None, use_nsys: bool = True, shipped: bool = False,
+                  **fields: Any) -> Profiled:
+    """Every GEMM of a model (`gemm_shapes`' arguments) through TE at each of `precisions` (default:
+    every recipe) and `modes` (autocast, prequant), on this GPU under nsys (unless `use_nsys` is
+    False) into the new run directory `out` (default ./gemmscope-run-<time>), read back, its
+    results and report written there (`gemmscope profile`). `shipped`: the run shipped with
+    gemmscope instead, re-derived from its trace on any machine (the other arguments unread)."""
+    import time
+
+    from gemmscope.judging.recipes import RECIPES
+    from gemmscope.plan import EXAMPLE_RUN, gpu_profile, profile_run
+    from gemmscope.report.profile import write_profile_reports
+
+    if shipped:
+        return Profiled(profile_run.load_run(EXAMPLE_RUN), EXAMPLE_RUN)
+    started = time.perf_counter()
+    planned = gemm_shapes(model, config, lm_head, **fields)
+    if not gpu_profile.gpu_available():
+        raise InputError("no CUDA GPU here: nothing can be profiled")
+    run_dir = Path(out) if out is not None else Path(time.strftime("gemmscope-run-%Y%m%d-%H%M%S"))
+    spec = gpu_profile.spec_for(planned.config, planned.gemms, precisions or RECIPES, modes or profile_run.MODES,
+                                iters, warmup)
+    gpu_profile.run(spec, run_dir, use_nsys=use_nsys)
+    run = profile_run.load_run(run_dir)
+    wall_s = time.perf_counter() - started
+    write_profile_reports(run, run_dir, wall_s)
+    return Profiled(run, run_dir, wall_s)
+
+
+def what_if(traces: Source, options: Options | None = None, *, out: str | Path | None = None,
+            measured: str | Path | None = None, measure: bool = True, iters: int = 30, warmup: int = 5,
+            say: Callable[[str], None] | None = None, **settings: Any) -> Answer:
+    """Per group of the run's GEMMs (`gemmscope whatif`): its time per step now, its time measured
+    on this GPU at each recipe (into `out`/measurement; a new folder named by the time where `out`
+    is None), or read from a measurement made before (`measured`), what to keep and what to move,
+    and the change for the run's framework, written into `out` (whatif.json, whatif.html, the
+    change files). Without a GPU, or with `measure` False: the groups and the command that
+    measures them. gemmscope.whatif.answer.NothingToGroup where the run launched no GEMM."""
+    from gemmscope.common.atomic import written_whole
+    from gemmscope.whatif.answer import answer
+
+    found = answer(_named(traces), Options.of(options, **settings), out=None if out is None else Path(out),
+                   measured=None if measured is None else Path(measured), measure=measure, iters=iters,
+                   warmup=warmup, say=say)
+    if found.out is not None:
+        found.out.mkdir(parents=True, exist_ok=True)
+        for name, text in found.files.items():
+            with written_whole(found.out / name) as partial:
+                partial.write_text(text, encoding="utf-8")
+    return found

@@ -50,14 +50,14 @@ from gemmscope.common import interruptible, scratch
 from gemmscope.common.atomic import written_whole
 from gemmscope.common.jsonable import frame_records
 from gemmscope.errors import InputError
-from gemmscope.judging import verify
+from gemmscope.judging.judgement import recorded_recipes
 from gemmscope.plan.profile_run import RUN_TRACES, load_run
 from gemmscope.redaction.policy import REDACTED, Redactor
 from gemmscope.redaction.scrub import check_output, recorded_redactor, scrub
 from gemmscope.report import render
 from gemmscope.report.documents import SCHEMA_VERSION
 from gemmscope.report.model import Report, redacted
-from gemmscope.report.profile import is_run_dir, profile_report
+from gemmscope.report.profile import profile_report
 from gemmscope.report.tables import csv_text
 from gemmscope.traces.model import Trace
 from gemmscope.traces.nsys_tables import recorded_environment
@@ -68,16 +68,6 @@ class Bundle(NamedTuple):
     path: Path
     redactor: Redactor  # its counts: what was redacted
     analysis_error: str | None  # why the traces could not be analyzed (report.md says it too)
-
-
-def run_directory(inputs: Sequence[str | Path]) -> Path | None:
-    """The profile run directory `inputs` name, or None when they name traces."""
-    if not inputs:
-        raise InputError("nothing to bundle: give traces or a gemmscope profile run directory")
-    runs = [Path(p) for p in inputs if is_run_dir(Path(p))]
-    if runs and len(inputs) > 1:
-        raise InputError(f"{runs[0]} is a profile run directory: bundle it alone, not with other runs or traces")
-    return runs[0] if runs else None
 
 
 # The report of traces scrubbed for the zip, read under their names there; its Redactor (what
@@ -112,7 +102,7 @@ def _bundle(paths: list[Path], out: Path, inputs: list[Path], keep: Sequence[str
         # zip: read from its .xz it would be decompressed once more.
         staged = {member: scrub(trace, _staging_path(Path(staging), i, member), redactor)
                   for i, (member, trace) in enumerate(zip(members, originals))}
-        recipes = verify.recorded_recipes(originals) if run_dir is None else []
+        recipes = recorded_recipes(originals) if run_dir is None else []
         try:
             if report_of is not None:
                 report = report_of([dataclasses.replace(read_trace(path), path=Path(member))

@@ -10,9 +10,12 @@ packing process and thread, StringIds for names, NVTX event types 34/59/60/75).
 
 from __future__ import annotations
 
+import lzma
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+
+from fixture_paths import CORPUS
 
 # NVTX_EVENTS.eventType (nsys's ENUM_NSYS_EVENT_TYPE)
 MARK, PUSH_POP, START_END, DOMAIN_CREATE = 34, 59, 60, 75
@@ -23,6 +26,14 @@ SPLIT_K_REDUCE = "void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, floa
                  "(cublasLt::KernelParams<T3, T4, T5, T6, T7, T8, T10>)"
 LAUNCH_CALL = "cudaLaunchKernel_v7000"
 SESSION_NS = 10**12
+
+
+def export(name: str) -> sqlite3.Connection:
+    """A corpus export (tests/fixtures/gpu/corpus/NAME.sqlite.xz) opened in memory, to read what
+    nsys recorded straight from its tables."""
+    db = sqlite3.connect(":memory:")
+    db.deserialize(lzma.decompress((CORPUS / f"{name}.sqlite.xz").read_bytes()))
+    return db
 
 
 def global_tid(pid: int, tid: int) -> int:

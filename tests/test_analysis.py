@@ -18,7 +18,7 @@ import gemmscope as gs
 from gemmscope import api
 from gemmscope.analysis import GEMM_COLUMNS
 from gemmscope.cli import main
-from gemmscope.judging import verify
+from gemmscope.judging import judgement
 
 from fixture_paths import CORPUS, GPU
 
@@ -122,8 +122,8 @@ def test_scrub_from_python_writes_what_the_cli_writes(tmp_path):
 
 def test_each_result_is_computed_once(monkeypatch):
     calls = []
-    judge = verify.judge
-    monkeypatch.setattr(verify, "judge", lambda *a, **k: calls.append(1) or judge(*a, **k))
+    judge = judgement.judge
+    monkeypatch.setattr(judgement, "judge", lambda *a, **k: calls.append(1) or judge(*a, **k))
     analysis = gs.Analysis(FIRST_LAST_BF16, expect="fp8-current")
     assert analysis.check is analysis.check and analysis.diagnosis is analysis.diagnosis
     assert analysis.report("analysis") is analysis.report("analysis")
@@ -142,20 +142,20 @@ def test_a_later_check_leaves_an_earlier_result_and_the_loaded_frames_as_they_we
     traces = gs.load(RANKS)
     launches = traces.loaded[1].launches
     columns, copy = list(launches.columns), launches.copy()
-    alone = gs.Analysis(api.Traces(traces.loaded[1:], traces.paths[1:])).verification
-    seen = alone.kernels[["trace", "rank"]].copy()
-    together = gs.Analysis(traces).verification
-    assert alone.kernels[["trace", "rank"]].equals(seen)
-    assert list(together.kernels["trace"].cat.categories) == [p.name for p in RANKS]
+    alone = gs.Analysis(api.Traces(traces.loaded[1:], traces.paths[1:])).judgement
+    seen = alone.job.kernels[["trace", "rank"]].copy()
+    together = gs.Analysis(traces).judgement
+    assert alone.job.kernels[["trace", "rank"]].equals(seen)
+    assert list(together.job.kernels["trace"].cat.categories) == [p.name for p in RANKS]
     assert list(launches.columns) == columns and launches.equals(copy)
-    assert alone.kernels is not launches
+    assert alone.job.kernels is not launches
 
 
 def test_checking_twice_gives_equal_independent_results():
     traces = gs.load(FIRST_LAST_BF16)
     first, second = gs.check(traces, expect="fp8-current"), gs.check(traces, expect="fp8-current")
     assert first.gemms.equals(second.gemms) and first.to_dict() == second.to_dict()
-    first.verification.gemms.loc[:, "verdict"] = "OK"  # one result changed ...
+    first.judgement.gemms.loc[:, "verdict"] = "OK"  # one result changed ...
     assert len(second.mismatches) == 81  # ... leaves the other as it was
     assert len(gs.check(traces, expect="bf16").gemms) == 153 and len(second.mismatches) == 81
 

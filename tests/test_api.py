@@ -13,7 +13,7 @@ import pytest
 import gemmscope as gs
 from gemmscope.assembly.loading import load as load_traces
 from gemmscope.diagnosing.diagnosis import diagnose as diagnosis_of
-from gemmscope.judging import verify
+from gemmscope.judging import judgement
 
 from fixture_paths import CORPUS, GPU_KINETO
 
@@ -46,7 +46,7 @@ def test_import_loads_no_pandas():
 def test_check_is_what_verify_says():
     """The API's verdicts are verify's, launch by launch, under the public column names."""
     result = gs.check(FIRST_LAST_BF16, expect="fp8-current", allow=["output_layer"])
-    own = verify.check(load_traces([FIRST_LAST_BF16]), "fp8-current", ("output_layer",))
+    own = judgement.judge(load_traces([FIRST_LAST_BF16]), "fp8-current", ("output_layer",))
     assert result.passed is (not own.failed) is False
     assert len(result.gemms) == len(own.gemms) == 153
     assert result.gemms["kernel"].tolist() == own.gemms["name"].tolist()
@@ -63,7 +63,7 @@ def test_results_to_dict_are_json():
     assert as_dict["gemm_launches"] == 153 and len(as_dict["mismatches"]) == 81
     assert {m["verdict"] for m in as_dict["mismatches"]} == {"FALLBACK"}
     diagnosis = gs.diagnose(result)
-    own = diagnosis_of(result.verification)
+    own = diagnosis_of(result.judgement)
     as_dict = json.loads(json.dumps(diagnosis.to_dict()))
     assert [f["code"] for f in as_dict["findings"]] == [f["code"] for f in own.findings]
     assert as_dict["breakdown"][0]["window_ns"] == int(own.breakdown["window_ns"].iloc[0])

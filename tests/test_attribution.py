@@ -26,7 +26,7 @@ from gemmscope.autocast_hook.gemmscope_protocol import (
     TORCH_GEMM_PREFIX,
     format_record,
 )
-from gemmscope.judging.verify import check, recorded_recipes
+from gemmscope.judging.judgement import judge, recorded_recipes
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 
@@ -354,7 +354,7 @@ def _one_process(path, schema, rank_mark=None, tail_ns=0):
 
 
 def _ranks(result) -> dict:
-    return {name: sorted(set(part["rank"].tolist())) for name, part in result.kernels.groupby("trace", observed=True)}
+    return {name: sorted(set(part["rank"].tolist())) for name, part in result.job.kernels.groupby("trace", observed=True)}
 
 
 def test_rank_marks_belong_to_their_own_process(schema, tmp_path):
@@ -384,30 +384,30 @@ def test_process_without_a_mark_has_no_rank_from_another_s(schema, tmp_path):
         trace.thread(pid, pid, "python")
         trace.launch(pid, pid, pid * 10, pid * 10 + 100)
     _rank_mark(trace, OTHER, 1)
-    result = check(read_trace(trace.close()), "bf16")
-    ranks = result.kernels.set_index("pid")["rank"]
+    result = judge(read_trace(trace.close()), "bf16")
+    ranks = result.job.kernels.set_index("pid")["rank"]
     assert ranks[OTHER] == 1 and ranks.isna()[MAIN]
 
 
 def test_rank_from_a_per_rank_file_s_name(schema, tmp_path):
     # nsys -o 'job_rank%q{RANK}': no hook mark, so the name says the rank
     paths = [_one_process(tmp_path / f"job_rank{rank}.sqlite", schema) for rank in (3, 5)]
-    assert _ranks(check([read_trace(p) for p in paths], "bf16")) == {"job_rank3.sqlite": [3], "job_rank5.sqlite": [5]}
-    alone = check(read_trace(paths[1]), "bf16")
-    assert alone.kernels["rank"].tolist() == [5, 5] and alone.kernels["rank"].dtype == "Int64"
+    assert _ranks(judge([read_trace(p) for p in paths], "bf16")) == {"job_rank3.sqlite": [3], "job_rank5.sqlite": [5]}
+    alone = judge(read_trace(paths[1]), "bf16")
+    assert alone.job.kernels["rank"].tolist() == [5, 5] and alone.job.kernels["rank"].dtype == "Int64"
 
 
 def test_rank_mark_wins_over_the_file_s_name(schema, tmp_path):
     path = _one_process(tmp_path / "rank7.sqlite", schema, rank_mark=2)
-    assert check(read_trace(path), "bf16").kernels["rank"].tolist() == [2, 2]
+    assert judge(read_trace(path), "bf16").job.kernels["rank"].tolist() == [2, 2]
 
 
 def test_rank_from_place_when_names_say_none(schema, tmp_path):
     first = _one_process(tmp_path / "b.sqlite", schema)
     second = shutil.copy(first, tmp_path / "a.sqlite")
-    assert _ranks(check([read_trace(first), read_trace(second)], "bf16")) == {"b.sqlite": [0], "a.sqlite": [1]}
-    alone = check(read_trace(first), "bf16")
-    assert alone.kernels["rank"].isna().all()  # one file, nothing says its rank
+    assert _ranks(judge([read_trace(first), read_trace(second)], "bf16")) == {"b.sqlite": [0], "a.sqlite": [1]}
+    alone = judge(read_trace(first), "bf16")
+    assert alone.job.kernels["rank"].isna().all()  # one file, nothing says its rank
 
 
 # --- --expect-map and --allow where no range encloses a GEMM --------------------------------
@@ -432,7 +432,7 @@ def _trace_without_ranges_around_gemms(path, schema, case):
 def test_expect_map_where_no_range_holds_a_gemm(schema, tmp_path, case):
     # the mapped range is not found (or holds no GEMM): a failure, never a pass nor a crash
     path = _trace_without_ranges_around_gemms(tmp_path / "t.sqlite", schema, case)
-    result = check(read_trace(path), expect_map=[("BF16_*", "bf16")])
+    result = judge(read_trace(path), expect_map=[("BF16_*", "bf16")])
     assert result.gemms["expect_range"].isna().all()
     verdict = "NO GEMM" if case.startswith("no GEMM") else "NOT FOUND"
     assert result.ranges_checked["verdict"].tolist() == [verdict] and result.failed
@@ -445,7 +445,7 @@ def test_allow_matches_only_ranges_around_the_gemm(schema, tmp_path):
     trace.launch(MAIN, MAIN, T0, T1)
     _push(trace, 4000, 6000, "optimizer")
     trace.launch(MAIN, MAIN, 5000, 5100, AMAX)
-    result = check(read_trace(trace.close()), "fp8-current", allow=("optimizer",))
+    result = judge(read_trace(trace.close()), "fp8-current", allow=("optimizer",))
     assert result.gemms["verdict"].tolist() == ["FALLBACK"] and not result.gemms["allowed"].any() and result.failed
 
 
@@ -458,7 +458,7 @@ def test_a_recipe_class_gemmscope_does_not_know_is_recorded_by_name_and_checks_n
     trace.launch(MAIN, MAIN, T0, T1)
     traces = [read_trace(trace.close())]
     assert recorded_recipes(traces) == ["MyScaling", "fp8-current"]
-    result = check(traces)
+    result = judge(traces)
     assert result.expected is None and not result.checked and not result.failed
 
 
@@ -472,15 +472,15 @@ def test_fp8_block_run_as_mxfp8_is_by_design_only_on_blackwell(schema, tmp_path,
     trace.thread(MAIN, MAIN, "python")
     trace.launch(MAIN, MAIN, T0, T1, MXFP8_GEMM)
     trace.conn.execute("UPDATE TARGET_INFO_GPU SET computeMajor = ?, computeMinor = 0", (cc_major,))
-    result = check(read_trace(trace.close()), "fp8-block")
+    result = judge(read_trace(trace.close()), "fp8-block")
     assert result.gemms["precision"].tolist() == ["mxfp8"] and result.gemms["verdict"].tolist() == [verdict]
 
 
 # --- GEMM tails -------------------------------------------------------------------------------
 
 def test_gemm_tail_time_is_the_split_k_kernels_time(schema, tmp_path):
-    result = check(read_trace(_one_process(tmp_path / "t.sqlite", schema, tail_ns=777)), "bf16")
-    assert result.tails_ns == 777
+    result = judge(read_trace(_one_process(tmp_path / "t.sqlite", schema, tail_ns=777)), "bf16")
+    assert result.job.tails_ns == 777
     assert len(result.gemms) == 2 and (result.gemms["duration_ns"] == 1000).all()  # tails are not GEMMs
     document = summary_document(result)
     assert document["gemm_tail_time_ns"] == 777 and document["gemm_time_ns"] == 2000

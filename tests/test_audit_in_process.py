@@ -17,7 +17,7 @@ from gemmscope.autocast_hook.gemmscope_protocol import trace_steps
 from gemmscope.watching.in_process import FOLLOW_LOG
 from gemmscope.watching.timeline import TIMELINE_FILE, job_windows, read_timeline
 
-from test_cli import REPO
+from cli_runner import REPO
 
 STEPS = [(10, 11), (16, 17), (22, 23), (28, 29)]  # every 6, windows of 2, 30 steps
 

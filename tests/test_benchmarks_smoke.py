@@ -11,7 +11,7 @@ from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
-from gemmscope.judging.verify import check
+from gemmscope.judging.judgement import judge
 from gemmscope.traces.read import read_trace
 
 from fixture_paths import CORPUS
@@ -36,7 +36,7 @@ def rows(export: Path, sql: str) -> int:
 
 
 def verdicts(export: Path) -> Counter:
-    gemms = check(read_trace(export)).gemms
+    gemms = judge(read_trace(export)).gemms
     return Counter(zip(gemms["layer"], gemms["te_pass"], gemms["precision"], gemms["verdict"]))
 
 

@@ -11,7 +11,6 @@ and whose steps are NVTX ranges named with a token each (names that reach the ta
 import json
 import lzma
 import os
-import secrets
 import shutil
 import sqlite3
 import string
@@ -27,7 +26,7 @@ from click.testing import CliRunner
 from gemmscope.api import bundle
 from gemmscope.cli import main
 from gemmscope.errors import InputError
-from gemmscope.judging import verify
+from gemmscope.judging import judgement
 from gemmscope.plan.profile_run import load_run
 from gemmscope.redaction.policy import Redactor
 from gemmscope.report import render
@@ -37,6 +36,7 @@ from gemmscope.report.tables import csv_text
 from gemmscope.traces.read import read_trace
 
 from fixture_paths import CORPUS, FIXTURES, GPU
+from planted_secrets import Planted, random_text
 from schema_check import assert_valid
 from sqlite_text import all_text
 from test_tables import EVERY_TRACE_REPORT, RUN_REPORT, read, records
@@ -47,25 +47,6 @@ RUN_DIR = FIXTURES / "runs" / "h100-codonfm-5b"
 CHECKED_TABLES = [f"tables/{name}" for name in EVERY_TRACE_REPORT | {"mismatches.csv"}]
 
 
-def _random(length: int, alphabet: str = string.ascii_letters + string.digits) -> str:
-    return "".join(secrets.choice(alphabet) for _ in range(length))
-
-
-class Planted:
-    """Random secrets, each with its random part: neither may survive anywhere in a bundle."""
-
-    def __init__(self):
-        self.values: dict[str, tuple[str, str]] = {}  # label -> (secret as written, its random part)
-
-    def add(self, label: str, prefix: str, random_part: str) -> str:
-        self.values[label] = (prefix + random_part, random_part)
-        return prefix + random_part
-
-    def __getitem__(self, label: str) -> str:
-        return self.values[label][0]
-
-    def strings(self) -> list[str]:
-        return [s for pair in self.values.values() for s in pair]
 
 
 @pytest.fixture(scope="module")
@@ -74,15 +55,15 @@ def cpu_capture(cpu_traces, nsys_bin, tmp_path_factory):
     with secrets in its environment and on its command line."""
     planted = Planted()
     environment = {
-        "HF_TOKEN": planted.add("HF_TOKEN", "hf_", _random(34)),
-        "GITHUB_TOKEN": planted.add("GITHUB_TOKEN", "ghp_", _random(36)),
-        "AWS_SECRET_ACCESS_KEY": planted.add("AWS_SECRET_ACCESS_KEY", "", _random(40)),
-        "MY_API_KEY": planted.add("MY_API_KEY", "sk-", _random(48)),
-        "SLACK_BOT_TOKEN": planted.add("SLACK_BOT_TOKEN", "xoxb-", f"{_random(12, string.digits)}-{_random(24)}"),
-        "USER": planted.add("USER", "u", _random(11, string.ascii_lowercase)),
+        "HF_TOKEN": planted.add("HF_TOKEN", "hf_", random_text(34)),
+        "GITHUB_TOKEN": planted.add("GITHUB_TOKEN", "ghp_", random_text(36)),
+        "AWS_SECRET_ACCESS_KEY": planted.add("AWS_SECRET_ACCESS_KEY", "", random_text(40)),
+        "MY_API_KEY": planted.add("MY_API_KEY", "sk-", random_text(48)),
+        "SLACK_BOT_TOKEN": planted.add("SLACK_BOT_TOKEN", "xoxb-", f"{random_text(12, string.digits)}-{random_text(24)}"),
+        "USER": planted.add("USER", "u", random_text(11, string.ascii_lowercase)),
     }
-    arguments = ["--token", planted.add("--token", "hf_", _random(34)),
-                 "--password", planted.add("--password", "", _random(20))]
+    arguments = ["--token", planted.add("--token", "hf_", random_text(34)),
+                 "--password", planted.add("--password", "", random_text(20))]
     folder = tmp_path_factory.mktemp("secrets-capture")
     profiled = subprocess.run(
         [nsys_bin, "profile", "--trace=nvtx,osrt", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
@@ -105,19 +86,19 @@ def gpu_planted(tmp_path_factory):
     planted = Planted()
     path = tmp_path_factory.mktemp("gpu-planted") / "fsdp_fp8_1gpu.sqlite"
     path.write_bytes(lzma.decompress(GPU_TRACE.read_bytes()))
-    wandb_key = planted.add("WANDB_API_KEY", "", _random(40, string.hexdigits.lower()))
-    stdout = (f"\nlogged in to the hub with {planted.add('hf stdout', 'hf_', _random(34))}"
-              f"\nwandb: using key {wandb_key}\ncheckpoint /home/{planted.add('home user', 'a', _random(9))}/ckpt\n")
-    stderr = (f"\nGITHUB_TOKEN={planted.add('github stderr', 'github_pat_', _random(60))}"
-              f" slack {planted.add('slack stderr', 'xoxp-', _random(30))}\n")
+    wandb_key = planted.add("WANDB_API_KEY", "", random_text(40, string.hexdigits.lower()))
+    stdout = (f"\nlogged in to the hub with {planted.add('hf stdout', 'hf_', random_text(34))}"
+              f"\nwandb: using key {wandb_key}\ncheckpoint /home/{planted.add('home user', 'a', random_text(9))}/ckpt\n")
+    stderr = (f"\nGITHUB_TOKEN={planted.add('github stderr', 'github_pat_', random_text(60))}"
+              f" slack {planted.add('slack stderr', 'xoxp-', random_text(30))}\n")
     with closing(sqlite3.connect(path)) as conn:
         (thread,) = conn.execute("SELECT globalTid FROM NVTX_EVENTS WHERE globalTid IS NOT NULL").fetchone()
         for suffix, text in (("stdout", stdout), ("stderr", stderr)):
             conn.execute("UPDATE StringIds SET value = value || ? WHERE id IN (SELECT p.contentId FROM "
                          "ProcessStreams p JOIN StringIds f ON f.id = p.filenameId WHERE f.value LIKE ?)",
                          (text, f"%{suffix}.log"))
-        key_id = planted.add("aws key id", "AKIA", _random(16, string.ascii_uppercase + string.digits))
-        openai_key = planted.add("openai nvtx", "sk-proj-", _random(40))
+        key_id = planted.add("aws key id", "AKIA", random_text(16, string.ascii_uppercase + string.digits))
+        openai_key = planted.add("openai nvtx", "sk-proj-", random_text(40))
         conn.execute("INSERT INTO StringIds (id, value) SELECT max(id) + 1, ? FROM StringIds",
                      (f"aws key id {key_id}",))
         conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
@@ -209,8 +190,8 @@ def test_bundle_of_a_gpu_trace_holds_no_planted_secret_and_reanalyzes(gpu_plante
     assert_nothing_planted_survives(contents, tmp_path, planted.strings())
 
     # offline, the bundled trace gives the committed trace's verdicts
-    bundled = verify.check([read_trace(tmp_path / "unzipped" / "traces" / "fsdp_fp8_1gpu.sqlite.xz")])
-    original = verify.check([read_trace(GPU_TRACE)])
+    bundled = judgement.judge([read_trace(tmp_path / "unzipped" / "traces" / "fsdp_fp8_1gpu.sqlite.xz")])
+    original = judgement.judge([read_trace(GPU_TRACE)])
     assert len(bundled.gemms) == len(original.gemms) == 72
     assert bundled.gemms["verdict"].value_counts().to_dict() == original.gemms["verdict"].value_counts().to_dict()
     # and `gemmscope analyze` of the unzipped bundle gives its report and analysis.json again
@@ -287,7 +268,7 @@ def test_tables_of_a_bundle_hold_no_planted_secret_and_reanalyze(gpu_planted, tm
                                    "JOIN CUPTI_ACTIVITY_KIND_KERNEL k USING (correlationId)").fetchone()
         length = (last - first) // 3 + 1
         for step in range(3):
-            name = f"step {step} " + steps.add(f"step {step}", "sk-proj-", _random(40))
+            name = f"step {step} " + steps.add(f"step {step}", "sk-proj-", random_text(40))
             start = first + step * length
             conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
                          "VALUES (?, ?, 59, ?, ?, 0)", (start, start + length, name, thread))
@@ -312,7 +293,7 @@ def test_tables_of_a_bundle_hold_no_planted_secret_and_reanalyze(gpu_planted, tm
 def test_a_table_is_redacted_before_csv_quotes_it():
     """CSV writes a value's " as "": a secret holding one would slip past a pass over the CSV
     text alone, so the cells (and column names) are redacted first."""
-    random_part = _random(20)
+    random_part = random_text(20)
     secret = 'pa"ss' + random_part
     redactor = Redactor(secret_values=[secret])
     table = pd.DataFrame({"range": [f"login {secret}", "step 1"], f"by {secret}": [1, 2]})

@@ -15,41 +15,17 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gemmscope.assembly.attribution import launches_with_ranges
-from gemmscope.cli import main
 from gemmscope.profilers import nsys_runner
 from gemmscope.traces.read import read_trace, trace_paths
 
+from cli_runner import REPO, assert_one_line_error, gemmscope, invoke
 from fixture_paths import CORPUS, FIXTURES
 
-REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "gemmscope" / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"  # README's main job's trace
 GEMM_FIELDS = {"kernel", "role", "precision", "start_ns", "duration_ns", "thread", "ranges", "te_module", "te_pass"}
 MISMATCH_FIELDS = {"kernel", "precision", "te_module", "te_pass", "ranges", "start_ns", "duration_ns"}
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
-
-
-def gemmscope(*args, timeout=120, cwd=REPO, env=None):
-    """Run the command as a user would, in a fresh interpreter (`python -m gemmscope`): every test
-    that starts the CLI as a process starts it here. `env`: variables set on top of this one's."""
-    env = {**os.environ, **(env or {})}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "gemmscope", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
-
-
-def assert_one_line_error(done):
-    assert done.returncode == 2, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("gemmscope: error: ")
-    assert "Traceback" not in done.stderr
-    assert done.stdout == ""
 
 
 # --- analyze ---------------------------------------------------------------------------------

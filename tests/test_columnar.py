@@ -11,7 +11,7 @@ import pytest
 from gemmscope.profilers import nsys_runner
 from gemmscope.traces.read import read_trace, trace_paths
 
-from test_cli import assert_one_line_error, gemmscope
+from cli_runner import assert_one_line_error, gemmscope
 
 pytest.importorskip("pyarrow")
 

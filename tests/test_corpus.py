@@ -7,17 +7,16 @@ Ground truth comes from outside the parser: GEMM counts derived here from each m
 own structure, and the hook's per-GEMM records counted straight from the SQLite export.
 """
 
-import lzma
-import sqlite3
 from collections import Counter
 
 import pytest
 
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
-from gemmscope.judging.verify import check
+from gemmscope.judging.judgement import judge
 from gemmscope.traces.read import read_trace
 
 from fixture_paths import CORPUS
+from nsys_export import export
 
 PASSES = ("fprop", "dgrad", "wgrad")
 
@@ -37,7 +36,7 @@ def corpus():
     def load(*names, expect=None):
         key = (names, expect)
         if key not in cache:
-            cache[key] = check([read_trace(CORPUS / f"{n}.sqlite.xz") for n in names], expect)
+            cache[key] = judge([read_trace(CORPUS / f"{n}.sqlite.xz") for n in names], expect)
         return cache[key]
 
     return load
@@ -45,8 +44,7 @@ def corpus():
 
 def hook_records(name: str) -> Counter:
     """(module, pass) of every GEMM call the hook recorded, read straight from the export."""
-    db = sqlite3.connect(":memory:")
-    db.deserialize(lzma.decompress((CORPUS / f"{name}.sqlite.xz").read_bytes()))
+    db = export(name)
     labels = [row[0] for row in db.execute(
         "SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id")]
     records = [parse_record(GEMM_PREFIX, label) for label in labels if label]
@@ -93,7 +91,7 @@ def test_fsdp_long_run_every_gemm_and_every_launch(corpus):
     assert set(gemms["layer"]) == {f"{i}.{p}" for i in range(8) for p in TRANSFORMER_LAYER_PATHS}
     assert set(gemms["verdict"]) == {"OK"} and set(gemms["requested"]) == {"fp8"}
     assert counts(gemms) == hook_records("fsdp_8x100_fp8_1gpu")
-    launched = result.kernels
+    launched = result.job.kernels
     assert len(launched) == 63_697
     assert launched["launch_start"].notna().all() and (launched["launch_start"] <= launched["start"]).all()
     assert not result.failed
@@ -232,7 +230,7 @@ SHAPE = "4096x4096x4096"
 
 
 def bench(name: str, expect_map=BENCH_MAP):
-    return check([read_trace(CORPUS / f"{name}.sqlite.xz")], None, (), expect_map)
+    return judge([read_trace(CORPUS / f"{name}.sqlite.xz")], None, (), expect_map)
 
 
 def range_verdicts(result) -> dict:
@@ -298,7 +296,7 @@ def test_innermost_mapped_range_decides():
     """TE's C library pushes nvte_cublas_gemm_v2 inside the benchmark's range: a pattern matching
     it is the innermost, and wins over the recipe's range."""
     result = bench("gemm_bench_4096", (("FP8Current_*", "fp8-current"), ("nvte_cublas_gemm*", "bf16")))
-    te = result.gemms[result.ranges.any_matching(["nvte_cublas_gemm_v2"], result.gemms["kernel_row"].to_numpy())]
+    te = result.gemms[result.job.ranges.any_matching(["nvte_cublas_gemm_v2"], result.gemms["kernel_row"].to_numpy())]
     assert len(te) == 3 * BENCH_GEMMS_PER_RECIPE
     assert set(te["expect_range"]) == {"nvte_cublas_gemm_v2"} and set(te["expected"]) == {"bf16"}
     verdicts = range_verdicts(result)

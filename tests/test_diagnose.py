@@ -1,7 +1,6 @@
 """Breakdown, findings and compare on real GPU traces (tests/fixtures/gpu/corpus), each figure
 checked against sums computed here straight from the SQLite export."""
 
-import lzma
 import sqlite3
 from pathlib import Path
 
@@ -10,17 +9,12 @@ import pytest
 
 from gemmscope.diagnosing import diagnosis, findings, steps
 from gemmscope.diagnosing.compare_runs import compare
-from gemmscope.judging.verify import check
+from gemmscope.judging.judgement import judge
 from gemmscope.kernels import decode
 from gemmscope.traces.read import read_trace
 
 from fixture_paths import CORPUS
-
-
-def export(name: str) -> sqlite3.Connection:
-    db = sqlite3.connect(":memory:")
-    db.deserialize(lzma.decompress((CORPUS / f"{name}.sqlite.xz").read_bytes()))
-    return db
+from nsys_export import export
 
 
 def gpu_activity(db) -> list[tuple[int, int, str]]:
@@ -51,7 +45,7 @@ def checked():
 
     def load(name):
         if name not in cache:
-            cache[name] = check([read_trace(CORPUS / f"{name}.sqlite.xz")])
+            cache[name] = judge([read_trace(CORPUS / f"{name}.sqlite.xz")])
         return cache[name]
 
     return load
@@ -144,22 +138,22 @@ def test_fallback_finding_names_where(checked):
     """The 2-GPU stack's capture predates the hook's records of GEMMs outside TE: its torch head is
     an unrecorded GEMM (outside-te) beside the layer that asked for BF16; the 1-GPU one, made
     again since, has the head asking for BF16 by its path."""
-    result = check([read_trace(CORPUS / "te_stack_fp8-block_2gpu.sqlite.xz")], "fp8-block")
+    result = judge([read_trace(CORPUS / "te_stack_fp8-block_2gpu.sqlite.xz")], "fp8-block")
     found = {f["code"]: f for f in diagnosis.diagnose(result).findings}
     fallback = found["fallback"]
     t = int(result.mismatches["duration_ns"].sum())
     assert fallback["figures"]["fallback_ns"] == t
     assert set(fallback["figures"]["by_cause_ns"]) == {"requested-bf16", "outside-te"}
     assert all(c["layer"] is None or c["layer"].startswith("layers.2.") for c in fallback["concerns"])
-    result = check([read_trace(CORPUS / "te_stack_fp8-block_1gpu.sqlite.xz")], "fp8-block")
+    result = judge([read_trace(CORPUS / "te_stack_fp8-block_1gpu.sqlite.xz")], "fp8-block")
     fallback = next(f for f in diagnosis.diagnose(result).findings if f["code"] == "fallback")
     assert set(fallback["figures"]["by_cause_ns"]) == {"requested-bf16"}
     assert {c["layer"] == "head" or c["layer"].startswith("layers.2.") for c in fallback["concerns"]} == {True}
 
 
 def test_a_gpu_missing_from_the_device_table_is_named_not_guessed():
-    result = check([read_trace(CORPUS / "te_stack_large_fp8-block_1gpu.sqlite.xz")])
-    for trace in result.traces:  # the same capture, as if made on a GPU gemmscope has no figures for
+    result = judge([read_trace(CORPUS / "te_stack_large_fp8-block_1gpu.sqlite.xz")])
+    for trace in result.job.traces:  # the same capture, as if made on a GPU gemmscope has no figures for
         trace.meta["gpus"] = [dict(g, name="NVIDIA GH200 480GB") for g in trace.meta["gpus"]]
     codes = {f["code"]: f for f in diagnosis.diagnose(result).findings}
     assert "NVIDIA GH200 480GB" in codes["unknown-device"]["statement"]
@@ -168,10 +162,17 @@ def test_a_gpu_missing_from_the_device_table_is_named_not_guessed():
 
 def test_step_ranges_found_in_a_cpu_capture(cpu_traces):
     """The step finder on a real nsys capture made on this CPU machine (NVTX only, no GPU)."""
-    from gemmscope.judging.verify import Verification
+    import pandas as pd
+
+    from gemmscope.assembly.attribution import EnclosingRanges
+    from gemmscope.assembly.job import Job
+    from gemmscope.judging.judgement import Judgement
 
     trace = read_trace(cpu_traces / "nvtx_edge_cases.sqlite")
-    result = Verification(expected=None, gemms=None, tails_ns=0, traces=[trace])
+    nothing = pd.DataFrame()
+    job = Job(traces=[trace], kernels=nothing, ranges=EnclosingRanges.empty(), memops=nothing, gemms=nothing,
+              tails_ns=0, autotuning=nothing, offsets=np.zeros(1, dtype="int64"))
+    result = Judgement(expected=None, gemms=nothing, job=job)
     outer = steps.find_steps(result, "worker-*:outer")
     assert sorted(outer["name"]) == ["worker-a:outer", "worker-b:outer", "worker-c:outer"]
     assert (outer["end"] > outer["start"]).all()
@@ -181,7 +182,7 @@ def test_step_ranges_found_in_a_cpu_capture(cpu_traces):
 def test_compare_labels_a_gemm_as_every_table_does(gpu_trace):
     """GEMMs TE launched (its C library's range) whose module nothing names are "(TE, module
     unknown)" in compare's per-module table, as in the GEMM tables, never "(outside TE)" there."""
-    result = check([gpu_trace("train_mixed_no-te-nvtx")])
+    result = judge([gpu_trace("train_mixed_no-te-nvtx")])
     comparison = compare(result, result)
     gemm_rows = comparison["by_module"][comparison["by_module"]["category"].isin(["gemm", "gemm-fallback"])]
     assert set(gemm_rows["module"]) == set(result.gemms["module"]) == {"(TE, module unknown)", "(outside TE)"}
@@ -211,7 +212,7 @@ def _renamed_steps(gpu_sqlite, tmp_path, name: str, new_stem: str) -> Path:
 
 @pytest.mark.parametrize("stem", ["tp_step_", "ops_step_", "compiled_step_", "moe_step_", "iteration-"])
 def test_steps_of_any_name_are_found_and_named(gpu_sqlite, tmp_path, stem):
-    result = check([read_trace(_renamed_steps(gpu_sqlite, tmp_path, "te_linear_fp8-current", stem))])
+    result = judge([read_trace(_renamed_steps(gpu_sqlite, tmp_path, "te_linear_fp8-current", stem))])
     found = diagnosis.diagnose(result)
     assert found.step_range == f"{stem}[0-9]*"
     assert sorted(found.steps["name"]) == [f"{stem}0", f"{stem}1", f"{stem}2"]

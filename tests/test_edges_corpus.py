@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from gemmscope.diagnosing import diagnosis, steps
-from gemmscope.judging.verify import check
+from gemmscope.judging.judgement import judge
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 
+from cli_runner import gemmscope
 from fixture_paths import CORPUS
-from test_cli import gemmscope
 
 
 def captured(name: str) -> Path:
@@ -29,9 +29,9 @@ def test_compiled_model_counts_only_its_own_gemms_per_step():
     candidates and cuBLAS ones alike, are apart; every step, the first included, holds the
     program's own GEMMs, as many as the model has (expected.json, written by the program), the same
     kernels in step 0 as after it."""
-    result = check([read_trace(captured("compiled_autotune_1gpu"))], "bf16")
+    result = judge([read_trace(captured("compiled_autotune_1gpu"))], "bf16")
     expected = json.loads((CORPUS / "compiled_autotune_1gpu.expected.json").read_text())
-    tuned = result.autotuning["name"]
+    tuned = result.job.autotuning["name"]
     assert tuned.str.startswith("triton_").any() and (~tuned.str.startswith("triton_")).any()
     assert not result.gemms["name"].str.fullmatch(r"triton_(?:b?mm|mm_persistent\w*)").any()
     assert summary_document(result)["autotuning_gemm_launches"] == len(tuned)
@@ -56,7 +56,7 @@ def test_mxfp8_benchmark_that_skips_on_hopper_ran_nothing():
 def test_plain_two_process_capture_is_split_by_rank_with_backward_passes():
     """`nsys profile torchrun --nproc-per-node 2` without the hook or TE's ranges: the ranks come
     from the GPU each process used, the autograd thread's GEMMs are at least backward."""
-    result = check([read_trace(captured("fsdp_fp8_2gpu_plain"))], "fp8-delayed")
+    result = judge([read_trace(captured("fsdp_fp8_2gpu_plain"))], "fp8-delayed")
     assert Counter(result.gemms["rank"].astype(int)) == {0: 72, 1: 72}
     passes = Counter(result.gemms["te_pass"])
     assert None not in passes and passes["fprop"] == 48

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from gemmscope.judging.verify import check
+from gemmscope.judging.judgement import judge
 from gemmscope.traces.read import read_trace
 
+from cli_runner import gemmscope as run_gemmscope
 from fixture_paths import CORPUS
-from test_cli import gemmscope as run_gemmscope
 
 PASSES = ("fprop", "dgrad", "wgrad")
 
@@ -47,7 +47,7 @@ def checked():
 
     def load(name: str, expect: str | None = None):
         if (name, expect) not in cache:
-            cache[name, expect] = check(read_trace(CORPUS / f"{name}.sqlite.xz"), expect)
+            cache[name, expect] = judge(read_trace(CORPUS / f"{name}.sqlite.xz"), expect)
         return cache[name, expect]
 
     return load
@@ -139,7 +139,7 @@ def test_expecting_the_other_fp8_recipe_fails_and_names_both(name, expect, recor
 ])
 def test_expecting_the_other_fp8_recipe_flags_each_te_gemm_though_its_kernel_is_fp8(name, expect, recorded):
     # the same FP8 kernels run under either recipe: what TE was handed says which one was asked
-    gemms = check([read_trace(CORPUS / f"{name}.sqlite.xz")], expect).gemms
+    gemms = judge([read_trace(CORPUS / f"{name}.sqlite.xz")], expect).gemms
     te = gemms[gemms["origin"] == "te"]
     assert len(te) == 144 and set(te["precision"]) == {"fp8"}
     assert set(te["verdict"]) == {"FALLBACK"} and set(te["cause"]) == {f"requested-{recorded}"}
@@ -215,7 +215,7 @@ def test_torchao_rowwise_every_fp8_gemm_is_rowwise_never_a_mismatch_or_bare_fp8(
 def test_a_rescaled_gemm_is_a_substitution_only_where_row_wise_was_expected():
     # --expect fp8-current: the tensor-wise kernel of a rescaled row-wise request is what was
     # expected (OK), and the row-wise kernels are fallbacks
-    gemms = check([read_trace(CORPUS / "torchao_rowwise.sqlite.xz")], "fp8-current").gemms
+    gemms = judge([read_trace(CORPUS / "torchao_rowwise.sqlite.xz")], "fp8-current").gemms
     rescaled = gemms["requested_scale"] == "rowwise-rescaled"
     assert rescaled.sum() == 18 and set(gemms.loc[rescaled, "verdict"]) == {"OK"}
     row_wise = gemms[gemms["precision"] == "fp8-rowwise"]
@@ -255,7 +255,7 @@ def test_a_dispatch_mismatch_fails_fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_pa
 def test_a_kernel_that_differs_from_what_te_was_handed_is_kernel_differs(tmp_path, expect):
     # in-process (mutmut sees no subprocess), and against the recipe TE was handed too
     forced = _fp8_handed_to_te_and_a_bf16_kernel_ran(tmp_path)
-    handed_fp8 = check([read_trace(forced)], expect).mismatches.query("requested == 'fp8'")
+    handed_fp8 = judge([read_trace(forced)], expect).mismatches.query("requested == 'fp8'")
     assert len(handed_fp8) and set(handed_fp8["cause"]) == {"kernel-differs"}
 
 
@@ -272,7 +272,7 @@ def test_plain_megatron_capture_is_checked_strictly_never_passed_silently():
     assert len(doc["mismatches"]) == 3 * tree["steps"]
     assert {m["precision"] for m in doc["mismatches"]} == {"bf16"}
     assert {m["cause"] for m in doc["mismatches"]} == {"outside-te"}
-    result = check(read_trace(plain), "fp8-current")
+    result = judge(read_trace(plain), "fp8-current")
     ok = result.gemms[result.gemms["verdict"] == "OK"]
     assert len(ok) == 4 * 4 * 3 * tree["steps"] and set(ok["precision"]) == {"fp8"}
     # no hook, no TE ranges: forward or backward is told by the thread that launched the GEMM

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from gemmscope.cli import main
 
 from fixture_paths import GPU
+from planted_secrets import add_string
 from sqlite_text import all_text
 from trace_mutation import KERNELS, RUNTIME, kineto_document, sqlite_bytes, without_constraints, write_kineto
 
@@ -100,7 +101,7 @@ def test_planted_secret_never_survives_scrub(tmp_path_factory, make, random_part
     secret = make(random_part)
     with closing(sqlite3.connect(trace)) as conn:
         if where == "StringIds":
-            conn.execute("INSERT INTO StringIds (id, value) SELECT max(id) + 1, ? FROM StringIds", (f"out {secret}\n",))
+            add_string(conn, f"out {secret}\n")
         else:
             conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
                          "VALUES (1, NULL, 34, ?, 0, 0)", (f"step {secret}",))

@@ -13,8 +13,8 @@ import pytest
 
 from gemmscope.profilers import nsys_runner
 
+from cli_runner import gemmscope as run_gemmscope
 from fixture_paths import CORPUS, GPU
-from test_cli import gemmscope as run_gemmscope
 
 
 def _gpu_ready() -> str | None:

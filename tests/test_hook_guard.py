@@ -18,9 +18,9 @@ from gemmscope.assembly import te_ranges
 from gemmscope.autocast_hook.gemmscope_protocol import TESTED_TORCH, parse_record
 from gemmscope.report.verdict import unpatched_line
 
+from cli_runner import gemmscope
 from fixture_paths import GPU
 from test_autocast_hook import HOOK_DIR
-from test_cli import gemmscope
 
 # the sitecustomize that takes torch.nn.functional.linear away as torch imports (its docstring says how)
 TAKE_AWAY = GPU / "take_away"

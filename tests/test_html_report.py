@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from gemmscope.cli import EXAMPLE_RUN, main
 
+from cli_runner import assert_one_line_error, gemmscope
 from fixture_paths import CORPUS
-from test_cli import assert_one_line_error, gemmscope
 
 FSDP_SMALL = CORPUS / "fsdp_small_fp8_1gpu.sqlite.xz"
 # What a page loads: any src/href/srcset/poster/action attribute that is not a data: URI or an

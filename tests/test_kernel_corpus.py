@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from gemmscope.cli import main
-from gemmscope.judging.verify import verdict
+from gemmscope.judging.judgement import verdict
 from gemmscope.kernels import PRECISIONS, RULES, SCALE_MODES, decode
 
 ROOT = Path(__file__).parent.parent

@@ -17,8 +17,8 @@ from gemmscope.assembly import te_ranges
 from gemmscope.assembly.loading import load_one
 from gemmscope.traces.read import read_trace, trace_paths
 
+from cli_runner import assert_one_line_error, gemmscope, invoke
 from fixture_paths import CORPUS, GPU_KINETO, KINETO
-from test_cli import assert_one_line_error, gemmscope, invoke
 
 V100 = KINETO / "hta_v100_train_rank0.json.gz"
 CPU = KINETO / "cpu_train.json.gz"
@@ -272,9 +272,9 @@ def test_paired_captures_give_the_same_gemms_and_verdicts(kineto):
     without): GEMM counts per precision and pass, module, layer path and the verdict agree;
     where both carry the hook's records, so do the requests. Without the hook a torch.profiler
     trace still has aten::_scaled_mm's operand types, which an nsys trace lacks."""
-    from gemmscope.judging import verify
+    from gemmscope.judging import judgement
 
-    nsys, torch_profiler = (verify.check([load_one(path)], None, ()) for path in (_nsys_twin(kineto), kineto))
+    nsys, torch_profiler = (judgement.judge([load_one(path)], None, ()) for path in (_nsys_twin(kineto), kineto))
 
     def shape(result):
         gemms = result.gemms

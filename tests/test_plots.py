@@ -6,9 +6,7 @@ HTML report."""
 
 import base64
 import json
-import lzma
 import re
-import sqlite3
 from collections import defaultdict
 
 import pandas as pd
@@ -18,27 +16,22 @@ from click.testing import CliRunner
 from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, parse_record
 from gemmscope.cli import EXAMPLE_RUN, EXAMPLE_TRACE, main
 from gemmscope.diagnosing import diagnosis
-from gemmscope.judging.verify import check
+from gemmscope.judging.judgement import judge
 from gemmscope.kernels import decode
 from gemmscope.plan import profile_run
 from gemmscope.report import plots
 from gemmscope.report.profile import write_profile_reports
 from gemmscope.traces.read import read_trace
 
+from cli_runner import assert_one_line_error, gemmscope
 from fixture_paths import CORPUS
-from test_cli import assert_one_line_error, gemmscope
+from nsys_export import export
 
 # 4 TransformerLayers in FP8 block scaling, 8 training steps in NVTX ranges "step N", the hook's
 # shape records on every GEMM call.
 LARGE = "te_stack_large_fp8-block_1gpu"
 PNG = b"\x89PNG\r\n\x1a\n"
 DENSE_PEAK_TFLOPS = {"bf16": 989.5, "fp8": 1979.0}  # H100 / H200 SXM, the datasheets' sparse figures halved
-
-
-def export(name: str) -> sqlite3.Connection:
-    db = sqlite3.connect(":memory:")
-    db.deserialize(lzma.decompress((CORPUS / f"{name}.sqlite.xz").read_bytes()))
-    return db
 
 
 def nvtx_label(alias: str) -> str:
@@ -89,7 +82,7 @@ def checked():
 
     def load(name, expect=None):
         if (name, expect) not in cache:
-            cache[name, expect] = check([read_trace(CORPUS / f"{name}.sqlite.xz")], expect)
+            cache[name, expect] = judge([read_trace(CORPUS / f"{name}.sqlite.xz")], expect)
         return cache[name, expect]
 
     return load
@@ -213,7 +206,7 @@ def test_flagged_markers_are_the_fallback_gemms(checked):
 def test_unknown_flops_are_said_not_drawn_as_zeros():
     """The shipped example: a block outside autocast and a torch head fall back, and no hook
     recorded a GEMM shape (the trace was made without it)."""
-    result = check([read_trace(EXAMPLE_TRACE)])
+    result = judge([read_trace(EXAMPLE_TRACE)])
     plot = plots.trace_tflops_plot(result)
     assert plot.data["tflops"].isna().all() and plot.data["flops"].isna().all()
     fallback = result.mismatches

@@ -14,8 +14,8 @@ from gemmscope.report.documents import results_document
 from gemmscope.report.profile import device_line, write_profile_reports
 from gemmscope.traces.read import read_trace
 
+from cli_runner import gemmscope
 from fixture_paths import FIXTURES
-from test_cli import gemmscope
 
 # Dense peaks read off NVIDIA's H100 and H200 pages (figures "with sparsity", halved) and their
 # memory bandwidths, written out here so the test does not read them from gemmscope's table.

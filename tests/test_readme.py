@@ -145,6 +145,16 @@ def test_architecture_page_lists_the_layers_of_the_contract():
         "docs/architecture.md's layers differ from pyproject.toml's [tool.importlinter]: copy them over"
 
 
+def test_benchmark_figures_stay_short():
+    """benchmarks/README.md is a table of figures read at a glance: each cell at most 200 characters
+    (the whole of a figure, and how it was measured, is HISTORY.md's)."""
+    page = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in page.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+    assert len(rows) > 1, "benchmarks/README.md lost its table"
+    long = [cell[:60] for row in rows for cell in row.strip("| ").split(" | ") if len(cell) > 200]
+    assert not long, f"cells over 200 characters in benchmarks/README.md: {long}"
+
+
 def test_docs_links_lead_somewhere():
     """Every relative link of README and docs/ names a file that exists."""
     for page in [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]:

@@ -32,44 +32,23 @@ from click.testing import CliRunner
 from gemmscope.cli import main
 
 from fixture_paths import CORPUS, GPU_KINETO
+from planted_secrets import Planted, plant, random_text
 from sqlite_text import all_text
-
-
-def _random(length: int, alphabet: str = string.ascii_letters + string.digits) -> str:
-    return "".join(secrets.choice(alphabet) for _ in range(length))
-
-
-class Planted:
-    """Secrets, each with its random part: neither may appear in any output."""
-
-    def __init__(self):
-        self.values: dict[str, tuple[str, str]] = {}
-
-    def add(self, label: str, prefix: str, random_part: str, suffix: str = "") -> str:
-        self.values[label] = (prefix + random_part + suffix, random_part)
-        return prefix + random_part + suffix
-
-    def __getitem__(self, label: str) -> str:
-        return self.values[label][0]
-
-    def found(self, text: str) -> list[str]:
-        """The labels of the secrets `text` holds whole or in part (their random part)."""
-        return [label for label, (value, part) in self.values.items() if value in text or part in text]
 
 
 def _plant(planted: Planted) -> str:
     """Secrets of every kind, as a program prints them."""
-    user = planted.add("user", "u", _random(9, string.ascii_lowercase))
+    user = planted.add("user", "u", random_text(9, string.ascii_lowercase))
     return " ".join([
-        f"mail {planted.add('email', 'ops.', _random(8, string.ascii_lowercase), '@example-corp.com')}",
+        f"mail {planted.add('email', 'ops.', random_text(8, string.ascii_lowercase), '@example-corp.com')}",
         f"on {planted.add('ip', '10.', '.'.join(str(secrets.randbelow(250) + 1) for _ in range(3)))}",
-        f"token {planted.add('hf', 'hf_', _random(34))} {planted.add('ghp', 'ghp_', _random(36))}",
-        f"aws {planted.add('aws', 'AKIA', _random(16, string.ascii_uppercase + string.digits))}",
-        f"jwt {planted.add('jwt', 'eyJ', _random(20), '.eyJ' + _random(12) + '.' + _random(12))}",
-        f"ckpt /home/{user}/ckpt and C:\\Users\\{planted.add('windows user', 'w', _random(9, string.ascii_lowercase))}"
+        f"token {planted.add('hf', 'hf_', random_text(34))} {planted.add('ghp', 'ghp_', random_text(36))}",
+        f"aws {planted.add('aws', 'AKIA', random_text(16, string.ascii_uppercase + string.digits))}",
+        f"jwt {planted.add('jwt', 'eyJ', random_text(20), '.eyJ' + random_text(12) + '.' + random_text(12))}",
+        f"ckpt /home/{user}/ckpt and C:\\Users\\{planted.add('windows user', 'w', random_text(9, string.ascii_lowercase))}"
         f"\\proj and C:/Users/{planted['windows user']}/proj",
-        f"clone https://{planted.add('url user', 'g', _random(8, string.ascii_lowercase))}:"
-        f"{planted.add('url token', 'p', _random(18))}@git.internal/x.git",
+        f"clone https://{planted.add('url user', 'g', random_text(8, string.ascii_lowercase))}:"
+        f"{planted.add('url token', 'p', random_text(18))}@git.internal/x.git",
         f"wandb {planted['wandb']} password {planted['password']}",  # shapeless: the trace recorded them as secret
     ])
 
@@ -80,9 +59,9 @@ def traces(tmp_path_factory) -> tuple[Path, Path, Planted]:
     same model), secrets planted in both; named after the planted host."""
     planted = Planted()
     folder = tmp_path_factory.mktemp("planted")
-    host = planted.add("host", "gpu-", _random(6, string.ascii_lowercase + string.digits), ".corp.example.com")
-    planted.add("wandb", "", _random(40, "0123456789abcdef"))
-    planted.add("password", "", _random(16))
+    host = planted.add("host", "gpu-", random_text(6, string.ascii_lowercase + string.digits), ".corp.example.com")
+    planted.add("wandb", "", random_text(40, "0123456789abcdef"))
+    planted.add("password", "", random_text(16))
     text = _plant(planted)
     nsys_trace = folder / f"{host}.sqlite"
     nsys_trace.write_bytes(lzma.decompress((CORPUS / "te_stack_large_fp8-block_1gpu.sqlite.xz").read_bytes()))
@@ -95,16 +74,8 @@ def traces(tmp_path_factory) -> tuple[Path, Path, Planted]:
         # a GEMM kernel named after the user (compare lists the GEMM kernels that changed)
         conn.execute("UPDATE StringIds SET value = value || ? WHERE value = ?",
                      (f"-{planted['user']}", "nvjet_sm90_qqtst_128x128_128x6_1x2_h_bz_coopA_algo2_Ablk128_Bvec128_TNN"))
-        conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
-                     "SELECT min(start) - 1000, max(end) + 1000, 59, ?, globalTid, 0 "
-                     "FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid", (text,))
-        conn.execute("INSERT INTO StringIds (id, value) SELECT max(id) + 1, ? FROM StringIds", (f"stdout: {text}",))
-        conn.executemany("INSERT INTO META_DATA_CAPTURE (name, value) VALUES (?, ?)", [
-            ("PROCESS_0:ARGUMENT_7", "--password"), ("PROCESS_0:ARGUMENT_8", planted["password"]),
-            ("PROCESS_0:ENVIRONMENT_VARIABLE", f'WANDB_API_KEY="{planted["wandb"]}"'),
-            ("PROCESS_0:USER_NAME", planted["user"])])
-        conn.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'Hostname'", (host,))
-        conn.commit()
+        plant(conn, text, arguments=["--password", planted["password"]],
+              environment=f'WANDB_API_KEY="{planted["wandb"]}"', user=planted["user"], host=host)
     assert not set(planted.values) - set(planted.found("\n".join(all_text(nsys_trace))))
     # A torch.profiler trace records its host's name and the program's annotations, no environment.
     kineto_trace = folder / f"{host}.rank0.json.gz"
@@ -220,8 +191,8 @@ def test_a_failed_commands_last_lines_hold_no_secret_of_its_environment(nsys_bin
     name) and whose home it is."""
     planted = Planted()
     monkeypatch.setenv("NSYS", nsys_bin)
-    monkeypatch.setenv("MY_API_KEY", planted.add("MY_API_KEY", "", _random(20)))
-    monkeypatch.setenv("USER", planted.add("user", "u", _random(9, string.ascii_lowercase)))
+    monkeypatch.setenv("MY_API_KEY", planted.add("MY_API_KEY", "", random_text(20)))
+    monkeypatch.setenv("USER", planted.add("user", "u", random_text(9, string.ascii_lowercase)))
     script = 'echo "connecting with $MY_API_KEY as $USER from /home/$USER/run" >&2; exit 3'
     code, printed = _run(["verify", "--", "sh", "-c", script])
     assert code == 3, printed

@@ -15,7 +15,7 @@ from gemmscope.api import bundle
 from gemmscope.cli import EXAMPLE_RUN, main
 from gemmscope.diagnosing.diagnosis import diagnose
 from gemmscope.errors import InputError
-from gemmscope.judging import verify
+from gemmscope.judging import judgement
 from gemmscope.plan.profile_run import load_run
 from gemmscope.report import render
 from gemmscope.report.documents import analysis_document
@@ -48,7 +48,7 @@ def headings(markdown: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def checked():
-    result = verify.check([read_trace(MIXED)], "fp8-current", ("output_layer",))
+    result = judgement.judge([read_trace(MIXED)], "fp8-current", ("output_layer",))
     return result, diagnose(result)
 
 

@@ -14,7 +14,7 @@ from gemmscope import kernels
 from gemmscope.api import bundle
 from gemmscope.cli import main
 from gemmscope.diagnosing import diagnosis
-from gemmscope.judging import recipes, verify
+from gemmscope.judging import judgement, recipes
 from gemmscope.plan import profile_run
 from gemmscope.report import documents
 from gemmscope.traces.read import read_trace
@@ -146,7 +146,7 @@ def test_analyze_jsonl_is_the_per_launch_records_a_line_each(case, monkeypatch):
 
 def test_verify_json_of_a_command_gemmscope_ran(gpu_trace):
     # the document of `verify -- CMD` (a GPU run), built from a real trace: meta.command included
-    result = verify.check([gpu_trace("nn_linear_in_fp8_autocast")], "fp8-current")
+    result = judgement.judge([gpu_trace("nn_linear_in_fp8_autocast")], "fp8-current")
     for window in (None, {"nvtx_range": "step 3"}, {"delay_s": 2.0, "duration_s": 5.0}):
         command = {"exit_code": 1, "capture_window": window}
         document = documents.verification_document(result, command, diagnosis.diagnose(result), per_launch=True)

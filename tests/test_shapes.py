@@ -13,8 +13,8 @@ from gemmscope.plan.hf_config import from_hf_config, resolve_config
 from gemmscope.plan.model_config import PRESETS, LatentAttention, Mamba2Mixer, ModelConfig, preset
 from gemmscope.plan.shapes import PASSES, Gemm, plan, plan_frame
 
+from cli_runner import gemmscope
 from fixture_paths import FIXTURES, HF_CONFIGS
-from test_cli import gemmscope
 
 
 def shapes(gemms):

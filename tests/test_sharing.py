@@ -23,11 +23,8 @@ from click.testing import CliRunner
 from gemmscope.cli import main
 
 from fixture_paths import GPU
+from planted_secrets import plant, random_text
 from sqlite_text import all_text
-
-
-def _random(length: int, alphabet: str = string.ascii_letters + string.digits) -> str:
-    return "".join(secrets.choice(alphabet) for _ in range(length))
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +33,13 @@ def planted(tmp_path_factory):
     launch (so that they reach the report's per-GEMM ranges), in a string the program printed,
     and in nsys's named fields (host, user, command line, environment). The secrets, and the
     kinds the output must say it redacted."""
-    user = "u" + _random(8, string.ascii_lowercase)
+    user = "u" + random_text(8, string.ascii_lowercase)
     values = {
-        "hf": "hf_" + _random(34), "aws": "AKIA" + _random(16, string.ascii_uppercase + string.digits),
-        "ghp": "ghp_" + _random(36), "password": _random(14), "wandb": _random(40, "0123456789abcdef"),
-        "email": f"{user}.smith@example-corp.com", "host": f"gpu-node-{_random(4, string.digits)}.corp.example.com",
+        "hf": "hf_" + random_text(34), "aws": "AKIA" + random_text(16, string.ascii_uppercase + string.digits),
+        "ghp": "ghp_" + random_text(36), "password": random_text(14), "wandb": random_text(40, "0123456789abcdef"),
+        "email": f"{user}.smith@example-corp.com", "host": f"gpu-node-{random_text(4, string.digits)}.corp.example.com",
         "ip": f"10.{secrets.randbelow(250)}.{secrets.randbelow(250)}.{secrets.randbelow(250) + 1}",
-        "jwt": f"eyJ{_random(20)}.eyJ{_random(20)}.{_random(20)}", "user": user,
+        "jwt": f"eyJ{random_text(20)}.eyJ{random_text(20)}.{random_text(20)}", "user": user,
     }
     text = (f"rank 0 {values['email']} on {values['host']} ({values['ip']}) token {values['hf']} key {values['aws']}"
             f" {values['ghp']} /home/{user}/ckpt --password={values['password']} WANDB_API_KEY={values['wandb']}"
@@ -50,16 +47,8 @@ def planted(tmp_path_factory):
     path = tmp_path_factory.mktemp("planted") / "train.sqlite"
     path.write_bytes(lzma.decompress((GPU / "train_mixed.sqlite.xz").read_bytes()))
     with closing(sqlite3.connect(path)) as conn:
-        conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
-                     "SELECT min(start) - 1000, max(end) + 1000, 59, ?, globalTid, 0 "
-                     "FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid", (text,))
-        conn.execute("INSERT INTO StringIds (id, value) SELECT max(id) + 1, ? FROM StringIds", (f"stdout: {text}",))
-        conn.executemany("INSERT INTO META_DATA_CAPTURE (name, value) VALUES (?, ?)", [
-            ("PROCESS_0:ARGUMENT_7", f"--password={values['password']}"),
-            ("PROCESS_0:ENVIRONMENT_VARIABLE", f'WANDB_API_KEY="{values["wandb"]}"'),
-            ("PROCESS_0:USER_NAME", user)])
-        conn.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'Hostname'", (values["host"],))
-        conn.commit()
+        plant(conn, text, arguments=[f"--password={values['password']}"],
+              environment=f'WANDB_API_KEY="{values["wandb"]}"', user=user, host=values["host"])
     assert all(v in "\n".join(all_text(path)) for v in values.values())
     kinds = {"email", "host-name", "ip-address", "hugging-face-token", "aws-key-id", "github-token",
              "home-path", "secret-assignment", "jwt"}

@@ -173,7 +173,7 @@ def test_step_table_and_steps_that_differ():
     from gemmscope import api
     from gemmscope.diagnosing import diagnosis
 
-    result = api.check([STEPS / "fsdp_2gpu_steps5-7.sqlite.xz"], steps=(5, 7)).verification
+    result = api.check([STEPS / "fsdp_2gpu_steps5-7.sqlite.xz"], steps=(5, 7)).judgement
     assert result is not None
     found = diagnosis.diagnose(result)
     times = found.step_times

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from gemmscope.cli import EXAMPLE_RUN, main
 from gemmscope.report.tables import TABLE_FILES
 
+from cli_runner import assert_one_line_error, gemmscope
 from fixture_paths import CORPUS
-from test_cli import assert_one_line_error, gemmscope
 
 # Two ranks in one trace, three layers of which one runs BF16 under an FP8 block-scaling autocast
 # (fallbacks), cut into steps by the range each rank pushes three times.

@@ -21,8 +21,8 @@ from gemmscope.plan import gpu_profile, profile_run
 from gemmscope.report import terminal
 from gemmscope.traces.read import read_trace
 
+from cli_runner import gemmscope
 from fixture_paths import CORPUS, GPU, HF_CONFIGS
-from test_cli import gemmscope
 
 WIDTH = 100
 BENCH_MAP = ["--expect-map", "BF16_*=bf16", "--expect-map", "FP8Current_*=fp8-current",

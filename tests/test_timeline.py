@@ -17,9 +17,9 @@ from gemmscope.errors import State
 from gemmscope.watching import alerts
 from gemmscope.watching.timeline import TIMELINE_FILE, Timeline, read_timeline
 
+from cli_runner import REPO, assert_one_line_error, gemmscope
 from fixture_paths import GPU
 from schema_check import assert_valid
-from test_cli import REPO, assert_one_line_error, gemmscope
 
 FP8_RUN, FALLBACK_RUN = GPU / "train_clean.sqlite.xz", GPU / "train_mixed.sqlite.xz"
 

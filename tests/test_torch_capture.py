@@ -18,7 +18,7 @@ import pytest
 
 import gemmscope as gemmscope_api
 
-from test_cli import assert_one_line_error, gemmscope
+from cli_runner import assert_one_line_error, gemmscope
 
 # A small torch program: one GEMM (F.linear), its pid said on stderr, its exit status from argv.
 _PROGRAM = """\

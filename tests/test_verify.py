@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gemmscope.errors import InputError
+from gemmscope.judging.judgement import judge, verdict
 from gemmscope.judging.recipes import RECIPES
-from gemmscope.judging.verify import check, verdict
 from gemmscope.report.documents import summary_document
 from gemmscope.traces.read import read_trace
 
@@ -60,17 +60,17 @@ def test_every_recipe_has_a_verdict_rule():
         assert verdict("unknown", recipe, H200_SM) == "UNKNOWN"
 
 
-# --- check() on real traces ------------------------------------------------------------------------
+# --- judge() on real traces ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def checked(gpu_trace):
-    """check() of a GPU fixture, computed once per (name, expect, allow)."""
+    """judge() of a GPU fixture, computed once per (name, expect, allow)."""
     cache: dict = {}
 
     def run(name, expect=None, allow=()):
         key = (name, expect, tuple(allow))
         if key not in cache:
-            cache[key] = check(gpu_trace(name), expect, tuple(allow))
+            cache[key] = judge(gpu_trace(name), expect, tuple(allow))
         return cache[key]
 
     return run
@@ -258,14 +258,14 @@ def test_requested_recipe_that_ran_no_gemm_fails(checked, name, recipe):
 
 def test_unknown_recipe_is_input_error(gpu_trace):
     with pytest.raises(InputError) as raised:
-        check(gpu_trace("te_linear_fp8-current"), "fp9")
+        judge(gpu_trace("te_linear_fp8-current"), "fp9")
     assert str(raised.value) == f"unknown recipe 'fp9': choose from {', '.join(RECIPES)}"
     assert "fp8-block, mxfp8" in str(raised.value)
 
 
 def test_trace_without_kernels_is_input_error(cpu_traces):
     with pytest.raises(InputError, match="no GPU kernels"):
-        check(read_trace(cpu_traces / "empty_capture.sqlite"), "fp8-current")
+        judge(read_trace(cpu_traces / "empty_capture.sqlite"), "fp8-current")
 
 
 def test_gemm_tail_time_is_its_kernels_time_and_not_gemm_time(checked, gpu_sqlite):
@@ -278,10 +278,10 @@ def test_gemm_tail_time_is_its_kernels_time_and_not_gemm_time(checked, gpu_sqlit
         kernels = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     assert count == 9 and tail_ns > 0
     result = checked("train_mixed")
-    assert result.tails_ns == tail_ns == summary_document(result)["gemm_tail_time_ns"]
-    tails = result.kernels["role"] == "gemm-tail"
-    assert tails.sum() == count and len(result.kernels) == kernels
-    assert not result.gemms["kernel_row"].isin(result.kernels.index[tails]).any()
+    assert result.job.tails_ns == tail_ns == summary_document(result)["gemm_tail_time_ns"]
+    tails = result.job.kernels["role"] == "gemm-tail"
+    assert tails.sum() == count and len(result.job.kernels) == kernels
+    assert not result.gemms["kernel_row"].isin(result.job.kernels.index[tails]).any()
 
 
 def _without_the_hooks_rank_marks(gpu_path: Path, tmp_path: Path, one_gpu: bool = False) -> Path:
@@ -302,12 +302,12 @@ def test_several_processes_without_the_hook_are_ranked_by_their_gpu(tmp_path):
     from gemmscope.diagnosing import diagnosis
 
     original = CORPUS / "fsdp_fp8_2gpu.sqlite.xz"
-    hooked = check([read_trace(original)]).gemms
-    plain = check([read_trace(_without_the_hooks_rank_marks(original, tmp_path))]).gemms
+    hooked = judge([read_trace(original)]).gemms
+    plain = judge([read_trace(_without_the_hooks_rank_marks(original, tmp_path))]).gemms
     assert plain["rank"].notna().all() and list(plain["rank"]) == list(hooked["rank"])
     assert plain["rank"].value_counts().to_dict() == {0: 72, 1: 72}
     # processes sharing one GPU: no rank can be named, and the two stay two timelines, by process
-    shared = check([read_trace(_without_the_hooks_rank_marks(original, tmp_path, one_gpu=True))])
+    shared = judge([read_trace(_without_the_hooks_rank_marks(original, tmp_path, one_gpu=True))])
     assert shared.gemms["rank"].isna().all()
     labels = sorted(diagnosis.diagnose(shared).breakdown["rank"].astype(str))
     pids = sorted(str(p) for p in (shared.gemms["global_pid"] // (1 << 24) & 0xFFFFFF).unique())
@@ -335,8 +335,8 @@ def test_autotuning_candidates_are_left_out_of_the_check(gpu_sqlite, tmp_path):
     """The candidates only max-autotune launches are left out of the check and reported apart; the
     cuBLAS GEMMs launched between them, with no benchmark loop around them (no cache flush before
     each), are the program's, and judged."""
-    result = check([read_trace(_as_if_compiled_with_max_autotune(gpu_sqlite, tmp_path))], "fp8-current")
-    autotuned = Counter(result.autotuning["name"].str[:30])
+    result = judge([read_trace(_as_if_compiled_with_max_autotune(gpu_sqlite, tmp_path))], "fp8-current")
+    autotuned = Counter(result.job.autotuning["name"].str[:30])
     assert autotuned == {"triton_mm": 3, "triton_bmm": 3, "triton_mm_persistent_tma": 3}
     assert Counter(result.gemms["name"].str[:30]) == {
         "nvjet_sm90_qqtst_128x128_128x6": 3, "triton_tem_fused_mm_0": 3, "sm90_xmma_gemm_f32f32_tf32f32_": 3,
@@ -360,7 +360,7 @@ def _first_seen(pairs) -> list:
 def test_summarize_per_module_and_pass(checked, gpu_expected):
     """train_mixed against its recipe: a row per (module, pass) in the order the GEMMs ran, the
     launches, their kernel time, the share of it at the expected precision, the verdict counts."""
-    from gemmscope.judging.verify import summarize
+    from gemmscope.judging.judgement import summarize
 
     expected = gpu_expected("train_mixed")
     gemms = checked("train_mixed", allow=("(outside TE)",)).gemms
@@ -391,7 +391,7 @@ def test_summarize_expected_substitutions_count_as_expected_time(checked):
     """An expected substitution is another precision by design (FP8 block scaling run as MXFP8 on
     sm100, torchao's row-wise rescaled GEMM; marked here on real rows): its time is expected time,
     its verdict counted apart; without a recipe only launches and time."""
-    from gemmscope.judging.verify import summarize
+    from gemmscope.judging.judgement import summarize
 
     gemms = checked("train_mixed").gemms.copy()
     substituted = gemms.index[gemms["verdict"] == "FALLBACK"][:5]
@@ -408,9 +408,9 @@ def test_summarize_expected_substitutions_count_as_expected_time(checked):
 
 
 def test_summarize_a_gemm_without_a_pass_and_no_gemm():
-    from gemmscope.judging.verify import summarize
+    from gemmscope.judging.judgement import summarize
 
-    result = check([read_trace(CORPUS / "fsdp_fp8_2gpu_plain.sqlite.xz")], "fp8-delayed")
+    result = judge([read_trace(CORPUS / "fsdp_fp8_2gpu_plain.sqlite.xz")], "fp8-delayed")
     gemms = result.gemms.copy()
     gemms.loc[gemms.index[:3], "te_pass"] = None
     summary = summarize(gemms, "fp8-delayed").set_index(["module", "pass"])
@@ -428,9 +428,9 @@ def test_compare_ranks_per_layer_module_and_pass(name):
     """Two ranks that ran the same model: per (layer, module, pass), in the order first run, both
     ranks and the kernels they ran, no rank differing. A plain capture names no layer: its rows
     are kept (NaN is a key too)."""
-    from gemmscope.judging.verify import compare_ranks
+    from gemmscope.judging.judgement import compare_ranks
 
-    gemms = check([read_trace(CORPUS / f"{name}.sqlite.xz")], None).gemms
+    gemms = judge([read_trace(CORPUS / f"{name}.sqlite.xz")], None).gemms
     compared = compare_ranks(gemms)
     assert list(compared.columns) == RANK_COLUMNS
     def named(value) -> str:
@@ -447,9 +447,9 @@ def test_compare_ranks_per_layer_module_and_pass(name):
 
 
 def test_compare_ranks_names_the_rank_that_ran_other_kernels():
-    from gemmscope.judging.verify import compare_ranks
+    from gemmscope.judging.judgement import compare_ranks
 
-    gemms = check([read_trace(CORPUS / "fsdp_fp8_2gpu_plain.sqlite.xz")], None).gemms.copy()
+    gemms = judge([read_trace(CORPUS / "fsdp_fp8_2gpu_plain.sqlite.xz")], None).gemms.copy()
     rank1_fprop = gemms.index[(gemms["rank"] == 1) & (gemms["te_pass"] == "fprop")]
     gemms.loc[rank1_fprop[:1], "name"] = "zz_other_kernel"  # sorts after the common set: rank 0's stays common
     compared = compare_ranks(gemms).set_index("pass")
@@ -466,17 +466,17 @@ def test_causes_without_the_hook_say_no_record_inside_te_and_outside_te_outside(
     and delayed te.Linear GEMMs ran per-tensor FP8 (OK); the torch.matmul ones are outside TE,
     and the block-scaled te.Linear ones ran another kernel with nothing recorded of what they
     were asked: their cause says so."""
-    result = check([read_trace(CORPUS / "gemm_bench_4096.sqlite.xz")], "fp8-current")
+    result = judge([read_trace(CORPUS / "gemm_bench_4096.sqlite.xz")], "fp8-current")
     gemms = result.gemms
     assert Counter(zip(gemms["verdict"], gemms["cause"].fillna("-"))) == {
         ("OK", "-"): 2 * 111, ("FALLBACK", "outside-te"): 111, ("FALLBACK", "no-record"): 111}
     assert set(gemms.loc[gemms["cause"] == "no-record", "origin"]) == {"te"}
 
 
-# --- the small rules check() is made of, called here so that a change to one fails here ----------
+# --- the small rules judge() is made of, called here so that a change to one fails here ----------
 
 def test_parse_expect_map_keeps_the_order_given_and_splits_at_the_last_equals_sign():
-    from gemmscope.judging.verify import parse_expect_map
+    from gemmscope.judging.judgement import parse_expect_map
 
     assert parse_expect_map(["FP8Block_*=fp8-block", "BF16_*=bf16", "step=1*=fp8-current"]) == (
         ("FP8Block_*", "fp8-block"), ("BF16_*", "bf16"), ("step=1*", "fp8-current"))
@@ -490,7 +490,7 @@ def test_parse_expect_map_keeps_the_order_given_and_splits_at_the_last_equals_si
     ("BF16_*=", "--expect-map 'BF16_*=': unknown recipe '': choose from " + ", ".join(RECIPES)),
 ])
 def test_parse_expect_map_refuses_an_item_without_pattern_or_known_recipe(item, message):
-    from gemmscope.judging.verify import parse_expect_map
+    from gemmscope.judging.judgement import parse_expect_map
 
     with pytest.raises(InputError) as raised:
         parse_expect_map(["BF16_*=bf16", item])
@@ -523,7 +523,7 @@ def test_module_labels_name_what_te_launched_without_a_module_apart_from_what_it
 def test_first_pattern_is_the_position_of_the_first_matching_pattern_per_name():
     import pandas as pd
 
-    from gemmscope.judging.verify import first_pattern
+    from gemmscope.judging.judgement import first_pattern
 
     names = pd.Series(["BF16_4096", "FP8Block_4096", "fp8block_1", "other", None], index=[9, 8, 7, 6, 5], dtype=object)
     position = first_pattern(names, ["FP8*", "BF16_*", "*_4096", "o*"])
@@ -614,10 +614,10 @@ def test_runtime_autotuning_of_pointwise_kernels_takes_no_gemm(gpu_xz, gpu_expec
 
     name = "corpus/torchao_tensorwise_compiled"
     expected = gpu_expected(name)
-    result = check([read_trace(gpu_xz(name))])
-    timed = result.kernels[autotuning_launches(result.kernels)]
+    result = judge([read_trace(gpu_xz(name))])
+    timed = result.job.kernels[autotuning_launches(result.job.kernels)]
     assert len(timed) > 0 and timed["name"].str.startswith("triton_poi_").any()
-    assert len(result.autotuning) == 0
+    assert len(result.job.autotuning) == 0
     assert len(result.gemms) == expected["steps"] * len(expected["linears"]) * len(expected["passes"])
 
 
@@ -638,10 +638,10 @@ def test_group_per_layer_module_pass_and_kernel(name, expect, checked_keys, rank
     ran it and its kernel time, counted here from the rows."""
     import pandas as pd
 
-    from gemmscope.judging.verify import group
+    from gemmscope.judging.judgement import group
 
     path = CORPUS / f"{name}.sqlite.xz" if (CORPUS / f"{name}.sqlite.xz").exists() else gpu_xz(name)
-    gemms = check([read_trace(path)], expect).gemms
+    gemms = judge([read_trace(path)], expect).gemms
     groups = group(gemms)
     assert list(groups.columns) == GROUP_KEYS + checked_keys + GROUP_FIGURES
 
@@ -673,13 +673,13 @@ def test_expected_recipes_are_the_mapped_ones_in_the_order_given_then_the_run_s(
     --expect-map ones first, in the order given, then --expect's."""
     trace = read_trace(CORPUS / "gemm_bench_4096.sqlite.xz")
     mapped = (("FP8Block_*", "fp8-block"), ("BF16_*", "bf16"), ("FP8Current_*", "fp8-current"))
-    assert check([trace], "fp8-current", expect_map=mapped).expected_recipes == ["fp8-block", "bf16", "fp8-current"]
-    assert check([trace], "fp8-delayed", expect_map=mapped[:2]).expected_recipes == [
+    assert judge([trace], "fp8-current", expect_map=mapped).expected_recipes == ["fp8-block", "bf16", "fp8-current"]
+    assert judge([trace], "fp8-delayed", expect_map=mapped[:2]).expected_recipes == [
         "fp8-block", "bf16", "fp8-delayed"]
-    assert check([trace], None, expect_map=mapped[1:2]).expected_recipes == ["bf16"]
+    assert judge([trace], None, expect_map=mapped[1:2]).expected_recipes == ["bf16"]
 
 
-# --- check() itself: what it reports besides the verdicts -----------------------------------------
+# --- judge() itself: what it reports besides the verdicts -----------------------------------------
 
 def test_check_lists_traces_it_could_not_read_and_processes_that_launched_nothing(gpu_trace):
     """Traces loaded elsewhere (workers) are checked with the others: one whose process ran
@@ -696,25 +696,25 @@ def test_check_lists_traces_it_could_not_read_and_processes_that_launched_nothin
                                   no_kernels=True)
     damaged = LoadedTrace(Path("run/rank-5.sqlite"), error="rank-5.sqlite: not an Nsight Systems export")
     bf16 = gpu_trace("te_linear_bf16")
-    result = check([attribute(bf16), launched_nothing, cuda_not_traced, damaged], "bf16")
-    assert result.without_kernels == [{"trace": "rank3.sqlite", "rank": 3}]
-    assert result.unreadable == [
+    result = judge([attribute(bf16), launched_nothing, cuda_not_traced, damaged], "bf16")
+    assert result.job.without_kernels == [{"trace": "rank3.sqlite", "rank": 3}]
+    assert result.job.unreadable == [
         {"trace": "trace_rank_2.sqlite", "rank": 2, "error": "trace_rank_2.sqlite holds no GPU kernels"},
         {"trace": "rank-5.sqlite", "rank": 5, "error": "rank-5.sqlite: not an Nsight Systems export"}]
-    assert len(result.gemms) == len(check(bf16, "bf16").gemms) > 0 and result.failed
-    assert not check([attribute(bf16), launched_nothing], "bf16").failed
+    assert len(result.gemms) == len(judge(bf16, "bf16").gemms) > 0 and result.failed
+    assert not judge([attribute(bf16), launched_nothing], "bf16").failed
 
     with pytest.raises(NoGpuKernels) as raised:
-        check([launched_nothing, dataclasses.replace(launched_nothing, error="another one")])
+        judge([launched_nothing, dataclasses.replace(launched_nothing, error="another one")])
     assert str(raised.value) == "rank3.sqlite ran no GPU kernel" and raised.value.cuda_traced is True
     with pytest.raises(NoGpuKernels) as raised:
-        check([cuda_not_traced, launched_nothing])
+        judge([cuda_not_traced, launched_nothing])
     assert str(raised.value) == "trace_rank_2.sqlite holds no GPU kernels" and raised.value.cuda_traced is False
     with pytest.raises(InputError) as raised:
-        check([damaged, launched_nothing])
+        judge([damaged, launched_nothing])
     assert type(raised.value) is InputError and str(raised.value) == "rank-5.sqlite: not an Nsight Systems export"
     with pytest.raises(InputError) as raised:
-        check([])
+        judge([])
     assert str(raised.value) == "no trace to check"
 
 
@@ -726,17 +726,17 @@ def test_check_of_several_traces_keeps_each_one_s_ranges_and_memory_operations(t
     third = altered_sqlite(GPU / "te_linear_bf16.sqlite.xz",
                            tmp_path / "te_linear_bf16.sqlite", same_session_as(CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz"))
     paths = [CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz", CORPUS / "fsdp_fp8_2gpu_rank1.sqlite.xz", third]
-    together = check([read_trace(p) for p in paths])
+    together = judge([read_trace(p) for p in paths])
     for rank, path in enumerate(paths):
-        alone = check([read_trace(path)])
+        alone = judge([read_trace(path)])
         mine = together.gemms[together.gemms["trace"] == path.name]
         assert len(mine) == len(alone.gemms) and set(mine["rank"]) == {rank}
-        assert together.ranges.lists(mine["kernel_row"].to_numpy()) == alone.ranges.lists(
+        assert together.job.ranges.lists(mine["kernel_row"].to_numpy()) == alone.job.ranges.lists(
             alone.gemms["kernel_row"].to_numpy())
-        memops = together.memops[together.memops["trace"] == path.name]
-        assert len(memops) == len(alone.memops) > 0 and memops["rank"].tolist() == [rank] * len(memops)
-    assert together.memops["rank"].dtype == "Int64" and len(together.memops) == sum(
-        (together.memops["trace"] == p.name).sum() for p in paths)
+        memops = together.job.memops[together.job.memops["trace"] == path.name]
+        assert len(memops) == len(alone.job.memops) > 0 and memops["rank"].tolist() == [rank] * len(memops)
+    assert together.job.memops["rank"].dtype == "Int64" and len(together.job.memops) == sum(
+        (together.job.memops["trace"] == p.name).sum() for p in paths)
 
 
 def test_outside_every_mapped_range_a_gemm_is_checked_against_expect_and_is_no_coverage():
@@ -745,19 +745,19 @@ def test_outside_every_mapped_range_a_gemm_is_checked_against_expect_and_is_no_c
     --expect is BF16 (a GEMM asked something else is checked, not listed as high precision); the
     per-module summary counts verdicts against the run's recipe."""
     trace = read_trace(CORPUS / "gemm_bench_4096.sqlite.xz")
-    result = check([trace], "fp8-current", expect_map=(("BF16_*", "bf16"),))
+    result = judge([trace], "fp8-current", expect_map=(("BF16_*", "bf16"),))
     inside = result.gemms["expect_range"].notna()
     assert inside.any() and (~inside).any()
     assert set(result.gemms.loc[inside, "expected"]) == {"bf16"}
     assert set(result.gemms.loc[~inside, "expected"]) == {"fp8-current"} and result.gemms["verdict"].notna().all()
     assert list(result.summary.columns) == SUMMARY_COLUMNS + VERDICT_COUNT_COLUMNS
-    high = check([trace], "bf16", expect_map=(("FP8Block_*", "fp8-block"),))
+    high = judge([trace], "bf16", expect_map=(("FP8Block_*", "fp8-block"),))
     assert set(high.gemms.loc[high.gemms["expect_range"].isna(), "expected"]) == {"bf16"}
     assert high.coverage.empty and not high.gemms["asked_high"].any()
     # the same of GEMMs whose requests the hook recorded (Megatron keeping its first and last layers in BF16)
-    hooked = check([read_trace(CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz")], "bf16")
+    hooked = judge([read_trace(CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz")], "bf16")
     assert hooked.gemms["requested"].notna().all() and hooked.coverage.empty
-    assert not check([read_trace(CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz")]).coverage.empty
+    assert not judge([read_trace(CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz")]).coverage.empty
 
 
 RANGE_COLUMNS = ["pattern", "range", "expected", "instances", "gemms", "gemm_time_ns", "expected_time_share",
@@ -770,11 +770,11 @@ def _ranges_checked_by_hand(gemms, result, expect_map) -> list[dict]:
     import fnmatch
     import math
 
-    names = Counter(name for t in result.traces for name in t.nvtx.loc[t.nvtx["kind"] != "mark", "name"].dropna())
+    names = Counter(name for t in result.job.traces for name in t.nvtx.loc[t.nvtx["kind"] != "mark", "name"].dropna())
     claimed_by = {name: next((i for i, (p, _) in enumerate(expect_map) if fnmatch.fnmatchcase(name, p)), None)
                   for name in names}
     mapped = gemms[gemms["expect_range"].notna()]
-    around = dict(zip(mapped.index, result.ranges.lists(mapped["kernel_row"].to_numpy())))
+    around = dict(zip(mapped.index, result.job.ranges.lists(mapped["kernel_row"].to_numpy())))
     rows = []
     for position, (pattern, recipe) in enumerate(expect_map):
         found = sorted(name for name, at in claimed_by.items() if at == position)
@@ -803,11 +803,11 @@ def test_ranges_checked_per_mapped_range_counted_from_the_rows():
     torch GEMMs fall back against FP8 (one of them not allowed), a pattern names only one of the
     hook's marks (a mark is no range: NOT FOUND), another nothing; some GEMMs marked unknown or
     expected substitutions; then BF16's range with one GEMM left. Every cell as counted by hand."""
-    from gemmscope.judging.verify import ranges_checked
+    from gemmscope.judging.judgement import ranges_checked
 
     expect_map = (("nvte_cublas_gemm_v2", "fp8-current"), ("FP8Block_*", "fp8-block"), ("BF16_*", "fp8-current"),
                   ("FP8*", "fp8-current"), ("gemmscope.software*", "bf16"), ("Nope_*", "mxfp8"))
-    result = check([read_trace(CORPUS / "gemm_bench_4096_hook.sqlite.xz")], None, expect_map=expect_map)
+    result = judge([read_trace(CORPUS / "gemm_bench_4096_hook.sqlite.xz")], None, expect_map=expect_map)
     gemms = result.gemms.copy()
     in_te = gemms.index[gemms["expect_range"] == "nvte_cublas_gemm_v2"]
     gemms.loc[in_te[gemms.loc[in_te, "verdict"] == "OK"][:2], "verdict"] = "UNKNOWN"
@@ -815,7 +815,7 @@ def test_ranges_checked_per_mapped_range_counted_from_the_rows():
     bf16 = gemms.index[gemms["expect_range"] == "BF16_4096x4096x4096"]
     gemms.loc[bf16[1:], "allowed"] = True  # one fallback left that fails
     for case in (gemms, gemms.drop(bf16[1:])):
-        table = ranges_checked(case, result.ranges, result.traces, expect_map)
+        table = ranges_checked(case, result.job.ranges, result.job.traces, expect_map)
         assert list(table.columns) == RANGE_COLUMNS and list(table.index) == list(range(len(table)))
         assert all(table[c].dtype == "int64" for c in ("instances", "gemms", "gemm_time_ns", "fallbacks", "unknown",
                                                         "nested"))
@@ -831,19 +831,19 @@ def test_a_check_leaves_what_it_was_given_and_earlier_results_as_they_were(tmp_p
     own. One assembled job judged twice, against two recipes, gives each its verdicts."""
     from gemmscope.assembly.attribution import attribute
     from gemmscope.assembly.job import assemble
-    from gemmscope.judging.verify import judge
+    from gemmscope.judging.judgement import judge
 
     third = altered_sqlite(GPU / "te_linear_bf16.sqlite.xz",
                            tmp_path / "te_linear_bf16.sqlite", same_session_as(CORPUS / "fsdp_fp8_2gpu_rank0.sqlite.xz"))
     alone = attribute(read_trace(third))
     given = list(alone.launches.columns)
-    first = check([alone], "bf16")
-    assert first.kernels["rank"].isna().all()  # one trace, no rank in its name nor marked
+    first = judge([alone], "bf16")
+    assert first.job.kernels["rank"].isna().all()  # one trace, no rank in its name nor marked
     ranks = [attribute(read_trace(CORPUS / f"fsdp_fp8_2gpu_rank{rank}.sqlite.xz")) for rank in (0, 1)]
-    together = check([*ranks, alone], "bf16")
-    assert set(together.kernels.loc[together.kernels["trace"] == third.name, "rank"]) == {2}
-    assert first.kernels["rank"].isna().all() and list(alone.launches.columns) == given
-    assert first.kernels is not alone.launches
+    together = judge([*ranks, alone], "bf16")
+    assert set(together.job.kernels.loc[together.job.kernels["trace"] == third.name, "rank"]) == {2}
+    assert first.job.kernels["rank"].isna().all() and list(alone.launches.columns) == given
+    assert first.job.kernels is not alone.launches
 
     job = assemble([alone])
     as_bf16, as_fp8 = judge(job, "bf16"), judge(job, "fp8-current")

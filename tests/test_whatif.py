@@ -36,7 +36,7 @@ def _expected(trace: Path) -> dict:
 
 
 def _groups(trace: Path):
-    return group_gemms(gs.check(trace).verification)
+    return group_gemms(gs.check(trace).judgement)
 
 
 def _program(name: str):
@@ -102,8 +102,8 @@ def test_the_first_last_trace_splits_every_layer_pattern_in_two(first_last):
 
 
 def test_quantization_per_step_is_at_most_what_the_steps_ran(first_last):
-    v = gs.check(FIRST_LAST).verification
-    total_ms = v.kernels.loc[v.kernels["role"] == "quantize", "duration_ns"].sum() / 1e6
+    v = gs.check(FIRST_LAST).judgement
+    total_ms = v.job.kernels.loc[v.job.kernels["role"] == "quantize", "duration_ns"].sum() / 1e6
     assert 0 < first_last.groups["quant_ms"].sum() * first_last.steps <= total_ms
 
 

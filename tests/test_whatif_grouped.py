@@ -86,7 +86,7 @@ def _moe_export(path, schema_from):
 def moe(tmp_path_factory, gpu_sqlite):
     path = tmp_path_factory.mktemp("moe") / "moe.sqlite"
     written = _moe_export(path, gpu_sqlite("te_linear_bf16"))
-    return gs.check(path).verification, written
+    return gs.check(path).judgement, written
 
 
 def test_the_members_a_record_holds_are_read_into_the_gemm_frame(moe):
@@ -189,7 +189,7 @@ def test_a_real_megatron_moe_capture_records_each_experts_tokens_and_is_planned_
 
     trace = CORPUS / "megatron_moe_fp8-block_members.sqlite.xz"
     expected = json.loads(trace.with_name("megatron_moe_fp8-block_members.expected.json").read_text())
-    gemms = gs.check(trace).verification.gemms
+    gemms = gs.check(trace).judgement.gemms
     recorded = gemms[gemms["gemm_members"].notna()].drop_duplicates(["layer", "te_pass", "gemm_members"])
     routed = 2 * 512 * 2  # batch × seq × top-k, the program's defaults
     hidden, expert_ffn = 1024, 4096 // 2
@@ -201,7 +201,7 @@ def test_a_real_megatron_moe_capture_records_each_experts_tokens_and_is_planned_
         assert routed <= sum(m[tokens_at] for m in members) < routed + 64 * expected["experts"]
         features = {m[i] for m in members for i in range(3) if i != tokens_at}
         assert features == {hidden, expert_ffn}, (layer, te_pass, text)
-    run = group_gemms(gs.check(trace).verification)
+    run = group_gemms(gs.check(trace).judgement)
     # a grouped call launches a GEMM per expert: still one call per layer and step
     experts_groups = run.groups[run.groups["module_class"] == "GroupedLinear"]
     assert len(experts_groups) == 2 and (experts_groups["calls_per_step"] == expected["layers"]).all()

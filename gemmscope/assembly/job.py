@@ -2,7 +2,7 @@
 rank, the memory operations and the NVTX ranges around each launch, and the program's GEMM
 launches labelled by where they ran (TE module or "(outside TE)", layer), the launches an
 autotuner made left apart. What each GEMM was asked and what ran is judged on this by
-gemmscope.judging.verify.
+gemmscope.judging.judgement.
 
 Ranks: the rank gemmscope's hook marked; for a trace of several processes without marks, the GPU
 each used (torchrun's workers on one node); for a trace of one process, the rank in its file's

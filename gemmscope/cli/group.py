@@ -23,9 +23,9 @@ from gemmscope.common import scratch
 from gemmscope.errors import ExitCode, InputError, exit_codes_help
 from gemmscope.judging.recipes import RECIPES
 from gemmscope.options import Options
+from gemmscope.plan import EXAMPLE_RUN as EXAMPLE_RUN  # defined beside the plan side, which reads it
 
 EXAMPLE_TRACE = Path(__file__).parent.parent / "examples" / "h200-train-mixed-fp8-current.sqlite.xz"
-EXAMPLE_RUN = Path(__file__).parent.parent / "examples" / "h200-codonfm-5b"
 
 
 class _Interrupted(Exception):
@@ -179,11 +179,11 @@ def with_options(func, options: list) -> Callable:
 
 
 def _parse_expect_map(items: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    if not items:  # the default: verify, and pandas under it, not imported before a command needs them
+    if not items:  # the default: the judging module, and pandas under it, not imported before a command needs them
         return ()
-    from gemmscope.judging import verify
+    from gemmscope.judging import judgement
 
-    return verify.parse_expect_map(items)
+    return judgement.parse_expect_map(items)
 
 
 def _steps(_ctx, _param, text: str | None) -> tuple[int, int] | None:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -21,15 +19,7 @@ from gemmscope.cli.group import (
 )
 from gemmscope.errors import ExitCode, InputError
 from gemmscope.judging.recipes import RECIPES
-from gemmscope.plan.hf_config import resolve_config
-from gemmscope.plan.model_config import ACTIVATIONS, PRESETS, ModelConfig
-
-# pandas and what stands on it are imported by the commands that use them: the command line itself
-# starts without (verify -- starts its program before importing them)
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from gemmscope.plan import shapes
+from gemmscope.plan.model_config import ACTIVATIONS, PRESETS
 
 
 def config_options(func):
@@ -56,33 +46,14 @@ def config_options(func):
     ])
 
 
-def plan_from_options(options: dict) -> tuple[ModelConfig, list[shapes.Gemm]]:
-    from gemmscope.plan import shapes
-
-    lm_head = options.pop("lm_head")
-    config = resolve_config(options.pop("model"), options.pop("config_path"), **options)
-    return config, shapes.plan(config, lm_head=lm_head)
-
-
 @main.command("shapes")
 @config_options
 @format_option(SHAPES_FORMATS)
-def shapes_cmd(fmt: str, **options) -> None:
+def shapes_cmd(fmt: str, model: str | None, config_path: str | None, lm_head: bool, **fields) -> None:
     """The GEMMs a transformer runs per training step: op, pass, M×K×N, FLOPs, count."""
-    from gemmscope.plan import shapes
-    from gemmscope.report import documents, terminal
-    from gemmscope.report.markdown import markdown_table
+    from gemmscope import api
 
-    config, plan = plan_from_options(options)
-    frame = shapes.plan_frame(plan)
-    if fmt == "json":
-        emit(json.dumps(documents.shapes_document(plan), indent=2) + "\n")
-    elif fmt == "csv":
-        emit(frame.to_csv(index=False))
-    elif fmt == "markdown":
-        emit(markdown_table(frame))
-    else:
-        emit(terminal.table_text(f"{config.name}: {config.tokens} tokens, {len(plan)} GEMMs", frame))
+    emit(api.gemm_shapes(model, config_path, lm_head, **fields).render(fmt))
 
 
 def _names_from(source: str) -> list[str]:
@@ -103,10 +74,7 @@ def kernel_cmd(names: tuple[str, ...], source: str | None, fmt: str) -> None:
     """Decode kernel names: family, arch, role, precision, operand types, scale mode, layout, whether
     grouped, and why a precision is unknown. NAMES, or one a line from --from FILE or stdin (piped,
     without NAMES): a profiler's kernel list pasted."""
-    import pandas as pd
-
-    from gemmscope import kernels
-    from gemmscope.report import documents, terminal
+    from gemmscope import api
 
     listed = list(names)
     if source is not None:
@@ -115,22 +83,7 @@ def kernel_cmd(names: tuple[str, ...], source: str | None, fmt: str) -> None:
         listed = _names_from("-")
     if not listed:
         raise InputError("no kernel names: give NAMES, --from FILE, or pipe them in one a line")
-    frame = kernels.decode_frame(pd.Series(listed, dtype=object))
-    if fmt == "json":
-        emit(json.dumps(documents.kernels_document(frame), indent=2) + "\n")
-    else:
-        emit(terminal.kernels_text(_with_remarks(frame)))
-
-
-def _with_remarks(frame: pd.DataFrame) -> pd.DataFrame:
-    """The table's columns, each name followed (under the table) by whether its GEMM is grouped and
-    why its precision is open: too long for a column of a terminal's width."""
-    from gemmscope import kernels
-
-    remarks = [" · ".join(part for part in ("grouped GEMM" if grouped else "", note or "") if part)
-               for grouped, note in zip(frame["grouped"], frame["note"])]
-    names = [f"{name}\n  {remark}" if remark else name for name, remark in zip(frame["name"], remarks)]
-    return frame[["name", *kernels.TABLE_COLUMNS]].assign(name=names)
+    emit(api.decode_kernels(listed).render(fmt))
 
 
 @main.command()
@@ -169,37 +122,29 @@ def _csv_choice(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, .
 @click.option("--out", type=click.Path(path_type=Path), help="New run directory (default: ./gemmscope-run-<time>).")
 @click.option("--quiet", is_flag=True, help="Print only the verdict block.")
 @click.option("--verbose", is_flag=True, help="Also print each entry's throughput, % of peak, intensity and noise.")
-def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, **options) -> None:
+def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, model, config_path, lm_head,
+                **fields) -> None:
     """Every GEMM of the model through TE at each recipe and mode, under nsys: speedup tables
     and, per GEMM, the kernel that ran and whether its precision is the one asked for. On a
     machine without a GPU: the run shipped with gemmscope, re-derived from its trace."""
-    import time
-
+    from gemmscope import api
     from gemmscope.plan import gpu_profile, profile_run
-    from gemmscope.report import render
-    from gemmscope.report.profile import profile_report, write_profile_reports
 
-    started = time.perf_counter()
-    detail = detail_level(quiet, verbose)
-    if not gpu_profile.gpu_available():
-        asked = [f"--{name.replace('_', '-')}" for name, value in options.items() if value not in (None, False)]
+    shipped = not gpu_profile.gpu_available()
+    if shipped:
+        given = {"model": model, "config_path": config_path, "lm_head": lm_head} | fields
+        asked = [f"--{name.replace('_', '-')}" for name, value in given.items() if value not in (None, False)]
         if asked or out or no_nsys:
             raise InputError(f"no CUDA GPU here: nothing can be profiled ({' '.join(asked + ['--out'] * bool(out))}"
                              f"{' --no-nsys' * no_nsys}); without model options, gemmscope profile shows the run "
                              f"shipped with gemmscope ({EXAMPLE_RUN.name})")
         click.echo(f"gemmscope: no CUDA GPU here: showing the run shipped with gemmscope, "
                    f"re-derived from its trace ({EXAMPLE_RUN.name})", err=True)
-        emit(render(profile_report(profile_run.load_run(EXAMPLE_RUN), EXAMPLE_RUN, detail=detail,
-                                    written_to=EXAMPLE_RUN), "table"))
-        return
-    precisions = _csv_choice(precisions, RECIPES, "precision")
-    modes = _csv_choice(modes, profile_run.MODES, "mode")
-    config, plan = plan_from_options(options)
-    out = out or Path(time.strftime("gemmscope-run-%Y%m%d-%H%M%S"))
-    spec = gpu_profile.spec_for(config, plan, precisions, modes, iters, warmup)
-    run_dir = gpu_profile.run(spec, out, use_nsys=not no_nsys)
-    run = profile_run.load_run(run_dir)
-    wall_s = time.perf_counter() - started
-    write_profile_reports(run, run_dir, wall_s)
-    emit(render(profile_report(run, run_dir, detail=detail, written_to=run_dir), "table"))
-    click.echo(f"gemmscope: run directory {run_dir} ({wall_s:.1f} s)", err=True)
+    else:
+        precisions = _csv_choice(precisions, RECIPES, "precision")
+        modes = _csv_choice(modes, profile_run.MODES, "mode")
+    profiled = api.profile_model(model, config_path, lm_head=lm_head, precisions=precisions, modes=modes, iters=iters,
+                                 warmup=warmup, out=out, use_nsys=not no_nsys, shipped=shipped, **fields)
+    emit(profiled.render("table", detail_level(quiet, verbose)))
+    if not shipped:
+        click.echo(f"gemmscope: run directory {profiled.run_dir} ({profiled.wall_s:.1f} s)", err=True)

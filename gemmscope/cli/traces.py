@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from gemmscope import api
-from gemmscope.analysis import Analysis, Options
+from gemmscope.analysis import Analysis, CheckResult, Options
 from gemmscope.cli.group import (
     COMPARISON_FORMATS,
     EXAMPLE_RUN,
@@ -41,7 +41,7 @@ from gemmscope.errors import ExitCode, InputError, NoGpuKernels, State
 from gemmscope.running.capturing import PROFILERS, Captured, CaptureWindow, capture, check_profiler, progress
 
 if TYPE_CHECKING:
-    from gemmscope.judging.verify import Verification
+    from gemmscope.judging.judgement import Judgement
 
 
 @main.command()
@@ -60,9 +60,8 @@ def analyze(traces: tuple[Path, ...], options: Options, output: Output) -> None:
     output.make_plots_folder()
     analysis = Analysis(traces, options, say=note)
     with _exit_if_no_kernel_ran(options.expect):
-        result = analysis.verification
-    _emit(analysis, output, "analysis")
-    _exit_as_checked(result)
+        _emit(analysis, output, "analysis")
+    _exit_as_checked(analysis.check)
 
 
 def _emit(analysis: Analysis, output: Output, kind: str) -> None:
@@ -81,7 +80,7 @@ def _emit(analysis: Analysis, output: Output, kind: str) -> None:
         note(f"gemmscope: plots in {output.plots}: {', '.join(p.name for p in written) or 'none'}")
 
 
-def _exit_as_checked(result: Verification) -> NoReturn:
+def _exit_as_checked(result: CheckResult) -> NoReturn:
     """The exit code of the check's state (errors.EXIT_CODES); where GEMMs went unchecked, what to
     give to check them, on stderr."""
     state = result.state
@@ -204,7 +203,7 @@ def verify_cmd(trace_args: tuple[Path, ...], capturing: _CaptureArgs, options: O
     if trace_args:
         analysis = Analysis(trace_args, options, say=note)
         with _exit_if_no_kernel_ran(options.expect):
-            result: Verification | None = analysis.verification
+            result: Judgement | None = analysis.judgement
     else:
         captured = capture(command, capturing.out, profiler=capturing.profiler or "nsys", window=window,
                            echo=output.detail == "verbose", redact=options.redact, keep=options.keep, say=note)
@@ -219,7 +218,7 @@ def verify_cmd(trace_args: tuple[Path, ...], capturing: _CaptureArgs, options: O
                  "whatever ran before it")
         sys.exit(ExitCode.COMMAND_FAILED)
     assert result is not None  # without a failed command, the traces were checked (none: exited above)
-    _exit_as_checked(result)
+    _exit_as_checked(analysis.check)
 
 
 def _audit(command: tuple[str, ...], capturing: _CaptureArgs, options: Options, output: Output) -> NoReturn:
@@ -260,7 +259,7 @@ def _traces_or_command(trace_args: tuple[Path, ...], command: tuple[str, ...],
     return trace_args, command
 
 
-def _checked_capture(analysis: Analysis, captured: Captured) -> Verification | None:
+def _checked_capture(analysis: Analysis, captured: Captured) -> Judgement | None:
     """The check of what a command left; a run that launched no GPU kernel ends verify (exit 1).
     None where a failed command left nothing to check (said why)."""
     expect = analysis.options.expect
@@ -270,7 +269,7 @@ def _checked_capture(analysis: Analysis, captured: Captured) -> Verification | N
     if not captured.traces:
         return None
     try:
-        return analysis.verification
+        return analysis.judgement
     except NoGpuKernels:
         if not captured.failed:
             _exit_no_gemm_ran("the command exited 0 and ran no GPU kernel", expect)
@@ -293,9 +292,8 @@ def diagnose_cmd(traces: tuple[Path, ...], options: Options) -> None:
     Exit codes as analyze's: the verdict's."""
     analysis = Analysis(traces, options, say=note)
     with _exit_if_no_kernel_ran(options.expect):
-        result = analysis.verification
-    emit(analysis.render("table", "diagnosis"))
-    _exit_as_checked(result)
+        emit(analysis.render("table", "diagnosis"))
+    _exit_as_checked(analysis.check)
 
 
 @main.command("compare")

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from gemmscope.cli.group import TRACE_PATH, emit, format_option, main, note, reading_options
-from gemmscope.common.atomic import written_whole
 from gemmscope.errors import ExitCode
 from gemmscope.options import Options
 
@@ -37,25 +36,16 @@ def whatif_cmd(traces: tuple[Path, ...], out: Path | None, measured: Path | None
     filter, a TE debug-API file, a te.autocast region). Without a GPU: the groups that would be
     measured and the command that measures them (exit 0, as profile without a GPU). A run that
     launched no GPU kernel: one line, exit 1."""
-    from gemmscope.whatif.answer import NothingToGroup, answer
+    from gemmscope import api
+    from gemmscope.report import render
+    from gemmscope.whatif.answer import NothingToGroup
 
     try:
-        found = answer(traces, options, out=out, measured=measured, measure=not no_measure, iters=iters,
-                       warmup=warmup, say=note)
+        found = api.what_if(list(traces), options, out=out, measured=measured, measure=not no_measure, iters=iters,
+                            warmup=warmup, say=note)
     except NothingToGroup as exc:
         click.echo(f"gemmscope: {exc}", err=True)
         sys.exit(ExitCode.MISMATCH)
     for line in found.said:
         click.echo(line, err=True)
-    if found.out is not None:
-        found.out.mkdir(parents=True, exist_ok=True)
-        for name, text in found.files.items():
-            _write(found.out / name, text)
-    from gemmscope.report import render
-
     emit(render(found.report, fmt))
-
-
-def _write(path: Path, text: str) -> None:
-    with written_whole(path) as partial:
-        partial.write_text(text, encoding="utf-8")

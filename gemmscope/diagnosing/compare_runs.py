@@ -8,10 +8,10 @@ import pandas as pd
 
 from gemmscope.diagnosing.diagnosis import CATEGORIES, breakdown, categorize_modules, findings, within_steps
 from gemmscope.diagnosing.steps import find_steps
-from gemmscope.judging.verify import Verification
+from gemmscope.judging.judgement import Judgement
 
 
-def compare(base: Verification, new: Verification, step_range: str | None = None) -> dict:
+def compare(base: Judgement, new: Judgement, step_range: str | None = None) -> dict:
     """Two runs of one program side by side: per category and per module/pass, each run's time
     and NEW − BASE. The differences add up: window = busy + idle, and busy = the categories'
     kernel time − overlap."""
@@ -27,7 +27,7 @@ def compare(base: Verification, new: Verification, step_range: str | None = None
         totals[column] = {"base": int(b[column].sum()), "new": int(n[column].sum()),
                           "difference": int(n[column].sum() - b[column].sum())}
 
-    def per_module(result: Verification) -> pd.Series:
+    def per_module(result: Judgement) -> pd.Series:
         k = categorize_modules(result)
         return k.groupby(["module", "pass", "category"], dropna=False)["duration_ns"].sum()
 
@@ -53,9 +53,9 @@ def _comparison_statement(totals: dict) -> str:
             f"{d['idle_ns'] / 1e6:+.3f} ms; {d['kernel_launches']:+d} kernel launches")
 
 
-def _kernels_changed(base: Verification, new: Verification) -> pd.DataFrame:
+def _kernels_changed(base: Judgement, new: Judgement) -> pd.DataFrame:
     """Per layer × module × pass, the GEMM kernels each run used, where they differ."""
-    def kernels_of(result: Verification) -> pd.Series:
+    def kernels_of(result: Judgement) -> pd.Series:
         g = result.gemms.assign(**{"pass": result.gemms["te_pass"]})
         return g.groupby(["layer", "module", "pass"], dropna=False)["name"].agg(lambda s: " + ".join(sorted(set(s))))
 

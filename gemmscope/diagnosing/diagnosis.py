@@ -32,7 +32,7 @@ from gemmscope.assembly.job import launched_by_te, module_labels
 from gemmscope.common.jsonable import frame_records, plain
 from gemmscope.diagnosing.findings import Finding, findings, uneven_steps
 from gemmscope.diagnosing.steps import NO_OPTIMIZER_STEP, NO_STEPS, launching_step, located_steps, watched_without_steps
-from gemmscope.judging.verify import Verification
+from gemmscope.judging.judgement import Judgement
 from gemmscope.traces.model import process_id
 
 CATEGORIES = ("gemm", "gemm-fallback", "gemm-tail", "quantize", "attention", "communication",
@@ -63,10 +63,10 @@ class Diagnosis:
                 "step_times": frame_records(self.step_times)}
 
 
-def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verification, pd.DataFrame]:
+def within_steps(result: Judgement, steps: pd.DataFrame) -> tuple[Judgement, pd.DataFrame]:
     """The checked run cut to the GPU work of its steps after the first, and per step: wall time
     on the CPU and the GPU time of the kernels it launched."""
-    k = result.kernels
+    k = result.job.kernels
     step_of = launching_step(k, steps)
     trace_code = pd.Categorical(k["trace"])
     kernel_ns = pd.Series(k["duration_ns"].to_numpy()).groupby([trace_code.codes, step_of]).sum()
@@ -83,10 +83,11 @@ def within_steps(result: Verification, steps: pd.DataFrame) -> tuple[Verificatio
         return result, per_step
     window_start, window_end = k.loc[measured, "start"].min(), k.loc[measured, "end"].max()
     kernels = _rows(k, ((k["start"] >= window_start) & (k["start"] <= window_end)).to_numpy())
-    memops = _rows(result.memops, ((result.memops["start"] >= window_start)
-                                   & (result.memops["start"] <= window_end)).to_numpy())
+    memops = _rows(result.job.memops, ((result.job.memops["start"] >= window_start)
+                                   & (result.job.memops["start"] <= window_end)).to_numpy())
     gemms = result.gemms[result.gemms["kernel_row"].isin(kernels.index)]
-    return dataclasses.replace(result, kernels=kernels, memops=memops, gemms=gemms), per_step
+    job = dataclasses.replace(result.job, kernels=kernels, memops=memops)
+    return dataclasses.replace(result, job=job, gemms=gemms), per_step
 
 
 def _rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
@@ -119,10 +120,10 @@ def _rank_key(frame: pd.DataFrame) -> pd.Series:
                      index=frame.index)
 
 
-def categorize(result: Verification) -> pd.DataFrame:
+def categorize(result: Judgement) -> pd.DataFrame:
     """Every kernel and memory operation of the checked traces with its category and rank key
     (categoricals: the rank keys' categories in name order, as `breakdown` lists the ranks)."""
-    k = result.kernels
+    k = result.job.kernels
     role, family = k["role"].to_numpy(dtype=object), k["family"].to_numpy(dtype=object)
     code = np.full(len(k), CATEGORIES.index("other"))
     for kernel_role, category in _CATEGORY_OF_ROLE.items():
@@ -131,7 +132,7 @@ def categorize(result: Verification) -> pd.DataFrame:
     if "verdict" in result.gemms:
         fell_back = result.gemms.loc[result.gemms["verdict"] == "FALLBACK", "kernel_row"].to_numpy()
         code[k.index.get_indexer(fell_back)] = CATEGORIES.index("gemm-fallback")
-    memops = result.memops
+    memops = result.job.memops
     code = np.r_[code, pd.Categorical(memops["kind"], categories=CATEGORIES).codes]
     rank_key = union_categoricals([_rank_key(k).array, _rank_key(memops).array], sort_categories=True)
     columns = ["start", "end", "duration_ns"]
@@ -168,7 +169,7 @@ def _covered_ns(block_start: np.ndarray, block_end: np.ndarray, at: np.ndarray) 
     return np.where(n > 0, before[last] + inside, 0)
 
 
-def breakdown(result: Verification, activity: pd.DataFrame | None = None) -> pd.DataFrame:
+def breakdown(result: Judgement, activity: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank: GPU window, busy and idle time, kernel launches, time per category
     (`activity`: categorize(result), where the caller has it already)."""
     activity = categorize(result) if activity is None else activity
@@ -188,7 +189,7 @@ def breakdown(result: Verification, activity: pd.DataFrame | None = None) -> pd.
     return pd.DataFrame(rows)
 
 
-def step_breakdown(result: Verification, steps: pd.DataFrame, activity: pd.DataFrame | None = None) -> pd.DataFrame:
+def step_breakdown(result: Judgement, steps: pd.DataFrame, activity: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank and step after the first (`find_steps`' instances), the figures of `breakdown`.
     On a rank's GPU timeline a step runs from the first start of a kernel it launched to that
     of the next step; the first measured step from the rank's first activity, the last to its
@@ -196,8 +197,8 @@ def step_breakdown(result: Verification, steps: pd.DataFrame, activity: pd.DataF
     is cut at the boundaries, so on a run cut by `within_steps` a rank's steps add up to its
     `breakdown` row: window, busy, idle, launches and every category (`activity`:
     categorize(result), where the caller has it already)."""
-    k = result.kernels
-    step = np.full(len(k) + len(result.memops), -1)
+    k = result.job.kernels
+    step = np.full(len(k) + len(result.job.memops), -1)
     step[: len(k)] = launching_step(k, steps)  # categorize puts the kernels first, in order
     activity = (categorize(result) if activity is None else activity).assign(step=step, row=np.arange(len(step)))
     measured = activity[activity["step"] >= 1]
@@ -231,7 +232,7 @@ def step_breakdown(result: Verification, steps: pd.DataFrame, activity: pd.DataF
     return pd.concat(parts, ignore_index=True)[STEP_COLUMNS] if parts else pd.DataFrame(columns=STEP_COLUMNS)
 
 
-def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
+def diagnose(result: Judgement, step_range: str | None = None) -> Diagnosis:
     """Breakdown and findings of a checked run, over its steps after the first when steps are
     found (`step_range`, else the hook's marks, else the default step names: steps.located_steps),
     else over the whole trace."""
@@ -247,11 +248,11 @@ def diagnose(result: Verification, step_range: str | None = None) -> Diagnosis:
     return Diagnosis(breakdown=times, findings=found, steps=per_step, step_range=step_range, step_times=step_times)
 
 
-def categorize_modules(result: Verification) -> pd.DataFrame:
+def categorize_modules(result: Judgement) -> pd.DataFrame:
     """Kernels with their module label (job.module_labels, as the GEMM tables say it), pass and
     category."""
     activity = categorize(result)
-    k = result.kernels
+    k = result.job.kernels
     module = module_labels(k["te_module"], launched_by_te(k))
     kernels = activity.iloc[: len(k)].assign(module=module.to_numpy(), **{"pass": k["te_pass"].to_numpy()})
     memops = activity.iloc[len(k):].assign(module="(memory operations)", **{"pass": None})

@@ -26,8 +26,8 @@ import pandas as pd
 from gemmscope.devices import lookup
 from gemmscope.diagnosing.throughput import device_name, gemm_throughput
 from gemmscope.judging.figures import ASSUMED_SPEEDUP
+from gemmscope.judging.judgement import Judgement
 from gemmscope.judging.recipes import RECIPE_MIN_SM
-from gemmscope.judging.verify import Verification
 from gemmscope.traces.model import gpu_sm
 
 # Where a finding's time is: a layer, module and pass, and its time there.
@@ -61,7 +61,7 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms" if ns < 1e9 else f"{ns / 1e9:.2f} s"
 
 
-def findings(result: Verification, times: pd.DataFrame) -> list[Finding]:
+def findings(result: Judgement, times: pd.DataFrame) -> list[Finding]:
     """The findings (module docstring) over all ranks, most time at stake first."""
     out: list[Finding] = []
     window, busy, idle = (int(times[c].sum()) for c in ("window_ns", "busy_ns", "idle_ns"))
@@ -74,7 +74,7 @@ def findings(result: Verification, times: pd.DataFrame) -> list[Finding]:
         bounds[f"s={measured_speedup:.2f} (measured)"] = _amdahl(share, measured_speedup)
     bound_text = ", ".join(f"{k}: at most {v:.3f}× end to end" for k, v in bounds.items())
     device = device_name(result)
-    sm = gpu_sm(result.traces)
+    sm = gpu_sm(result.job.traces)
 
     for recipe in result.expected_recipes:
         if recipe in RECIPE_MIN_SM and sm is not None and sm < RECIPE_MIN_SM[recipe]:
@@ -88,8 +88,8 @@ def findings(result: Verification, times: pd.DataFrame) -> list[Finding]:
                                  f"{_pct(share)} of it, so faster GEMMs cannot pay much ({bound_text})",
                     "figures": {"window_ns": window, "busy_ns": busy, "idle_ns": idle, "gemm_ns": gemm_ns,
                                 "gemm_share": share, "amdahl": bounds}, "concerns": []})
-        launch = result.kernels["launch_end"] - result.kernels["launch_start"]
-        median_kernel, median_launch = result.kernels["duration_ns"].median(), launch.median()
+        launch = result.job.kernels["launch_end"] - result.job.kernels["launch_start"]
+        median_kernel, median_launch = result.job.kernels["duration_ns"].median(), launch.median()
         if pd.notna(median_launch) and median_kernel < median_launch:
             out.append({"code": "launch-bound", "explains_ns": int(idle * 0.99),
                         "statement": f"the median kernel runs {median_kernel / 1e3:.1f} µs, less than the "
@@ -131,7 +131,7 @@ def _top(frame: pd.DataFrame, n: int = 3) -> list[Concern]:
              "time_ns": int(v)} for k, v in g.sort_values(ascending=False).head(n).items()]
 
 
-def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.DataFrame) -> list[Finding]:
+def _verdict_findings(result: Judgement, times: pd.DataFrame, throughput: pd.DataFrame) -> list[Finding]:
     out: list[Finding] = []
     g = result.gemms
     gemm_ns = int(g["duration_ns"].sum())
@@ -151,7 +151,7 @@ def _verdict_findings(result: Verification, times: pd.DataFrame, throughput: pd.
     low = g[~g["precision"].isin(["bf16", "fp16", "fp32", "tf32"])]
     low_ns = int(low["duration_ns"].sum())
     if quantize_ns and low_ns:
-        k = result.kernels
+        k = result.job.kernels
         quant = k[k["role"] == "quantize"]
         by_module = quant.groupby(quant["te_module"].fillna("(module unknown)"))["duration_ns"].sum()
         out.append({"code": "quantize-overhead", "explains_ns": quantize_ns,

@@ -20,7 +20,7 @@ from gemmscope.assembly import te_ranges
 from gemmscope.assembly.attribution import LoadedTrace, literal_prefix, name_matches
 from gemmscope.autocast_hook.gemmscope_protocol import STEP_PREFIX, parse_record
 from gemmscope.errors import InputError
-from gemmscope.judging.verify import Verification
+from gemmscope.judging.judgement import Judgement
 from gemmscope.traces.model import Trace, process_id
 
 # The columns of the steps found (one row per step and process); diagnosis.STEP_COLUMNS are the figures per step.
@@ -93,20 +93,20 @@ def _mark_numbers(trace: Trace) -> pd.Series:
     return pd.to_numeric(number, errors="coerce").dropna().astype("int64")
 
 
-def watched_without_steps(result: Verification) -> bool:
+def watched_without_steps(result: Judgement) -> bool:
     """The hook watched for optimizer steps (its mark at torch's import) and marked none."""
-    said = [name[len(STEP_PREFIX):] for t in result.traces for name in t.range_names_starting(STEP_PREFIX)]
+    said = [name[len(STEP_PREFIX):] for t in result.job.traces for name in t.range_names_starting(STEP_PREFIX)]
     return any(s.startswith("watching") for s in said) and not any(s.startswith("n=") for s in said)
 
 
-def default_step_pattern(result: Verification) -> str | None:
+def default_step_pattern(result: Judgement) -> str | None:
     """The step ranges to use without --step-range or marks, as a shell pattern
     (`tp_step_[0-9]*`), or None: push/pop ranges named a stem and a number, the stem met with at
     least two numbers in one process, neither TE's nor gemmscope's own nor a PyTorch operator's;
     stems that say step or iteration first, then the one whose ranges span the most time (the
     outermost loop)."""
     parts = []
-    for trace in result.traces:
+    for trace in result.job.traces:
         n = trace.nvtx[trace.nvtx["kind"] == "push-pop"]
         # Only a name that ends in a number can be one; of those, TE's grammar (its prefix filter
         # first) is asked only about the few that are not an operator's. (The trace's names, of
@@ -135,17 +135,17 @@ def default_step_pattern(result: Verification) -> str | None:
     return re.sub(r"([*?\[])", r"[\1]", best) + "[0-9]*"
 
 
-def find_steps(result: Verification, pattern: str | None = None) -> pd.DataFrame:
+def find_steps(result: Judgement, pattern: str | None = None) -> pd.DataFrame:
     """The run's steps (FOUND_COLUMNS): instances of the push/pop range `pattern` (a shell
     pattern) names; without one, the hook's marks, else default_step_pattern's ranges."""
     return located_steps(result, pattern)[0]
 
 
-def located_steps(result: Verification, pattern: str | None = None) -> tuple[pd.DataFrame, str | None]:
+def located_steps(result: Judgement, pattern: str | None = None) -> tuple[pd.DataFrame, str | None]:
     """find_steps' steps, and the pattern of their names: MARKED_PATTERN for the hook's marks,
     the ranges' otherwise (None when there are none)."""
     if pattern is None:
-        marked = [marked_steps(t, result.kernels) for t in result.traces]
+        marked = [marked_steps(t, result.job.kernels) for t in result.job.traces]
         marked = [m for m in marked if len(m)]
         if marked:
             return pd.concat(marked, ignore_index=True).sort_values(["trace", "pid", "start"], ignore_index=True), MARKED_PATTERN
@@ -153,9 +153,9 @@ def located_steps(result: Verification, pattern: str | None = None) -> tuple[pd.
     return _ranges_named(result, pattern), pattern
 
 
-def _ranges_named(result: Verification, pattern: str | None) -> pd.DataFrame:
+def _ranges_named(result: Judgement, pattern: str | None) -> pd.DataFrame:
     parts = []
-    for trace in result.traces:
+    for trace in result.job.traces:
         n = trace.nvtx
         # each distinct name matched once, not each range; only those that start as the pattern does
         named = np.array(trace.range_names_starting(literal_prefix(pattern)) if pattern else [], dtype=object)

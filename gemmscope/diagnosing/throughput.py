@@ -7,10 +7,10 @@ from __future__ import annotations
 import pandas as pd
 
 from gemmscope.devices import peak_tflops
-from gemmscope.judging.verify import Verification
+from gemmscope.judging.judgement import Judgement
 
 
-def gemm_throughput(result: Verification) -> pd.DataFrame:
+def gemm_throughput(result: Judgement) -> pd.DataFrame:
     """GEMM launches whose call shape the hook recorded (one kernel per call), with TFLOP/s and
     the share of their precision's dense peak on this GPU."""
     g = result.gemms
@@ -23,7 +23,7 @@ def gemm_throughput(result: Verification) -> pd.DataFrame:
     return g
 
 
-def gemm_group_throughput(result: Verification) -> pd.DataFrame:
+def gemm_group_throughput(result: Judgement) -> pd.DataFrame:
     """Per GEMM: layer × module × pass × call shape (M, N, K as the hook recorded them; NaN
     without a record) × precision (× verdict, where checked), the launches and their time, and
     over the launches whose shape was recorded (`gemm_throughput`): FLOPs, TFLOP/s and share of
@@ -51,13 +51,13 @@ def gemm_group_throughput(result: Verification) -> pd.DataFrame:
     return out
 
 
-def _peaks(result: Verification, precisions: pd.Series) -> pd.Series:
+def _peaks(result: Judgement, precisions: pd.Series) -> pd.Series:
     """The dense peak (TFLOP/s) of each precision on the traces' GPU, NaN where unknown."""
     device = device_name(result)
     peaks = {p: peak_tflops(device, p) for p in precisions.dropna().unique()} if device else {}
     return precisions.map(peaks).astype("float64")
 
 
-def device_name(result: Verification) -> str | None:
-    names = [gpu["name"] for t in result.traces for gpu in t.meta["gpus"] if gpu.get("name")]
+def device_name(result: Judgement) -> str | None:
+    names = [gpu["name"] for t in result.job.traces for gpu in t.meta["gpus"] if gpu.get("name")]
     return names[0] if names else None

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from gemmscope.judging.verify import Verification
+from gemmscope.judging.judgement import Judgement
 
 # A low precision's dense peak over BF16's, on Hopper and Blackwell (FP8 vs BF16, on paper): what
 # running a GEMM in low precision instead of high could gain at most (coverage, the fallback
@@ -22,7 +22,7 @@ ASSUMED_SPEEDUP = 2.0
 @dataclass(frozen=True, eq=False)
 class Coverage:
     """The GEMM launches checked against their own request that asked for high precision
-    (Verification.coverage): not a failure, what low precision does not cover."""
+    (Judgement.coverage): not a failure, what low precision does not cover."""
 
     gemm_launches: int
     time_ns: int
@@ -35,7 +35,7 @@ class Coverage:
 @dataclass(frozen=True, eq=False)
 class VerdictFigures:
     """What a verdict says in numbers (module docstring); the verdict counts and what follows
-    them only where the run was checked (Verification.checked)."""
+    them only where the run was checked (Judgement.checked)."""
 
     gemm_launches: int
     gemm_time_ns: int
@@ -45,14 +45,14 @@ class VerdictFigures:
     verdicts: dict[str, int] | None = None  # launches per verdict, most first
     expected_time_share: float | None = None  # of checked GEMM time, at the expected precision
     unchecked_gemm_launches: int = 0  # with no verdict
-    unjudged_gemm_launches: int = 0  # Verification.unjudged
+    unjudged_gemm_launches: int = 0  # Judgement.unjudged
     mismatches: int = 0
     allowed: int = 0
     coverage: Coverage | None = None  # checked each against its own request (no --expect)
     note: str | None = None  # why no GEMM time is stated
 
 
-def verdict_figures(result: Verification) -> VerdictFigures:
+def verdict_figures(result: Judgement) -> VerdictFigures:
     """The figures of `result` (module docstring)."""
     g = result.gemms
     time = g.groupby(g["precision"].fillna("unknown"))["duration_ns"].sum().sort_values(ascending=False)
@@ -76,12 +76,12 @@ def verdict_figures(result: Verification) -> VerdictFigures:
         unjudged_gemm_launches=len(result.unjudged),
         mismatches=len(result.mismatches),
         allowed=len(result.allowed),
-        coverage=None if result.strict else coverage(result),
+        coverage=None if result.expect_given else coverage(result),
         note=None if len(g) else f"no GEMM kernel ran: nothing ran at {' or '.join(result.expected_recipes)}",
     )
 
 
-def coverage(result: Verification) -> Coverage:
+def coverage(result: Judgement) -> Coverage:
     """Coverage of a run checked each GEMM against its own request (Coverage)."""
     g = result.gemms
     high = result.coverage
@@ -94,8 +94,8 @@ def coverage(result: Verification) -> Coverage:
                     saved_at_most_ns=int(high_ns * (1 - 1 / ASSUMED_SPEEDUP)), groups=coverage_groups(result))
 
 
-def coverage_groups(result: Verification) -> pd.DataFrame:
-    """The GEMMs asked for high precision (Verification.coverage) per layer × module × what was
+def coverage_groups(result: Judgement) -> pd.DataFrame:
+    """The GEMMs asked for high precision (Judgement.coverage) per layer × module × what was
     asked: the passes, launches, time and share of all GEMM time, in layer order."""
     g = result.gemms
     columns = ["layer", "layer_number", "module", "asked", "passes", "launches", "time_ns", "share"]

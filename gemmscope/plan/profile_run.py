@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,28 @@ import pandas as pd
 from gemmscope import devices
 from gemmscope.assembly.attribution import launches_with_ranges
 from gemmscope.errors import InputError
+from gemmscope.judging.judgement import verdict
 from gemmscope.judging.recipes import recipe_precision
-from gemmscope.judging.verify import verdict
 from gemmscope.plan.run_marks import PLAN_PREFIX, RANGE_PREFIX, RESULT_PREFIX, WARMUP_PREFIX
 from gemmscope.traces.model import Trace
 from gemmscope.traces.read import read_trace
 
 MODES = ("autocast", "prequant")
+
+
+def is_run_dir(path: Path) -> bool:
+    """A `gemmscope profile` run directory (it writes spec.json, then results.json), as opposed
+    to a folder of traces."""
+    return path.is_dir() and any((path / name).is_file() for name in ("spec.json", "results.json"))
+
+
+def run_directory(inputs: Sequence[str | Path], verb: str) -> Path | None:
+    """The profile run directory `inputs` name, or None when they name traces; InputError where
+    one is given with other runs or traces (`verb`: what the command does with it, "bundle")."""
+    runs = [Path(p) for p in inputs if is_run_dir(Path(p))]
+    if runs and len(inputs) > 1:
+        raise InputError(f"{runs[0]} is a profile run directory: {verb} it alone, not with other runs or traces")
+    return runs[0] if runs else None
 # A run directory's trace, in the order load_run looks for it (the export, or it compressed).
 RUN_TRACES = ("trace.sqlite", "trace.sqlite.xz")
 # The GEMMs' output is BF16 whatever the recipe (the workload asks TE for out_dtype=bfloat16).

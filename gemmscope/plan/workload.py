@@ -49,7 +49,8 @@ class Entry:
                 f"|m={self.m}|k={self.k}|n={self.n}{splits}|iters={self.iters}")
 
 
-def _te():
+def te_modules():
+    """Transformer Engine's torch modules, its extension and its recipes, imported on first use."""
     import transformer_engine.pytorch as te
     import transformer_engine_torch as tex
     from transformer_engine.common import recipe
@@ -61,7 +62,7 @@ def te_recipe(precision: str):
     """The TE recipe object for a precision (None for BF16: no autocast)."""
     if precision == "bf16":
         return None
-    _, _, recipe = _te()
+    _, _, recipe = te_modules()
     return {
         "fp8-delayed": recipe.DelayedScaling,
         "fp8-current": recipe.Float8CurrentScaling,
@@ -75,7 +76,7 @@ def unsupported_reason(precision: str) -> str | None:
     """TE's own reason why this GPU cannot run the recipe, or None (BF16: none, TE not needed)."""
     if precision == "bf16":
         return None
-    te, _, _ = _te()
+    te, _, _ = te_modules()
     check = {
         "bf16": None,
         "fp8-delayed": te.is_fp8_available,
@@ -91,7 +92,7 @@ def unsupported_reason(precision: str) -> str | None:
 
 
 def _autocast_step(entry: Entry):
-    te, _, _ = _te()
+    te, _, _ = te_modules()
     layer = te.Linear(entry.k, entry.n, bias=False, params_dtype=torch.bfloat16)
     x = torch.randn(entry.m, entry.k, device="cuda", dtype=torch.bfloat16)
     if entry.precision == "bf16":
@@ -108,7 +109,7 @@ def _autocast_step(entry: Entry):
 def _quantizer(precision: str, role: str):
     """TE's quantizer for one GEMM operand (`role`: weight, input or grad) under the recipe's
     defaults: HYBRID formats put gradients in E5M2, block scaling uses the recipe's 1D/2D dims."""
-    te, tex, recipe_module = _te()
+    te, tex, recipe_module = te_modules()
     recipe = te_recipe(precision)
     hybrid = getattr(recipe, "fp8_format", None) == recipe_module.Format.HYBRID
     fp8 = tex.DType.kFloat8E5M2 if (role == "grad" and hybrid) else tex.DType.kFloat8E4M3
@@ -265,7 +266,7 @@ def _device() -> dict:
 def canary() -> None:
     """`gemmscope doctor --canary`'s workload: a plain torch.nn.Linear inside an FP8 autocast
     runs a BF16 GEMM, next to a te.Linear that runs FP8."""
-    te, _, _ = _te()
+    te, _, _ = te_modules()
     te_layer = te.Linear(256, 256, bias=False, params_dtype=torch.bfloat16)
     planted = torch.nn.Linear(256, 256, bias=False, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)

@@ -13,11 +13,11 @@ from gemmscope.report.model import Report
 
 # Each format a report's sections are rendered in: a renderer of its own over the report model
 # (model.py). JSON and CSV are the report's document and rows.
-PAGE_FORMATS = ("table", "markdown", "html")
+SECTION_FORMATS = ("table", "markdown", "html")
 
 
 def renderer(fmt: str) -> Callable[[Report], str]:
-    """The renderer of a format of PAGE_FORMATS, its module imported only when that format is
+    """The renderer of a format of SECTION_FORMATS, its module imported only when that format is
     asked for (the terminal's brings in rich: a JSON document needs none of them)."""
     if fmt == "table":
         from gemmscope.report.terminal import to_terminal
@@ -37,11 +37,11 @@ def render(report: Report, fmt: str) -> str:
     as CSV, Markdown or a self-contained HTML page."""
     from gemmscope.report import tables
 
-    if fmt in PAGE_FORMATS:
+    if fmt in SECTION_FORMATS:
         return renderer(fmt)(report)
     if fmt == "json" and report.document is not None:
         return json.dumps(report.document, indent=2) + "\n"
     if fmt == "csv" and report.rows is not None:
         return tables.csv_text(report.rows())
-    available = [*PAGE_FORMATS] + ["json"] * (report.document is not None) + ["csv"] * (report.rows is not None)
+    available = [*SECTION_FORMATS] + ["json"] * (report.document is not None) + ["csv"] * (report.rows is not None)
     raise InputError(f"this report cannot be written as {fmt}: choose from {', '.join(available)}")

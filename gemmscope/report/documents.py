@@ -14,7 +14,7 @@ from gemmscope import devices
 from gemmscope.common.jsonable import frame_records, plain
 from gemmscope.diagnosing.diagnosis import Diagnosis
 from gemmscope.judging.figures import Coverage, verdict_figures
-from gemmscope.judging.verify import Verification
+from gemmscope.judging.judgement import Judgement
 from gemmscope.plan.shapes import Gemm
 from gemmscope.traces.model import Trace
 
@@ -28,7 +28,7 @@ _GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "trace
                 "requested_b", "requested", "requested_scale", "origin")
 
 
-def gemm_fields(result: Verification) -> list[str]:
+def gemm_fields(result: Judgement) -> list[str]:
     return (list(_GEMM_FIELDS) + (["expected", "verdict", "cause", "allowed", "asked_high"] if result.checked else [])
             + (["expect_range"] if result.expect_map else []))
 
@@ -37,13 +37,13 @@ def gemm_fields(result: Verification) -> list[str]:
 UNNAMED_RANGE = "(unnamed range)"
 
 
-def range_lists(result: Verification, rows: np.ndarray) -> list[list[str]]:
+def range_lists(result: Judgement, rows: np.ndarray) -> list[list[str]]:
     """The names of the NVTX ranges around each launch of `rows` (kernel rows), outermost first,
     as reports list them."""
-    return [[name if isinstance(name, str) else UNNAMED_RANGE for name in names] for names in result.ranges.lists(rows)]
+    return [[name if isinstance(name, str) else UNNAMED_RANGE for name in names] for names in result.job.ranges.lists(rows)]
 
 
-def gemm_records(gemms: pd.DataFrame, result: Verification) -> list[dict]:
+def gemm_records(gemms: pd.DataFrame, result: Judgement) -> list[dict]:
     """`gemms` (rows of result.gemms) as JSON-able records, one per launch."""
     g = gemms.rename(columns={"name": "kernel", "start": "start_ns"})
     g["ranges"] = range_lists(result, g["kernel_row"].to_numpy()) if len(g) else []
@@ -55,7 +55,7 @@ def gemm_records(gemms: pd.DataFrame, result: Verification) -> list[dict]:
 JSONL_CHUNK = 10_000
 
 
-def launch_lines(result: Verification) -> Iterator[str]:
+def launch_lines(result: Judgement) -> Iterator[str]:
     """`--format jsonl`: one JSON object per GEMM launch, a line each (the records --per-launch
     adds to the JSON document; common.schema.json's gemm_launch), made a chunk at a time."""
     for start in range(0, len(result.gemms), JSONL_CHUNK):
@@ -63,8 +63,8 @@ def launch_lines(result: Verification) -> Iterator[str]:
             yield json.dumps(record) + "\n"
 
 
-def check_mode(result: Verification) -> str:
-    if result.strict:
+def check_mode(result: Judgement) -> str:
+    if result.expect_given:
         return "recipe"
     return "per-gemm" if result.checked else "none"
 
@@ -75,7 +75,7 @@ def coverage_document(coverage: Coverage) -> dict:
             "saved_at_most_ns": coverage.saved_at_most_ns, "groups": frame_records(coverage.groups)}
 
 
-def summary_document(result: Verification) -> dict:
+def summary_document(result: Judgement) -> dict:
     """The check's summary: its state and figures (figures.verdict_figures), the GEMMs grouped, the
     ranks compared, and the traces that could not be read or launched no kernel."""
     figures = verdict_figures(result)
@@ -85,16 +85,16 @@ def summary_document(result: Verification) -> dict:
         "mode": check_mode(result),
         "gemm_launches": figures.gemm_launches,
         "gemm_time_ns": figures.gemm_time_ns,
-        "gemm_tail_time_ns": result.tails_ns,
+        "gemm_tail_time_ns": result.job.tails_ns,
         "by_precision": figures.launches_by_precision,
         "by_module_pass": frame_records(result.summary),
         "groups": frame_records(result.groups),
         "ranks": figures.ranks,
         "rank_comparison": frame_records(result.rank_comparison),
-        "unreadable_traces": plain(result.unreadable),
-        "traces_without_kernels": plain(result.without_kernels),
-        "autotuning_gemm_launches": len(result.autotuning),
-        "autotuning_gemm_time_ns": int(result.autotuning["duration_ns"].sum()) if len(result.autotuning) else 0,
+        "unreadable_traces": plain(result.job.unreadable),
+        "traces_without_kernels": plain(result.job.without_kernels),
+        "autotuning_gemm_launches": len(result.job.autotuning),
+        "autotuning_gemm_time_ns": int(result.job.autotuning["duration_ns"].sum()) if len(result.job.autotuning) else 0,
     }
     if result.expect_map:
         doc["expect_map"] = [{"pattern": p, "recipe": r} for p, r in result.expect_map]
@@ -124,10 +124,10 @@ def _trace_meta(trace: Trace) -> dict:
     }
 
 
-def _meta(result: Verification, command: dict | None) -> dict:
+def _meta(result: Judgement, command: dict | None) -> dict:
     """The first trace's meta at the top level (one trace: as before), every trace under
     `traces`, and the profiled command's outcome when gemmscope ran it."""
-    metas = [_trace_meta(t) for t in result.traces]
+    metas = [_trace_meta(t) for t in result.job.traces]
     meta = dict(metas[0]) if metas else {}
     meta["traces"] = metas
     if command is not None:
@@ -151,7 +151,7 @@ def diagnosis_document(diagnosis: Diagnosis) -> dict:
     }
 
 
-def analysis_document(result: Verification, command: dict | None = None, diagnosis: Diagnosis | None = None,
+def analysis_document(result: Judgement, command: dict | None = None, diagnosis: Diagnosis | None = None,
                       per_launch: bool = False) -> dict:
     """`gemmscope analyze --format json`: meta, summary (GEMMs grouped per layer, module, pass and
     kernel), the breakdown and findings; with `per_launch`, one object per GEMM launch too (a
@@ -163,7 +163,7 @@ def analysis_document(result: Verification, command: dict | None = None, diagnos
     return doc | (diagnosis_document(diagnosis) if diagnosis else {})
 
 
-def verification_document(result: Verification, command: dict | None = None,
+def verification_document(result: Judgement, command: dict | None = None,
                           diagnosis: Diagnosis | None = None, per_launch: bool = False) -> dict:
     """`gemmscope verify --format json`: summary (mismatches grouped in its `groups`), the
     breakdown and findings; with `per_launch`, the non-allowed and the allowed mismatches one

@@ -9,7 +9,7 @@ from gemmscope.diagnosing.diagnosis import CATEGORIES, Diagnosis
 from gemmscope.diagnosing.findings import Finding
 from gemmscope.diagnosing.steps import described
 from gemmscope.judging.figures import coverage_groups
-from gemmscope.judging.verify import Verification
+from gemmscope.judging.judgement import Judgement
 from gemmscope.report.model import count
 
 # Section titles, the same in every format.
@@ -41,7 +41,7 @@ def findings_frame(findings: list[Finding]) -> pd.DataFrame:
                          "what it says": [f["statement"] for f in findings]})
 
 
-def summary_frame(result: Verification) -> pd.DataFrame:
+def summary_frame(result: Judgement) -> pd.DataFrame:
     s = result.summary.copy()
     if s.empty:
         return s
@@ -75,19 +75,19 @@ def ranges_frame(ranges: pd.DataFrame) -> pd.DataFrame:
     })
 
 
-def mismatch_groups(result: Verification) -> pd.DataFrame:
+def mismatch_groups(result: Judgement) -> pd.DataFrame:
     """The layer × module × pass × kernel groups whose requested precision did not run, allowed
     ones included (`allowed` says which)."""
     return result.groups[result.groups["verdict"] == "FALLBACK"]
 
 
-def differing_ranks(result: Verification) -> pd.DataFrame:
+def differing_ranks(result: Judgement) -> pd.DataFrame:
     """The layer × module × pass where some ranks ran other kernels than the rest."""
     comparison = result.rank_comparison
     return comparison[comparison["differing_ranks"].map(len) > 0]
 
 
-def mismatch_frame(result: Verification, allowed: bool) -> pd.DataFrame:
+def mismatch_frame(result: Judgement, allowed: bool) -> pd.DataFrame:
     """Mismatches grouped by layer × module × pass × kernel, with counts."""
     groups = mismatch_groups(result)
     rows = groups[groups["allowed"] == allowed]
@@ -136,7 +136,7 @@ def cause_meaning(cause: str, expected: str | None, hook_recorded: bool) -> str:
     return _REQUESTED.format(handed=handed, expected=expected, why=why)
 
 
-def cause_meanings(frame: pd.DataFrame, result: Verification) -> dict[str, str]:
+def cause_meanings(frame: pd.DataFrame, result: Judgement) -> dict[str, str]:
     """What each cause in `frame` (rows with `cause`, and `expected` under --expect-map) means:
     against the recipe its rows expected where they expected one, else "the expected"."""
     meanings = {}
@@ -149,7 +149,7 @@ def cause_meanings(frame: pd.DataFrame, result: Verification) -> dict[str, str]:
     return meanings
 
 
-def launches_frame(result: Verification) -> pd.DataFrame:
+def launches_frame(result: Judgement) -> pd.DataFrame:
     """Every GEMM launch for people: its start, rank, where it ran, its pass, kernel, precision,
     duration and (where checked) its verdict and cause."""
     g = result.gemms
@@ -164,7 +164,7 @@ def launches_frame(result: Verification) -> pd.DataFrame:
     return frame
 
 
-def coverage_frame(result: Verification) -> pd.DataFrame:
+def coverage_frame(result: Judgement) -> pd.DataFrame:
     """The GEMMs asked for high precision (coverage_groups) for people: milliseconds and shares."""
     groups = coverage_groups(result)
     return pd.DataFrame({"layer": groups["layer"], "module": groups["module"], "passes": groups["passes"],
@@ -172,7 +172,7 @@ def coverage_frame(result: Verification) -> pd.DataFrame:
                          "of GEMM time": (groups["share"].astype(float) * 100).round(1).astype(str) + " %"})
 
 
-def ranks_frame(result: Verification) -> pd.DataFrame:
+def ranks_frame(result: Judgement) -> pd.DataFrame:
     """Per layer, module and pass where some ranks ran other kernels: what most ranks ran, and
     which ranks differ."""
     differing = differing_ranks(result)
@@ -181,8 +181,8 @@ def ranks_frame(result: Verification) -> pd.DataFrame:
                          "ranks that differ": differing["differing_ranks"].map(lambda r: ", ".join(map(str, r)))})
 
 
-def unjudged_frame(result: Verification) -> pd.DataFrame:
-    """The GEMMs that leave the run not fully checked (Verification.unjudged), grouped by layer ×
+def unjudged_frame(result: Judgement) -> pd.DataFrame:
+    """The GEMMs that leave the run not fully checked (Judgement.unjudged), grouped by layer ×
     module × pass × kernel, with counts."""
     g = result.unjudged.assign(**{"pass": result.unjudged["te_pass"], "kernel": result.unjudged["name"]})
     keys = ["layer", "module", "pass", "kernel", "precision"]
@@ -222,11 +222,11 @@ def breakdown_title(diagnosis: Diagnosis) -> str:
     return f"Where the GPU time went ({breakdown_window(diagnosis)})"
 
 
-def several_ranks(result: Verification) -> bool:
+def several_ranks(result: Judgement) -> bool:
     return result.gemms["rank"].nunique() > 1
 
 
-def autotuning_note(result: Verification) -> str:
-    a = result.autotuning
+def autotuning_note(result: Judgement) -> str:
+    a = result.job.autotuning
     return (f"Left out of the check: {count(len(a), 'GEMM launch', 'GEMM launches')} "
             f"({a['duration_ns'].sum() / 1e6:.3f} ms) torch.compile's max-autotune made, benchmarking candidates")

@@ -30,8 +30,8 @@ from gemmscope import devices
 from gemmscope.diagnosing.diagnosis import CATEGORIES, Diagnosis
 from gemmscope.diagnosing.throughput import device_name, gemm_group_throughput
 from gemmscope.errors import InputError
+from gemmscope.judging.judgement import Judgement
 from gemmscope.judging.recipes import recipe_precision
-from gemmscope.judging.verify import Verification
 from gemmscope.plan.profile_run import ProfileRun
 
 DPI = 110
@@ -296,7 +296,7 @@ def profile_tflops_plot(run: ProfileRun) -> Plot:
 
 # --- checked traces -----------------------------------------------------------------------------------
 
-def trace_plots(result: Verification, diagnosis: Diagnosis) -> list[Plot]:
+def trace_plots(result: Judgement, diagnosis: Diagnosis) -> list[Plot]:
     """The plots of checked traces: per rank, per step where the run was cut by its steps, and
     GEMM throughput where any GEMM ran."""
     made = [breakdown_plot(diagnosis), steps_plot(diagnosis), trace_tflops_plot(result)]
@@ -386,7 +386,7 @@ def steps_plot(diagnosis: Diagnosis) -> Plot | None:
                 _png(fig), steps)
 
 
-def trace_tflops_plot(result: Verification) -> Plot | None:
+def trace_tflops_plot(result: Judgement) -> Plot | None:
     """Per GEMM (layer × module × pass × call shape × precision), its TFLOP/s against its FLOPs
     per launch, marker area by its time, with the dense peak of each precision; or, where the
     hook recorded no FLOPs, a figure that says so."""

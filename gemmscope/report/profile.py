@@ -39,12 +39,6 @@ _PASS_LABELS = {"e2e ms": "e2e\nms", "kernel ms": "kernel\nms", "quant %": "quan
 _THROUGHPUT = ("IQR ms", "overhead ms", "TFLOP/s", "% peak", "kernel TFLOP/s", "FLOP/B")
 
 
-def is_run_dir(path: Path) -> bool:
-    """A `gemmscope profile` run directory (it writes spec.json, then results.json), as opposed
-    to a folder of traces."""
-    return path.is_dir() and any((path / name).is_file() for name in ("spec.json", "results.json"))
-
-
 def profile_report(run: ProfileRun, run_dir: Path | None = None, wall_s: float | None = None,
                    detail: str = "normal", written_to: Path | None = None) -> Report:
     """What gemmscope says about a profile run: the verdict, then (unless `detail` is "quiet")

@@ -8,7 +8,7 @@ from gemmscope.assembly import te_ranges
 from gemmscope.diagnosing.diagnosis import Diagnosis
 from gemmscope.diagnosing.findings import Finding
 from gemmscope.judging.figures import Coverage, verdict_figures
-from gemmscope.judging.verify import Verification, recorded_recipes
+from gemmscope.judging.judgement import Judgement, recorded_recipes
 from gemmscope.report.model import count
 
 
@@ -25,20 +25,20 @@ def top_findings(findings: list[Finding]) -> str:
     return f"{first['code']}: {first['statement']}" + (f"; then {', '.join(rest)}" if rest else "")
 
 
-def trace_environment(result: Verification) -> list[tuple[str, str]]:
-    gpus = dict.fromkeys(f"{gpu['name']} ({gpu['sm']})" for t in result.traces for gpu in t.meta["gpus"])
-    nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in result.traces)
-    profilers = dict.fromkeys(t.meta["profiler"] for t in result.traces)
+def trace_environment(result: Judgement) -> list[tuple[str, str]]:
+    gpus = dict.fromkeys(f"{gpu['name']} ({gpu['sm']})" for t in result.job.traces for gpu in t.meta["gpus"])
+    nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in result.job.traces)
+    profilers = dict.fromkeys(t.meta["profiler"] for t in result.job.traces)
     ranks = verdict_figures(result).ranks
-    traces = count(len(result.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
-    software = next((v for t in result.traces
+    traces = count(len(result.job.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
+    software = next((v for t in result.job.traces
                      if (v := te_ranges.recorded_software(t.range_names_starting(te_ranges.SOFTWARE_PREFIX)))), None)
     if software is None:
         versions = "not recorded (nsys records none; gemmscope verify's hook does)"
     else:
         versions = ", ".join(f"{label} {software.get(key) or 'unknown'}" for key, label in
                              (("torch", "torch"), ("cuda", "CUDA"), ("transformer_engine", "TE"), ("cublaslt", "cuBLASLt")))
-    made_by = ("nsys", ", ".join(nsys)) if all(t.made_by_nsys for t in result.traces) else ("profiler", ", ".join(profilers))
+    made_by = ("nsys", ", ".join(nsys)) if all(t.made_by_nsys for t in result.job.traces) else ("profiler", ", ".join(profilers))
     return [("GPU", ", ".join(gpus) or "unknown"), made_by, ("traces", traces),
             ("software", versions)]
 
@@ -47,7 +47,7 @@ def environment_line(environment: list[tuple[str, str]]) -> str:
     return "; ".join(f"{label}: {value}" for label, value in environment)
 
 
-def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list[tuple[str, str]]]:
+def verdict_block(result: Judgement, diagnosis: Diagnosis) -> tuple[str, list[tuple[str, str]]]:
     """The answer first: a status (errors.State's value) and five labelled lines (what was asked,
     what ran, the GEMM time at the requested precision, the top findings, the environment)."""
     figures = verdict_figures(result)
@@ -61,7 +61,7 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
     if result.checked or result.expect_map:
         asked = _asked_recipes(result)
         share = figures.expected_time_share
-        at = ("the recipe asked of each" if result.expect_map else result.expected if result.strict
+        at = ("the recipe asked of each" if result.expect_map else result.expected if result.expect_given
               else "the precision each asked")
         at_precision = ((f"{share * 100:.1f} % of GEMM time" if share is not None else "no GEMM time")
                         + f" at {at}; "
@@ -75,8 +75,8 @@ def verdict_block(result: Verification, diagnosis: Diagnosis) -> tuple[str, list
     else:
         asked = "no recipe: no --expect, and the run recorded no enabled te.autocast"
         at_precision = "not checked (no recipe to check against); precisions are listed as they ran"
-    if result.unreadable:
-        at_precision += f"; {count(len(result.unreadable), 'trace')} could not be read"
+    if result.job.unreadable:
+        at_precision += f"; {count(len(result.job.unreadable), 'trace')} could not be read"
     environment = environment_line(trace_environment(result))
     unrecorded = [("Not recorded", unpatched_line(result.unpatched))] if result.unpatched else []
     return status, [("Asked", asked), ("Ran", ran), ("At the requested precision", at_precision), *unrecorded,
@@ -90,7 +90,7 @@ def unpatched_line(unpatched: list[dict[str, str | None]]) -> str:
                      f"{u['version'] or 'this release'}: {u['why'] or 'no reason recorded'})" for u in unpatched)
 
 
-def unchecked_line(result: Verification) -> str:
+def unchecked_line(result: Judgement) -> str:
     """The GEMMs not checked, in one line ("" where none): how many had nothing to be judged
     against (and why, in this run), how many of those --allow names, and how many are of unknown
     precision (with --strict, those judged UNKNOWN too)."""
@@ -99,7 +99,7 @@ def unchecked_line(result: Verification) -> str:
         return ""
     unchecked = g[g["verdict"].isna()]
     told = unchecked["precision"].notna() & (unchecked["precision"] != "unknown")
-    why = ["no request recorded", "no --expect" if not result.strict else None,
+    why = ["no request recorded", "no --expect" if not result.expect_given else None,
            "outside every mapped range" if result.expect_map else None]
     parts = []
     if told.any():
@@ -130,17 +130,17 @@ def coverage_line(coverage: Coverage) -> str:
             + f", at most {coverage.saved_at_most_ns / 1e6:.3f} ms to gain in low precision")
 
 
-def _asked_recipes(result: Verification) -> str:
+def _asked_recipes(result: Judgement) -> str:
     """What each GEMM was checked against: "fp8-current (--expect)", each GEMM's own request, or
     the map and what holds outside it."""
     default = None
-    if not result.strict and result.checked:
-        recorded = recorded_recipes(result.traces)
+    if not result.expect_given and result.checked:
+        recorded = recorded_recipes(result.job.traces)
         default = "what each GEMM asked (gemmscope's hook records)" + (
             f"; te.autocast recipes recorded: {', '.join(recorded)}" if recorded else "")
     elif result.expected:
-        recorded = recorded_recipes(result.traces)
-        source = ("the recipe the run's te.autocast recorded" if recorded == [result.expected] and not result.strict
+        recorded = recorded_recipes(result.job.traces)
+        source = ("the recipe the run's te.autocast recorded" if recorded == [result.expected] and not result.expect_given
                   else "--expect" + (f"; the run's te.autocast recorded {', '.join(recorded)}"
                                      if recorded and recorded != [result.expected] else ""))
         default = f"{result.expected} ({source})"

@@ -16,7 +16,7 @@ from gemmscope import kernels
 from gemmscope.common.jsonable import plain
 from gemmscope.diagnosing.diagnosis import Diagnosis
 from gemmscope.diagnosing.findings import Finding
-from gemmscope.judging.verify import Verification
+from gemmscope.judging.judgement import Judgement
 from gemmscope.report import plots
 from gemmscope.report.documents import gemm_fields, gemm_records, range_lists
 from gemmscope.report.frames import (
@@ -70,13 +70,13 @@ from gemmscope.report.verdict import trace_environment, verdict_block
 SUMMARY_KERNEL_CHARS = 70
 
 
-def verification_report(result: Verification, diagnosis: Diagnosis, document: dict | None = None,
+def verification_report(result: Judgement, diagnosis: Diagnosis, document: dict | None = None,
                         detail: str = "normal") -> Report:
     """What gemmscope says about checked traces: the verdict, then (unless `detail` is "quiet")
     the ranges checked, the GEMMs per module and pass, the mismatches, coverage, ranks that
     differ, traces that could not be read, where the GPU time went, the findings, every launch
     (`detail` "verbose") and each GEMM group's details. `document`: its JSON form."""
-    names = [t.path.name for t in result.traces]
+    names = [t.path.name for t in result.job.traces]
     status, verdict = verdict_block(result, diagnosis)
     report = Report(title=f"gemmscope report: {', '.join(names)}", status=status, verdict=verdict, sections=[],
                     tables=trace_tables(result, diagnosis), document=document, rows=lambda: launch_rows(result))
@@ -90,28 +90,28 @@ def verification_report(result: Verification, diagnosis: Diagnosis, document: di
     return report
 
 
-def diagnosis_report(result: Verification, diagnosis: Diagnosis) -> Report:
+def diagnosis_report(result: Judgement, diagnosis: Diagnosis) -> Report:
     """`gemmscope diagnose`: the verdict, where the GPU time went and the findings."""
     status, verdict = verdict_block(result, diagnosis)
-    return Report(title=f"gemmscope diagnose: {', '.join(t.path.name for t in result.traces)}", status=status,
+    return Report(title=f"gemmscope diagnose: {', '.join(t.path.name for t in result.job.traces)}", status=status,
                   verdict=verdict, sections=diagnosis_sections(diagnosis), environment=trace_environment(result))
 
 
-def launch_rows(result: Verification) -> pd.DataFrame:
+def launch_rows(result: Judgement) -> pd.DataFrame:
     """Every GEMM launch, a row each (`--format csv`), its NVTX ranges joined outermost first."""
     frame = pd.DataFrame(gemm_records(result.gemms, result), columns=gemm_fields(result))
     frame["ranges"] = frame["ranges"].map(" > ".join)
     return frame
 
 
-def _check_sections(result: Verification) -> list[Section]:
+def _check_sections(result: Judgement) -> list[Section]:
     sections = []
     if result.expect_map:
         sections.append(Section(RANGES_TITLE, intro=["Each NVTX range an --expect-map pattern names, against its "
                                                      "recipe."],
                                 blocks=[Table(RANGES_TITLE, ranges_frame(result.ranges_checked),
                                               fit=Fit(shorten={"range": "name"}))]))
-    if len(result.autotuning):
+    if len(result.job.autotuning):
         sections.append(Section("Left out of the check", notes=[autotuning_note(result)]))
     sections.append(Section(SUMMARY_TITLE, blocks=[_summary_table(result)]))
     sections.append(Section("GEMM throughput against the GPU's dense peak",
@@ -135,23 +135,23 @@ def _check_sections(result: Verification) -> list[Section]:
         sections.append(Section(RANKS_TITLE, blocks=[Table(RANKS_TITLE, ranks_frame(result), fit=Fit(
             stack=Stack("layer · module\n  kernels most ranks ran", under=(("kernels", ""),)), missing={"pass": "?"},
             wrap=("ranks that differ",)))]))
-    if result.unreadable:
-        sections.append(Section(UNREADABLE_TITLE, blocks=[Table(UNREADABLE_TITLE, pd.DataFrame(result.unreadable),
+    if result.job.unreadable:
+        sections.append(Section(UNREADABLE_TITLE, blocks=[Table(UNREADABLE_TITLE, pd.DataFrame(result.job.unreadable),
                                                                 fit=Fit(wrap=("error",)))]))
     return sections
 
 
-def _summary_table(result: Verification) -> Table:
+def _summary_table(result: Judgement) -> Table:
     """Per module and pass: launches, the share at the expected precision, verdict counts (the
     terminal leaves out those zero in every row) and kernel time."""
-    at = "expected" if result.expect_map else result.expected if result.strict else "as asked"
+    at = "expected" if result.expect_map else result.expected if result.expect_given else "as asked"
     return Table(SUMMARY_TITLE, summary_frame(result), fit=Fit(
         zeros=("ok", "fallback", "expected-substitution", "unknown", "allowed"), shorten={"module": "name"},
         labels={"gemms": "launches", "gemm_time_ms": "time ms", "expected-substitution": "substituted",
                 "expected_time_share": f"time at\n{at}"}))
 
 
-def _mismatch_table(result: Verification, allowed: bool) -> Table:
+def _mismatch_table(result: Judgement, allowed: bool) -> Table:
     """The mismatches, a group per cause under what the cause means; a row per layer, module, pass
     and kernel. The terminal says the precision or rank count every row shares once above them."""
     frame = mismatch_frame(result, allowed)
@@ -168,7 +168,7 @@ def _mismatch_table(result: Verification, allowed: bool) -> Table:
                          labels={"time_ms": "time ms"}))
 
 
-def _launches_section(result: Verification) -> Section:
+def _launches_section(result: Judgement) -> Section:
     """Every GEMM launch, one line each; on the terminal its kernel numbered (the names listed once,
     under the table)."""
     frame = launches_frame(result)
@@ -189,7 +189,7 @@ def diagnosis_sections(diagnosis: Diagnosis) -> list[Section]:
     return [*sections, _findings_section(diagnosis.findings)]
 
 
-def _gemm_details(result: Verification) -> Section:
+def _gemm_details(result: Judgement) -> Section:
     """One <details> per layer × module × pass × kernel group, most time first: the kernel's full
     name decoded, what TE was handed, the verdict's cause and the NVTX ranges around a launch."""
     groups = result.groups.sort_values("time_ns", ascending=False, kind="stable")
@@ -264,7 +264,7 @@ def _breakdown_section(diagnosis: Diagnosis) -> Section:
     return Section("Where the GPU time went", intro=intro, blocks=blocks)
 
 
-def trace_tables(result: Verification, diagnosis: Diagnosis) -> dict[str, pd.DataFrame]:
+def trace_tables(result: Judgement, diagnosis: Diagnosis) -> dict[str, pd.DataFrame]:
     """`verification_report`'s tables for a machine, keyed by file name: the frames of `analyze`'s
     JSON (summary, breakdown, findings) and the per-step breakdown."""
     tables = {}
@@ -278,7 +278,7 @@ def trace_tables(result: Verification, diagnosis: Diagnosis) -> dict[str, pd.Dat
         differing = differing_ranks(result)
         tables["ranks-differing.csv"] = differing.assign(
             differing_ranks=differing["differing_ranks"].map(lambda ranks: " ".join(map(str, ranks))))
-    tables["unreadable-traces.csv"] = pd.DataFrame(result.unreadable, columns=["trace", "rank", "error"])
+    tables["unreadable-traces.csv"] = pd.DataFrame(result.job.unreadable, columns=["trace", "rank", "error"])
     tables["breakdown-per-rank.csv"] = diagnosis.breakdown
     tables["breakdown-per-step.csv"] = diagnosis.step_times
     findings = diagnosis.findings

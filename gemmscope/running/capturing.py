@@ -235,7 +235,7 @@ class _ReadWhileRunning:
 
 
 # What checking a capture imports (pandas and the modules on it), imported while the program runs.
-_CHECKING_MODULES = ("gemmscope.assembly.loading", "gemmscope.assembly.job", "gemmscope.judging.verify",
+_CHECKING_MODULES = ("gemmscope.assembly.loading", "gemmscope.assembly.job", "gemmscope.judging.judgement",
                      "gemmscope.diagnosing.steps", "gemmscope.diagnosing.diagnosis", "gemmscope.report.verification",
                      "gemmscope.report.documents", "gemmscope.report.terminal")
 

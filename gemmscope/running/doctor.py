@@ -73,7 +73,7 @@ def canary() -> CanaryResult:
     import tempfile
     from pathlib import Path
 
-    from gemmscope.judging import verify
+    from gemmscope.judging import judgement
     from gemmscope.traces.read import read_trace
 
     report = Path(tempfile.mkdtemp(dir=scratch.folder())) / "canary.nsys-rep"
@@ -81,7 +81,7 @@ def canary() -> CanaryResult:
                                dict(os.environ, NVTE_NVTX_ENABLED="1"))
     if done.returncode != 0 or not report.exists():
         return CanaryResult(False, f"canary: the planted workload failed (exit {done.returncode})")
-    result = verify.check(read_trace(nsys_runner.export_sqlite(report)), "fp8-current")
+    result = judgement.judge(read_trace(nsys_runner.export_sqlite(report)), "fp8-current")
     planted = result.mismatches[result.mismatches["origin"] == "outside-te"]
     if len(planted):
         return CanaryResult(True, f"canary: planted BF16 GEMM flagged as FALLBACK ({planted['name'].iat[0]}, "

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gemmscope.judging.judgement import verdict
 from gemmscope.judging.recipes import RECIPES
-from gemmscope.judging.verify import verdict
 from gemmscope.whatif.groups import RunGroups
 from gemmscope.whatif.measure import plan
 

@@ -1,5 +1,5 @@
-"""`gemmscope whatif` as a library call: traces in, the report and the files to write out (the
-command line writes them and prints the report)."""
+"""`gemmscope whatif`'s answer: traces in, the report and the files to write out (gemmscope.api.what_if
+writes them; the command line prints the report)."""
 
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ def answer(traces: Sequence[str | Path], options: Options | None = None, *, out:
     options = options or Options()
     analysis = Analysis(list(traces), options, say=say)
     result = analysis.check
-    if result.verification is None:  # the run launched no GPU kernel, as a check fails it
+    if result.judgement is None:  # the run launched no GPU kernel, as a check fails it
         raise NothingToGroup(result.note or "no GPU kernel ran")
-    run = group_gemms(result.verification, options.step_range)
+    run = group_gemms(result.judgement, options.step_range)
     if run.groups.empty:  # kernels ran, no GEMM among them, as a check with a recipe fails it
         raise NothingToGroup("the traces hold no GEMM: nothing to group or measure")
     # what the traces recorded (host, paths, the program's names) redacted wherever it is said, as the

@@ -35,8 +35,8 @@ import pandas as pd
 
 from gemmscope.autocast_hook.gemmscope_protocol import parse_members
 from gemmscope.diagnosing.steps import NO_STEPS, described, launching_step, located_steps
+from gemmscope.judging.judgement import Judgement, recorded_recipes
 from gemmscope.judging.recipes import HIGH_PRECISIONS, RECIPES
-from gemmscope.judging.verify import Verification, recorded_recipes
 
 # A number between dots in a module path: a layer, an expert, an index in a container.
 _NUMBER = r"(?<![^.])\d+(?![^.])"
@@ -75,9 +75,9 @@ def _folded_patterns(layer: pd.Series) -> pd.Series:
     return layer.str.replace(_NUMBER, "*", regex=True)
 
 
-def group_gemms(result: Verification, step_range: str | None = None) -> RunGroups:
+def group_gemms(result: Judgement, step_range: str | None = None) -> RunGroups:
     """The run's GEMMs grouped (module docstring), with their time per step."""
-    kernels = result.kernels
+    kernels = result.job.kernels
     gemms = result.gemms
     steps, pattern = located_steps(result, step_range)
     found = described(pattern) if pattern is not None else None  # a pattern whenever steps were found
@@ -144,7 +144,7 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
     }).reset_index().rename(columns={"group_precision": "precision"})
     groups["now_ms"] = groups["gemm_ms"] + groups["quant_ms"]
     groups["low_precision"] = ~groups["precision"].str.split("+").map(lambda p: set(p) <= set(HIGH_PRECISIONS))
-    recipes = recorded_recipes(result.traces)
+    recipes = recorded_recipes(result.job.traces)
     framework = detect_framework(groups, recipes)
     groups["now_recipe"] = _now_recipes(groups, framework, recipes)
     groups = groups.sort_values("now_ms", ascending=False, ignore_index=True)
@@ -165,7 +165,7 @@ def group_gemms(result: Verification, step_range: str | None = None) -> RunGroup
     if groups["low_precision"].any() and groups.loc[groups["low_precision"], "quant_ms"].eq(0).all():
         notes.append("no quantization kernel was found beside the low-precision GEMMs: time now is their GEMM "
                      "kernels alone")
-    gpus = result.traces[0].meta.get("gpus") if result.traces else None
+    gpus = result.job.traces[0].meta.get("gpus") if result.job.traces else None
     return RunGroups(groups=groups, shapes=shapes, framework=framework, recipes=recipes, steps=step_count,
                      steps_note=steps_note, gpu=gpus[0]["name"] if gpus else None, notes=notes, step_ms=step_ms,
                      busy_ms=busy_ms)

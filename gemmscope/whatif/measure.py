@@ -12,10 +12,6 @@ quantization kernel time and the precision of the GEMM kernel that ran.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -105,26 +101,10 @@ def measuring_possible(framework: str) -> str | None:
 
 
 def run(measure_spec: dict, out: Path) -> Path:
-    """Run the runner under nsys into the new folder `out` (appears only once complete)."""
-    from gemmscope.profilers import nsys_runner
+    """Run the runner under nsys into the new folder `out` (appears only once complete: gpu_profile.run_module)."""
+    from gemmscope.plan.gpu_profile import run_module
 
-    if out.exists():
-        raise InputError(f"{out} exists: give a new folder")
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    (partial / SPEC_NAME).write_text(json.dumps(dict(measure_spec, events_out=str(partial / "events.json")), indent=1))
-    command = [sys.executable, "-m", "gemmscope.whatif.runner", str(partial / SPEC_NAME)]
-    try:
-        done = nsys_runner.profile(command, partial / "trace.nsys-rep", dict(os.environ))
-        if done.returncode != 0:
-            raise InputError(f"the whatif measurement failed under nsys (exit {done.returncode}): see its output above")
-        nsys_runner.export_sqlite(partial / "trace.nsys-rep")
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    partial.rename(out)
-    return out
+    return run_module("gemmscope.whatif.runner", measure_spec, out, SPEC_NAME, "the whatif measurement")
 
 
 def read_measurement(folder: Path) -> tuple[pd.DataFrame, dict]:

@@ -28,7 +28,7 @@ import sys
 import torch
 
 from gemmscope.plan.run_marks import PLAN_PREFIX
-from gemmscope.plan.workload import Entry, _te, run_entry, te_recipe, warm_up_gpu
+from gemmscope.plan.workload import Entry, run_entry, te_modules, te_recipe, warm_up_gpu
 from gemmscope.whatif.measure import GROUPED_KIND
 
 # torchao's recipe names (Float8LinearConfig.from_recipe_name) per whatif recipe.
@@ -38,7 +38,7 @@ TORCHAO_MIN_CAPABILITY = (8, 9)
 
 
 def _te_step(entry: Entry):
-    te, _, _ = _te()
+    te, _, _ = te_modules()
     if entry.mode == GROUPED_KIND:
         grouped = te.GroupedLinear(len(entry.m_splits), entry.k, entry.n, bias=False, params_dtype=torch.bfloat16)
         splits = list(entry.m_splits)

@@ -1,7 +1,7 @@
 """The small mistakes issue 22 found the tests blind to, each made in a copy of the source tree:
 every one must fail a test. mutmut (tests/mutation/mutation.sh) mutates inside functions only, and
 not inside decorated ones, so the pattern tables (kernels.RULES, redaction.RULES, redaction.SECRET_NAME),
-the cached `kernels.decode` and `Verification`'s properties (what fails a check) are checked here.
+the cached `kernels.decode` and `Judgement`'s properties (what fails a check) are checked here.
 
     python tests/mutation/named_mutations.py        # one line per mutation: KILLED or SURVIVED; exit 1 on a survivor
 """
@@ -51,23 +51,23 @@ MUTATIONS = (
      "tests/test_kernels.py tests/test_kernel_rules.py"),
     ("a kernel's family taken from its rule's id", "gemmscope/kernels/match.py", "family=rule.family,", "family=rule.id,",
      "tests/test_kernels.py tests/test_kernel_rules.py"),
-    ("a trace that could not be read no longer fails the check", "gemmscope/judging/verify.py",
+    ("a trace that could not be read no longer fails the check", "gemmscope/judging/judgement.py",
      " or ranges_failed or bool(self.unreadable)", " or ranges_failed", "tests/test_verify.py tests/test_loading.py"),
-    ("a recipe asked for and no GEMM run passes", "gemmscope/judging/verify.py",
+    ("a recipe asked for and no GEMM run passes", "gemmscope/judging/judgement.py",
      "return len(self.mismatches) > 0 or nothing_ran or", "return len(self.mismatches) > 0 or",
      "tests/test_verify.py tests/test_attribution.py"),
-    ("a failed --expect-map range passes", "gemmscope/judging/verify.py",
+    ("a failed --expect-map range passes", "gemmscope/judging/judgement.py",
      "or nothing_ran or ranges_failed or", "or nothing_ran or", "tests/test_attribution.py tests/test_corpus.py"),
-    ("allowed fallbacks counted as mismatches", "gemmscope/judging/verify.py",
+    ("allowed fallbacks counted as mismatches", "gemmscope/judging/judgement.py",
      '(self.gemms["verdict"] == "FALLBACK") & ~self.gemms["allowed"]]', '(self.gemms["verdict"] == "FALLBACK")]',
      "tests/test_verify.py"),
-    ("no GEMM asked for high precision listed as coverage", "gemmscope/judging/verify.py",
+    ("no GEMM asked for high precision listed as coverage", "gemmscope/judging/judgement.py",
      'return self.gemms[self.gemms["asked_high"]]', "return self.gemms.iloc[0:0]",
      "tests/test_verify.py tests/test_frameworks.py tests/test_corpus.py"),
-    ("a run made with the hook read as one without it", "gemmscope/judging/verify.py",
+    ("a run made with the hook read as one without it", "gemmscope/judging/judgement.py",
      "return any(name.startswith(prefixes) for t in self.traces", "return False and any(name.startswith(prefixes) for t in self.traces",
      "tests/test_verify.py tests/test_attribution.py tests/test_frameworks.py tests/test_cli.py"),
-    ("the run's recipe named before the mapped ones", "gemmscope/judging/verify.py",
+    ("the run's recipe named before the mapped ones", "gemmscope/judging/judgement.py",
      "[r for _, r in self.expect_map] + ([self.expected] if self.expected else [])",
      "([self.expected] if self.expected else []) + [r for _, r in self.expect_map]", "tests/test_verify.py"),
 )

@@ -26,7 +26,7 @@ outside every mapped range fall back to their trace's recipe, or stay unchecked 
 range in which no GEMM ran (the recipe raised, or was skipped) and a pattern that names no range
 are failures, never passes.
 
-Judgement is total (`Verification.state`): a GEMM whose kernel names its precision and that had
+Judgement is total (`Judgement.state`): a GEMM whose kernel names its precision and that had
 nothing to be judged against (no request recorded, no ``--expect``, outside every mapped range)
 leaves the run NOT FULLY CHECKED, never passed, unless an ``--allow`` pattern names it. A GEMM
 whose kernel does not name its precision (UNKNOWN: Triton's) is listed and does not count against
@@ -167,30 +167,20 @@ def first_pattern(names: pd.Series, patterns: Sequence[str]) -> pd.Series:
 
 
 @dataclass
-class Verification:
+class Judgement:
     """GEMM launches with verdicts, and the summaries built from them."""
 
     expected: str | None  # --expect, or the run's one recorded recipe (for GEMMs the hook did not record)
+    # the job's GEMM launches with their verdicts: a copy of job.gemms, with its kernel_row
     gemms: pd.DataFrame
-    tails_ns: int
-    traces: list[Trace] = field(default_factory=list)
-    kernels: pd.DataFrame = field(default_factory=pd.DataFrame)  # every launch; gemms' kernel_row indexes it
-    ranges: EnclosingRanges = field(default_factory=EnclosingRanges.empty)  # NVTX ranges around each kernel_row
-    memops: pd.DataFrame = field(default_factory=pd.DataFrame)  # memcpy / memset, with trace and rank
-    unreadable: list[dict] = field(default_factory=list)  # traces that could not be read: trace, rank, error
-    # traces of processes that ran and launched no GPU kernel, beside others that did: trace, rank
-    without_kernels: list[dict] = field(default_factory=list)
+    job: Job  # what was judged: the traces, every launch, the NVTX ranges, what could not be read
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
     groups: pd.DataFrame = field(default_factory=pd.DataFrame)
     rank_comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
     expect_map: tuple[tuple[str, str], ...] = ()
     ranges_checked: pd.DataFrame = field(default_factory=pd.DataFrame)  # per mapped range (ranges_checked())
-    strict: bool = False  # --expect: every GEMM against `expected`; else each against its own request
+    expect_given: bool = False  # --expect: every GEMM against `expected`; else each against its own request
     strict_unknown: bool = False  # --strict: a GEMM of unknown precision leaves the run not fully checked
-    # GEMM launches torch.compile's autotuner made (job.autotuning_launches), left out of `gemms`
-    autotuning: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # traces given again (the same capture: captures.one_job), read once: trace, same_as
-    repeated: list[dict] = field(default_factory=list)
 
     @property
     def checked(self) -> bool:
@@ -215,14 +205,14 @@ class Verification:
     def hook_recorded(self) -> bool:
         """Some trace holds a record of gemmscope's hook (autocast, GEMM call, process or software):
         the run was made with it, so a GEMM without a record is one the hook did not see."""
-        return any(t.range_names_starting(te_ranges.HOOK_PREFIXES) for t in self.traces)
+        return any(t.range_names_starting(te_ranges.HOOK_PREFIXES) for t in self.job.traces)
 
     @property
     def unpatched(self) -> list[dict[str, str | None]]:
         """What gemmscope's hook could not patch in the run (a torch or TE release that moved an
         entry point: te_ranges.recorded_unpatched), so the records its traces lack; GEMMs left
         without a record are judged by the other rules, or left unjudged."""
-        return te_ranges.unpatched_in(self.traces)
+        return te_ranges.unpatched_in(self.job.traces)
 
     @property
     def mismatches(self) -> pd.DataFrame:
@@ -262,24 +252,18 @@ class Verification:
         nothing_ran = self.expected is not None and len(self.gemms) == 0
         ranges_failed = bool(len(self.ranges_checked)) and bool(
             self.ranges_checked["verdict"].isin(RANGE_FAILURES).any())
-        return len(self.mismatches) > 0 or nothing_ran or ranges_failed or bool(self.unreadable)
+        return len(self.mismatches) > 0 or nothing_ran or ranges_failed or bool(self.job.unreadable)
 
 
-def check(traces: Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: str | None = None,
+def judge(traces: Job | Trace | LoadedTrace | Sequence[Trace | LoadedTrace], expect: str | None = None,
           allow: tuple[str, ...] = (), expect_map: Sequence[tuple[str, str]] = (),
-          strict_unknown: bool = False) -> Verification:
-    """Verdict per GEMM launch of one or several traces (read here, or already loaded by
-    `loading.load` in workers), assembled as one job (job.assemble: ranks, autotuning apart,
-    module labels; traces that could not be read, or launched no kernel), then judged (`judge`)."""
-    return judge(assemble(traces), expect, allow, expect_map, strict_unknown)
-
-
-def judge(job: Job, expect: str | None = None, allow: tuple[str, ...] = (),
-          expect_map: Sequence[tuple[str, str]] = (), strict_unknown: bool = False) -> Verification:
-    """Verdict per GEMM launch of `job` against `expect`, or each against what it was asked
-    (module docstring), and inside the NVTX ranges `expect_map` names (parse_expect_map) against
-    their own recipe (`strict_unknown`: --strict, module docstring). `job` is left as it was: the
-    verdicts are columns of a copy of its GEMM launches."""
+          strict_unknown: bool = False) -> Judgement:
+    """Verdict per GEMM launch of a job (or of traces, read here or already loaded by
+    `loading.load` in workers, assembled as one: job.assemble) against `expect`, or each against
+    what it was asked (module docstring), and inside the NVTX ranges `expect_map` names
+    (parse_expect_map) against their own recipe (`strict_unknown`: --strict, module docstring).
+    The job is left as it was: the verdicts are columns of a copy of its GEMM launches."""
+    job = traces if isinstance(traces, Job) else assemble(traces)
     read_traces = job.traces
     expect_map = tuple(expect_map)
     expected = resolve_expected(read_traces, expect)
@@ -304,11 +288,8 @@ def judge(job: Job, expect: str | None = None, allow: tuple[str, ...] = (),
             own &= gemms["expect_range"].isna().to_numpy()
         gemms["asked_high"] = own & gemms["expected"].isin(HIGH_PRECISIONS).to_numpy()
         _judge(gemms, gpu_sm(read_traces), allow, job.ranges, strict_unknown)
-    result = Verification(expected=expected, strict=expect is not None, strict_unknown=strict_unknown,
-                          gemms=gemms, tails_ns=job.tails_ns, traces=read_traces, kernels=job.kernels,
-                          ranges=job.ranges, memops=job.memops, unreadable=job.unreadable,
-                          without_kernels=job.without_kernels, expect_map=expect_map, autotuning=job.autotuning,
-                          repeated=job.repeated)
+    result = Judgement(expected=expected, gemms=gemms, job=job, expect_map=expect_map,
+                       expect_given=expect is not None, strict_unknown=strict_unknown)
     if expect_map:
         result.ranges_checked = ranges_checked(gemms, job.ranges, read_traces, expect_map)
     result.summary = summarize(gemms, expected)
@@ -320,7 +301,7 @@ def judge(job: Job, expect: str | None = None, allow: tuple[str, ...] = (),
 def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...], ranges: EnclosingRanges,
            strict_unknown: bool) -> None:
     """Verdict, cause and `allowed` of each GEMM against its own `expected` recipe (None:
-    unchecked, no verdict), and whether it is `unjudged` (Verification.unjudged)."""
+    unchecked, no verdict), and whether it is `unjudged` (Judgement.unjudged)."""
     keys = gemms["precision"].astype(str) + "|" + gemms["expected"].astype(str)
     pairs = gemms.loc[gemms["expected"].notna(), ["precision", "expected"]].assign(key=keys).drop_duplicates("key")
     verdicts = {key: verdict(p if isinstance(p, str) else None, e, sm) for p, e, key in pairs.itertuples(index=False)}
