@@ -182,6 +182,9 @@ class Analysis:
 
         self.options = Options.of(options, **settings)
         self.captured = traces if isinstance(traces, Captured) else None
+        if self.captured is not None and self.captured.window.steps is not None and self.options.steps is None:
+            # the steps a capture collected are the steps checked: nobody joins them by hand
+            self.options = Options.of(self.options, steps=self.captured.window.steps)
         self._given: Source = list(traces.traces) if isinstance(traces, Captured) else traces
         self._read = traces.read if isinstance(traces, Captured) else {}  # read while its program ran on
         self.notes: list[str] = []  # what the CLI says on stderr beside the output, in the order found

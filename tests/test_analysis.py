@@ -221,3 +221,16 @@ def test_capture_is_a_python_call(nsys_bin, tmp_path):
         gs.capture(["true"], profiler="torch", window=gs.CaptureWindow(nvtx_range="step"))
     with pytest.raises(gs.InputError, match="capture window of its own"):
         gs.CaptureWindow(nvtx_range="step", steps=(1, 2))
+
+
+def test_a_captures_steps_are_the_steps_its_analysis_checks(torch_cpu, tmp_path):
+    """A real torch.profiler capture of steps 3-4 of a CPU training loop: Analysis(captured) cuts
+    to those steps itself; an analysis told other steps keeps them."""
+    program = ("import sys, torch\nsys.modules['gemmscope_torch_profiler'].used_cuda = lambda torch: True\n"
+               "m = torch.nn.Linear(8, 8); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+               "for _ in range(8):\n    m(torch.randn(4, 8)).sum().backward(); o.step(); o.zero_grad()\n")
+    captured = gs.capture([sys.executable, "-c", program], tmp_path, profiler="torch",
+                          window=gs.CaptureWindow(steps=(3, 4)), say=lambda _: None)
+    assert captured.traces
+    assert gs.Analysis(captured).options.steps == (3, 4)
+    assert gs.Analysis(captured, steps=(4, 4)).options.steps == (4, 4)
