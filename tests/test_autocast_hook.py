@@ -1155,32 +1155,12 @@ def test_a_class_method_torch_defines_in_c_is_patched_as_a_python_one(hook, torc
     assert hook.records.patch(torch, hook.torch_gemms.FUNCTION_APPLY,
                               lambda original: hook.torch_gemms._recording_apply(torch, original), "the backward")
 
-    class Scaled(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, w):
-            ctx.save_for_backward(x, w)
-            return torch.matmul(x, w)
-
-        @staticmethod
-        def backward(ctx, grad):
-            x, w = ctx.saved_tensors
-            return torch.matmul(grad, w.t()), torch.matmul(x.t(), grad)
-
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.randn(8, 16))
-
-        def forward(self, x):
-            return Scaled.apply(x, self.w)
-
-    x = torch.randn(4, 8, requires_grad=True)
-    Block()(x).sum().backward()
-    gemms = nvtx.torch_gemms()
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    _linear_function(torch)(8, 16)(x).sum().backward()
     # the Function's node bracketed as a backward, its two GEMMs told apart by their shapes
-    assert [(g["op"], g["module"], g["pass"]) for g in gemms] == [
-        ("matmul", "Block", "fprop"), ("ScaledBackward", "Block", "backward"), ("matmul", "Block", "dgrad"),
-        ("matmul", "Block", "wgrad")]
+    assert [(g["op"], g["pass"], *_layer_of(g)) for g in nvtx.torch_gemms()] == [
+        ("linear", "fprop", "FunctionLinear", None), ("LinearFunctionBackward", "backward", "FunctionLinear", None),
+        ("matmul", "dgrad", "FunctionLinear", None), ("matmul", "wgrad", "FunctionLinear", None)]
     assert x.grad is not None and nvtx.balanced()
 
 
