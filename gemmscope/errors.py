@@ -19,7 +19,9 @@ class ExitCode(IntEnum):
     NOT_CHECKED = 4  # no GEMM could be checked: no recipe, no request recorded, no --expect-map
     NOT_FULLY_CHECKED = 5  # some GEMMs had nothing to be judged against
     INTERNAL_ERROR = 70  # a bug in gemmscope (70: EX_SOFTWARE of sysexits.h)
+    HANGUP = 129  # SIGHUP (the terminal closed), as shells report it: 128 + 1
     INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it: 128 + 2
+    TERMINATED = 143  # SIGTERM (a scheduler's, a container's stop), as shells report it: 128 + 15
 
 
 class State(str, Enum):
@@ -87,7 +89,14 @@ EXIT_CODES = (
             "GEMMs whose kernel name does not tell their precision (UNKNOWN: Triton's, ...), listed otherwise."),
     ExitRow(ExitCode.INTERNAL_ERROR, "internal error",
             "a bug in gemmscope: one line naming the input and asking for a bug report."),
-    ExitRow(ExitCode.INTERRUPTED, "interrupted", "Ctrl-C: `gemmscope: interrupted`, nothing half-written."),
+    ExitRow(ExitCode.HANGUP, "hung up", "SIGHUP (the terminal closed): as SIGTERM."),
+    ExitRow(ExitCode.INTERRUPTED, "interrupted",
+            "Ctrl-C: `gemmscope: interrupted`, nothing half-written. verify -- COMMAND passes it on to the "
+            "command and nsys (started in a session of their own) and waits for them to end; what nsys wrote "
+            "is removed, or kept readable by you alone (--out)."),
+    ExitRow(ExitCode.TERMINATED, "terminated",
+            "SIGTERM (a scheduler's or a container's stop): nothing half-written; verify -- COMMAND passes it "
+            "on as it does Ctrl-C."),
 )
 
 # Where several hold, the exit code is the first of these: a failure is never hidden by a pass.

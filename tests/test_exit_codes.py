@@ -148,7 +148,9 @@ def test_every_exit_code_is_in_the_table_and_exercised_here():
     assert [row.code for row in EXIT_CODES] == sorted(ExitCode)
     exercised = {code for states in EXPECTED.values() for code in states.values()}
     exercised |= {ExitCode.COMMAND_FAILED}  # tests/test_cli.py: a failed command under nsys
-    assert exercised | {ExitCode.INTERNAL_ERROR, ExitCode.INTERRUPTED} == set(ExitCode)
+    # 129 and 143: SIGHUP and SIGTERM during verify -- COMMAND, in tests/test_signals.py
+    assert exercised | {ExitCode.INTERNAL_ERROR, ExitCode.INTERRUPTED, ExitCode.HANGUP,
+                        ExitCode.TERMINATED} == set(ExitCode)
 
 
 def test_readme_and_help_show_the_one_table():

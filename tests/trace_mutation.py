@@ -62,3 +62,21 @@ def write_kineto(document: dict, out: Path) -> Path:
 
 def first_event(document: dict, category: str) -> dict:
     return next(e for e in document["traceEvents"] if isinstance(e, dict) and e.get("cat") == category)
+
+
+def parquet_export(xz: Path, out: Path) -> Path:
+    """The export in `xz` as `nsys export --type parquetdir` lays it out: a folder `out` of one
+    Parquet file per table, each column typed by Arrow from its values."""
+    import pandas as pd
+    import pyarrow
+    import pyarrow.parquet
+
+    out.mkdir()
+    with closing(sqlite3.connect(":memory:")) as conn:
+        conn.deserialize(sqlite_bytes(xz))
+        tables = [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            frame = pd.read_sql_query(f'SELECT * FROM "{table}"', conn)
+            pyarrow.parquet.write_table(pyarrow.Table.from_pandas(frame, preserve_index=False),
+                                        out / f"{table}.parquet")
+    return out

@@ -217,8 +217,20 @@ def profile(command: list[str], report: Path, env: dict[str, str] | None = None,
         if own.isdigit():  # else nsys's own status stands
             capture.returncode = int(own)
         return capture
+    except BaseException:
+        # interrupted (relay.forwarded: the program and nsys have ended): what nsys wrote as it
+        # stopped holds the environment and the command line, and it writes it world-readable
+        _private(report)
+        raise
     finally:
         status_file.unlink(missing_ok=True)
+
+
+def _private(report: Path) -> None:
+    """`report` and its partial outputs beside it readable by their owner alone (0600)."""
+    for path in report.parent.glob(f"{glob.escape(report.stem)}.*"):
+        if path.is_file():
+            path.chmod(0o600)
 
 
 def _profile_timed(nsys: str, program: list[str], report: Path, env: dict[str, str] | None, trace_flags: list[str],

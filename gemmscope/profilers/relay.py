@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 # How many of the program's last stderr lines a failed run is reported with.
 STDERR_TAIL_LINES = 8
+# The signals that end gemmscope, passed on to what it started: Ctrl-C, a kill, a closed terminal.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How long a signalled process group is given to end (nsys writes its report first: seconds) before
+# it is killed.
+GROUP_GRACE_S = 60.0
 
 
 @dataclass
@@ -82,14 +89,71 @@ def run(argv: list[str], env: dict[str, str] | None, own_text: re.Pattern, echo_
     once `argv` has (nsys may return at a window's end while the program runs on, holding the
     streams); the streams are then read to their end for a moment more. `once_returned` is
     called as soon as `argv` returns, while the program may run on (its output still relayed)."""
-    running = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # A session of its own: a signal sent to gemmscope alone (a scheduler's, a container's) would
+    # otherwise leave the profiler and the program running, orphaned; forwarded() passes it on.
+    running = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     profiler_text: list[str] = []
     relays = [_Relay(running.stdout, own_text, echo_profiler, False, profiler_text),
               _Relay(running.stderr, own_text, echo_profiler, True, profiler_text)]
-    status = running.wait()
-    once_returned()
-    while any(r.thread.is_alive() for r in relays) and not ended():
-        time.sleep(0.1)
+    with forwarded(running):
+        status = running.wait()
+        once_returned()
+        while any(r.thread.is_alive() for r in relays) and not ended():
+            time.sleep(0.1)
     for relay in relays:
         relay.thread.join(timeout=2)
     return Capture(status, list(relays[1].tail), profiler_text)
+
+
+@contextmanager
+def forwarded(running: subprocess.Popen) -> Iterator[None]:
+    """While inside, SIGINT, SIGTERM and SIGHUP sent to gemmscope go to `running`'s process group
+    (started in a session of its own) and end gemmscope as they would have (KeyboardInterrupt,
+    exit 128 + the signal), but only once that group has ended (end_group). In a thread other than
+    the main one (where Python runs no signal handler), as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopping: list[int] = []
+
+    def forward(signum: int, _frame) -> None:
+        _signal_group(running.pid, signum)
+        if not stopping:  # a second signal while the group ends is passed on, and waited for as the first
+            stopping.append(signum)
+            raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED}
+    try:
+        yield
+    except BaseException:
+        end_group(running)
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def end_group(running: subprocess.Popen, grace_s: float = GROUP_GRACE_S) -> None:
+    """Wait for `running` and every process of its group to end, killing what is left after `grace_s`."""
+    deadline, killed = time.monotonic() + grace_s, False
+    while True:
+        running.poll()  # reaps it: a zombie would still count as the group's
+        try:
+            os.killpg(running.pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:  # the group's id taken by another user's processes: ours have ended
+            return
+        if time.monotonic() > deadline:
+            if killed:  # what SIGKILL does not end (a process stuck in the kernel) cannot be waited for
+                return
+            _signal_group(running.pid, signal.SIGKILL)
+            killed, deadline = True, time.monotonic() + 5
+        time.sleep(0.05)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):  # ended already
+        pass

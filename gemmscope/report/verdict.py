@@ -53,8 +53,10 @@ def verdict_block(result: Judgement, diagnosis: Diagnosis) -> tuple[str, list[tu
     figures = verdict_figures(result)
     ran = (f"{count(figures.gemm_launches, 'GEMM launch', 'GEMM launches')}, {figures.gemm_time_ns / 1e6:.3f} ms "
            f"of GEMM kernels, on {count(len(figures.ranks) or 1, 'rank')}")
-    if figures.gemm_launches:
+    if figures.gemm_time_ns:
         ran += f": {shares_by_precision(figures.time_by_precision)} of GEMM time"
+    elif figures.gemm_launches:  # valid data a profiler may record: kernels too short for its clock
+        ran += "; their kernels recorded no duration"
     if figures.note is not None:
         ran += f"; {figures.note}"
     status = result.state.value

@@ -67,6 +67,23 @@ def redactable(export: Path) -> Path:
     return export
 
 
+def check_strings(export: Path, name: Path | str) -> None:
+    """InputError where the SQLite export `export` (of the trace `name`) holds a StringIds value
+    that is not text, which nsys never writes: what redacts reads StringIds with SQL, not
+    through `read`, and would otherwise meet a blob as if it were text."""
+    try:
+        with closing(sqlite3.connect(f"file:{export}?mode=ro", uri=True)) as conn:
+            if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'StringIds'").fetchone():
+                return
+            found = conn.execute("SELECT rowid, value FROM StringIds WHERE typeof(value) NOT IN ('text', 'null') "
+                                 "LIMIT 1").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"{name} is a damaged or truncated SQLite file ({exc})") from None
+    if found is not None:
+        row, value = found
+        raise InputError(DamagedTrace(f"StringIds.value is {value!r:.40} in row {row}, not text").message(name))
+
+
 # What a file that is no SQLite export is, by its first bytes (said instead of "not SQLite").
 _MAGIC_KINDS = ((b"\x1f\x8b", "gzip-compressed"), (b"\xfd7zXZ\x00", "xz-compressed"), (b"PK\x03\x04", "a zip archive"),
                 (b"BZh", "bzip2-compressed"), (b"\x28\xb5\x2f\xfd", "zstd-compressed"))

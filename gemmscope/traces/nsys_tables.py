@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -181,6 +182,10 @@ class SqliteExport:
 # nsys export --type parquetdir / arrowdir: a folder of one file per table, the SQLite export's
 # tables and columns, typed by Arrow (ids unsigned).
 COLUMNAR_SUFFIXES = (".parquet", ".arrow")
+# The columns nsys writes as text (its SQLite schema's TEXT) among those read: a columnar export
+# says its own types, so every other column read must be an integer (a time, an id, a count),
+# whatever type a damaged or hand-made file gives it.
+TEXT_COLUMNS = {"text", "value", "name", "uuid", "busLocation", "chipName", "utcTime", "localTime"}
 
 
 def columnar_export(path: Path) -> str | None:
@@ -210,11 +215,12 @@ class ColumnarExport:
             import pyarrow.parquet
 
             file = self.path / f"{table}{self.suffix}"
-            if self.suffix == ".parquet":
-                self._schemas[table] = pyarrow.parquet.read_schema(file)
-            else:
-                with pyarrow.ipc.open_stream(file) as stream:
-                    self._schemas[table] = stream.schema
+            with _unreadable_said(file):
+                if self.suffix == ".parquet":
+                    self._schemas[table] = pyarrow.parquet.read_schema(file)
+                else:
+                    with pyarrow.ipc.open_stream(file) as stream:
+                        self._schemas[table] = stream.schema
         return self._schemas[table]
 
     def _read(self, table: str, columns: list[str]):
@@ -222,10 +228,11 @@ class ColumnarExport:
         import pyarrow.parquet
 
         file = self.path / f"{table}{self.suffix}"
-        if self.suffix == ".parquet":
-            return pyarrow.parquet.read_table(file, columns=columns)
-        with pyarrow.ipc.open_stream(file) as stream:
-            return stream.read_all().select(columns)
+        with _unreadable_said(file):
+            if self.suffix == ".parquet":
+                return pyarrow.parquet.read_table(file, columns=columns)
+            with pyarrow.ipc.open_stream(file) as stream:
+                return stream.read_all().select(columns)
 
     def columns(self, table: str) -> set[str]:
         return set(self.types(table))
@@ -251,7 +258,7 @@ class ColumnarExport:
                 continue
             values = read.column(column)
             if types[column] is not int:
-                out[name] = values.to_pandas().to_numpy(dtype=object)
+                out[name] = _checked(values, f"{table}.{column}", column in TEXT_COLUMNS)
             elif values.null_count == 0:
                 out[name] = values.to_numpy().astype("int64")
             elif values.null_count == len(values):
@@ -303,6 +310,34 @@ class ColumnarExport:
             frame = self.frame("StringIds", {"id": "id", "value": "value"})
             self._strings = pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
         return self._strings
+
+
+@contextmanager
+def _unreadable_said(file: Path) -> Iterator[None]:
+    """DamagedTrace naming `file` where pyarrow cannot read it (truncated, empty, not Parquet)."""
+    import pyarrow
+
+    try:
+        yield
+    except (pyarrow.ArrowException, OSError) as exc:
+        said = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise DamagedTrace(f"{file.name} could not be read ({said})") from None
+
+
+def _checked(values, column: str, text: bool) -> np.ndarray:
+    """A column Arrow does not type as integer, as objects: text where nsys writes text, else
+    integers (integer_column), DamagedTrace naming the first record (from 1) that is neither."""
+    import pyarrow
+
+    series = values.to_pandas()
+    if pyarrow.types.is_null(values.type):
+        return series.to_numpy(dtype=object)
+    rows = pd.Series(np.arange(1, len(series) + 1))
+    if text:
+        if not (pyarrow.types.is_string(values.type) or pyarrow.types.is_large_string(values.type)):
+            refuse_non_text(series, np.zeros(len(series), dtype=bool), column, rows)
+        return series.to_numpy(dtype=object)
+    return np.asarray(integer_column(series, column, rows), dtype=object)
 
 
 # Either kind of export: what traces.nsys reads its records from.

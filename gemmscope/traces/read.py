@@ -72,7 +72,9 @@ def trace_source(path: str | Path) -> Path:
     path = Path(path)
     if path.is_file() and kineto_json.is_kineto(path):
         return path
-    return nsys.sqlite_export(nsys.redactable(path))
+    export = nsys.sqlite_export(nsys.redactable(path))
+    nsys.check_strings(export, path)
+    return export
 
 
 def redactable_source(trace: Trace) -> Path:
