@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cli import REPO
+from cli_runner import REPO
 
 # Writes its process group where the test reads it, then sleeps far past any test.
 PROGRAM = """
