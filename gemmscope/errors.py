@@ -71,7 +71,8 @@ EXIT_CODES = (
             "ran; a run launched no GPU kernel at all (a command that exited 0 having skipped its work, a trace "
             "whose CUDA calls were captured and that holds no kernel: said in one line, and report writes "
             "nothing); an --expect-map range failed; a trace could not be read (the others are checked); "
-            "doctor --canary: the planted fallback went unflagged."),
+            "doctor --canary: the planted fallback went unflagged; verify --every, timeline: any window's fallback "
+            "(each exits with its worst window's state)."),
     ExitRow(ExitCode.BAD_INPUT, "error",
             "bad input or usage (a missing file or command, not a trace, an unknown option, `gemmscope` without "
             "a command: its help), or what the system refused (a folder not writable, a name too long, a full "
