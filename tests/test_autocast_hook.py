@@ -1172,6 +1172,7 @@ def test_a_missing_entry_point_is_said_once_marked_and_left_as_it_was(hook, torc
                                       "GEMMs through torch.baddbmm")
     assert not hasattr(torch, "baddbmm")
     said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1
     assert said[0].startswith(f"gemmscope hook: torch.baddbmm not patched in torch {torch.__version__} "
                               "(AttributeError: ")
     assert said[0].endswith("GEMMs through torch.baddbmm not recorded; the program runs on unwatched there")

@@ -17,6 +17,7 @@ from gemmscope_protocol import (
     UNKNOWN,
     UNPATCHED_PREFIX,
     format_record,
+    parse_record,
 )
 
 _TE_PACKAGE = "transformer_engine"
@@ -214,7 +215,11 @@ def _version(root) -> str:
 
 
 def unpatched(what: str, version: str, why: str, misses: str) -> None:
-    """`what` could not be patched in `version`, for `why`; the trace lacks `misses`."""
+    """`what` could not be patched in `version`, for `why`; the trace lacks `misses`. Said and
+    marked once per entry point, however often its patch is asked."""
+    if any(parse_record(UNPATCHED_PREFIX, label)["what"] == str(what).replace(FIELD_SEPARATOR, "/")
+           for label in _unpatched):
+        return
     note(f"{what} not patched in {version} ({why}): {misses} not recorded; the program runs on unwatched there")
     fields = {"what": what, "version": version, "why": why, "misses": misses}
     label = format_record(UNPATCHED_PREFIX, {k: str(v).replace(FIELD_SEPARATOR, "/") for k, v in fields.items()})
@@ -223,7 +228,7 @@ def unpatched(what: str, version: str, why: str, misses: str) -> None:
     if torch is not None and bound():
         try:  # now too: a capture of the whole run holds it even where no GEMM is recorded
             mark(torch, label)
-        except Exception:  # a torch without NVTX: marked beside the software versions, if at all
+        except Exception:  # torch.profiler refused it: marked again beside the software versions
             pass
 
 
