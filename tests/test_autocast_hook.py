@@ -312,7 +312,8 @@ def test_layer_paths_through_nested_modules_module_lists_and_dicts(torch, nvtx):
     assert nvtx.balanced()
 
 
-@pytest.mark.parametrize("attribute", ["_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"])
+@pytest.mark.parametrize("attribute", ["_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod",
+                                       "_forward_module", "_original_module"])
 def test_a_wrapper_attribute_is_left_out_of_paths(torch, nvtx, attribute):
     class Holder(torch.nn.Module):
         def __init__(self, inner):
@@ -327,7 +328,8 @@ def test_a_wrapper_attribute_is_left_out_of_paths(torch, nvtx, attribute):
 
 
 @pytest.mark.parametrize("wrapper_class", ["FullyShardedDataParallel", "DistributedDataParallel",
-                                           "CheckpointWrapper", "OptimizedModule", "FSDPModule", "Float16Module"])
+                                           "CheckpointWrapper", "OptimizedModule", "FSDPModule", "Float16Module",
+                                           "_FabricModule", "DeepSpeedEngine"])
 def test_a_wrapper_class_is_left_out_of_paths_whatever_it_holds_its_module_as(torch, nvtx, wrapper_class):
     def forward(self, x):
         return self.module(x)
@@ -350,6 +352,17 @@ def test_real_wrappers_left_out_checkpoint_wrapper_and_ddp(torch, nvtx, tmp_path
     finally:
         torch.distributed.destroy_process_group()
     assert [_layer_of(g) for g in nvtx.torch_gemms() if g["pass"] == "fprop"] == _TWO_BLOCK_LAYERS
+
+
+def test_real_lightning_fabric_module_left_out_of_paths(torch, nvtx):
+    """Fabric.setup wraps the model in a _FabricModule holding it twice (_forward_module and
+    _original_module): the paths are the model's own, as without Fabric."""
+    fabric_module = pytest.importorskip("lightning.fabric")
+    fabric = fabric_module.Fabric(accelerator="cpu", devices=1)
+    model = fabric.setup(_two_block_model(torch))
+    assert type(model).__name__ == "_FabricModule"
+    model(torch.randn(3, 8))
+    assert [_layer_of(g) for g in nvtx.torch_gemms()] == _TWO_BLOCK_LAYERS
 
 
 def test_compiled_module_wrapper_left_out_of_paths(hook, torch):

@@ -9,11 +9,13 @@ from gemmscope_protocol import UNKNOWN
 from gemmscope_records import te_base_class, te_class, thread
 
 # Attributes through which wrappers hold the module they wrap, and wrapper classes (DDP holds it
-# as `module`): left out of layer paths.
-_WRAPPER_ATTRIBUTES = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"}
+# as `module`; Lightning Fabric's _FabricModule as `_forward_module`, and the module it was given as
+# `_original_module`, which is the same one or inside it): left out of layer paths.
+_WRAPPER_ATTRIBUTES = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod", "_forward_module",
+                       "_original_module"}
 _BASIC_OPS = "basic_ops"  # te.ops FusedOperation's list of the basic operations it fuses
 _WRAPPER_CLASSES = {"FullyShardedDataParallel", "DistributedDataParallel", "CheckpointWrapper",
-                    "OptimizedModule", "FSDPModule", "Float16Module"}
+                    "OptimizedModule", "FSDPModule", "Float16Module", "_FabricModule", "DeepSpeedEngine"}
 
 
 # Looked up once torch is imported (bind): every GEMM call reads them.
