@@ -15,6 +15,8 @@ from contextlib import closing
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gemmscope.cli import EXAMPLE_RUN, main
 from gemmscope.plan import gpu_profile, profile_run
@@ -255,6 +257,36 @@ def test_layer_names_keep_their_index_and_leaf(trace):
             short = terminal.shorten_layer(name, width)
             assert len(short) <= width
             assert short.startswith(head) and short.endswith(parts[-1])
+
+
+_COMPONENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=14)
+_LAYER_SET = st.lists(st.integers(0, 99), min_size=1, max_size=4, unique=True).map(
+    lambda n: "{" + ",".join(map(str, sorted(n))) + "}")
+
+
+@given(st.lists(_COMPONENT, min_size=1, max_size=3), st.lists(_COMPONENT, min_size=1, max_size=3),
+       st.lists(st.one_of(_LAYER_SET, st.integers(0, 99).map(str)), min_size=2, max_size=2, unique=True),
+       st.integers(20, 60))
+def test_layer_names_of_other_layers_stay_apart(before, after, indexes, width):
+    """Two rows of one module in other layers (whatif's `decoder.layers.{0,3}.mlp.linear_fc2` and
+    `….{1,2}.…`): however short the column, their cut names differ while the index and leaf fit."""
+    names = [".".join([*before, index, *after]) for index in indexes]
+    short = [terminal.shorten_layer(name, width) for name in names]
+    assert all(len(s) <= width for s in short)
+    if all(len(f"…{index}.…{after[-1]}") <= width for index in indexes):
+        assert short[0] != short[1], (names, short)
+
+
+def test_whatif_rows_of_one_module_in_other_layers_stay_apart():
+    """The first/last-BF16 run's per-recipe table (measured on an H200): one row per module group,
+    none two alike once their names are cut to the table's width."""
+    done = gemmscope("whatif", str(CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz"), "--measured",
+                     str(GPU / "whatif" / "megatron_first-last-bf16_h200"))
+    assert done.returncode == 0, done.stderr
+    table = done.stdout.split("\n\n")
+    per_recipe = next(block for block in table if "unsupported" in block)
+    names = [re.split(r"\s{2,}", line)[0] for line in per_recipe.splitlines() if line.startswith(("decoder", "…"))]
+    assert len(names) > 4 and len(names) == len(set(names)), names
 
 
 def test_kernel_names_are_cut_in_the_middle():

@@ -58,22 +58,32 @@ def shorten_middle(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
+def _is_layer_index(part: str) -> bool:
+    """A path component that says which layers: a number, or a pattern's `*` or set `{1,2}`
+    (whatif's groups): the part that tells two rows of one module apart."""
+    return part.isdigit() or part == "*" or (part.startswith("{") and part.endswith("}"))
+
+
 def shorten_layer(name: str, width: int) -> str:
-    """A long layer name (an attribute path) cut to `width`, keeping the path up to the layer's
-    index and as many whole components of its end as fit: "decoder.layers.23.…linear_qkv"; a
-    name without an index is cut in the middle."""
+    """A long layer name (an attribute path, or a pattern of them) cut to `width`, keeping the path
+    up to the layer's index (or set) and as many whole components of its end as fit:
+    "decoder.layers.23.…linear_qkv", "decoder.layers.{0,3}.…linear_fc2"; where the path before
+    the index cannot stay, the index and the leaf: "…{1,2}.…linear_fc2". A name without an
+    index is cut in the middle."""
     if len(name) <= width:
         return name
     parts = name.split(".")
-    index = next((i for i, part in enumerate(parts) if part.isdigit()), None)
-    head = ".".join(parts[:index + 1]) + "." if index is not None else ""
-    rest = parts[index + 1:] if index is not None else []
-    room = width - len(head) - 1
-    tails = [".".join(rest[k:]) for k in range(len(rest))]
-    tail = next((t for t in tails if len(t) <= room), None)
-    if tail is None:
+    index = next((i for i, part in enumerate(parts) if _is_layer_index(part)), None)
+    if index is None:
         return shorten_middle(name, width)
-    return head + "…" + tail
+    head = ".".join(parts[:index + 1]) + "."
+    rest = parts[index + 1:]
+    tails = [".".join(rest[k:]) for k in range(len(rest))]
+    tail = next((t for t in tails if len(t) <= width - len(head) - 1), None)
+    if tail is not None:
+        return head + "…" + tail
+    kept = f"…{parts[index]}.…{rest[-1]}" if rest else f"…{parts[index]}"
+    return kept if len(kept) <= width else shorten_middle(name, width)
 
 
 def _shorten_where(text: str, width: int) -> str:
