@@ -130,13 +130,17 @@ def test_two_nodes_write_one_timeline(torch_cpu, tmp_path):
     """Two torchrun launches, one per "node" (--nnodes 2 --node-rank K, a localhost rendezvous),
     into one shared folder: each rank writes its own traces (its rank and pid in every name), the
     rank-0 node's follower judges both ranks' windows into one timeline, and each window of the
-    job holds both ranks."""
+    job holds both ranks. 31 steps: the last window closes at step 30's mark, inside the loop (a
+    window still open at exit is the single-process tests' case). With 30 steps, the profiler
+    stopped in the interpreter's exit, after gloo's process group was destroyed, and once in CI
+    both ranks then aborted ("terminate called without an active exception"); not reproduced here
+    in 160 runs, with or without the audit, so its cause is not known."""
     script, out = tmp_path / "train.py", tmp_path / "shared"
     script.write_text(_DDP)
     port = _free_port()
     nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
                                "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
-                               str(script), "30", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               str(script), "31", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, cwd=tmp_path,
                               # gloo on the loopback interface: the "nodes" are this machine
                               env={**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo"})
