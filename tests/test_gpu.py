@@ -101,6 +101,26 @@ def test_verify_small_training_run(tmp_path, scenario, profiler):
     assert report["meta"]["command"]["profiler"] == profiler
 
 
+def test_a_backward_override_is_the_cause_of_its_backward_gemms(tmp_path):
+    """FP8 current scaling with NVTE_BACKWARD_OVERRIDE=high_precision: the FP8 layers' backward
+    GEMMs (the script counts them per pass itself) ask and run BF16, as coverage said with that
+    cause; --expect fp8-current flags exactly them, each with it."""
+    done = gemmscope("verify", "--profiler", "torch", "--format", "json", "--per-launch", "--out", str(tmp_path), "--",
+                     sys.executable, str(GPU / "train_small_te.py"), "--scenario", "clean",
+                     "--expected-out", str(tmp_path / "expected.json"), env={"NVTE_BACKWARD_OVERRIDE": "high_precision"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    backward = sum(n for per_pass in expected["fp8"].values() for p, n in per_pass.items() if p in ("dgrad", "wgrad"))
+    why = "backward_override=high_precision (NVTE_BACKWARD_OVERRIDE)"
+    groups = json.loads(done.stdout)["summary"]["coverage"]["groups"]
+    assert backward and sum(g["launches"] for g in groups if g["why"] == why) == backward
+    trace = next(tmp_path.glob("*.json*"))
+    flagged = gemmscope("verify", "--trace", str(trace), "--expect", "fp8-current", "--format", "json", "--per-launch")
+    assert flagged.returncode == 1, flagged.stderr[-2000:]
+    mismatches = [g for g in json.loads(flagged.stdout)["gemms"] if g["verdict"] == "FALLBACK"]
+    assert len(mismatches) == backward and {g["cause"] for g in mismatches} == {"backward-override"}
+
+
 @pytest.mark.parametrize("profiler", ["nsys", "torch"])
 def test_a_moved_entry_point_costs_its_records_not_the_program(tmp_path, profiler):
     """torch.nn.functional.linear taken away as torch imports (take_away/sitecustomize.py), as a

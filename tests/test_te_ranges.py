@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from gemmscope.assembly import te_ranges
-from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, PROCESS_PREFIX, format_record
+from gemmscope.autocast_hook.gemmscope_protocol import GEMM_PREFIX, PROCESS_PREFIX, format_autocast, format_record
 
 
 def te_pass_label(fn: str, direction: str, ub_name: str | None, step: str) -> str:
@@ -118,3 +118,15 @@ def test_names_with_no_prefix_of_ours_are_none_of_ours_unparsed():
     for name, row in zip(names[:-1], table.to_dict("records")):
         assert {k: None if pd.isna(v) else v for k, v in row.items()} == te_ranges.parse(name), name
     assert table.iloc[-1].isna().all()
+
+
+def test_an_autocast_range_says_its_recipes_backward_override_and_where_it_came_from():
+    """What the hook writes at te.autocast's enter (format_autocast) is what the reader takes: the
+    recipe's class whatever else the range holds, and each override once."""
+    names = [format_autocast("Float8CurrentScaling", "high_precision", True),
+             format_autocast("Float8CurrentScaling", "high_precision", True),
+             format_autocast("Float8BlockScaling", "dequantized", False), format_autocast("DelayedScaling", None, False)]
+    assert [te_ranges.parse(n)["recipe_class"] for n in names] == [
+        "Float8CurrentScaling", "Float8CurrentScaling", "Float8BlockScaling", "DelayedScaling"]
+    assert te_ranges.recorded_backward_overrides(names) == [
+        "backward_override=high_precision (NVTE_BACKWARD_OVERRIDE)", "backward_override=dequantized"]

@@ -29,8 +29,10 @@ import pandas as pd
 
 from gemmscope.autocast_hook.gemmscope_protocol import (
     AUTOCAST_PREFIX,
+    BACKWARD_OVERRIDE,
     GEMM_PREFIX,
     MEMBERS_FIELD,
+    OVERRIDE_FROM,
     PROCESS_PREFIX,
     SOFTWARE_PREFIX,
     TORCH_GEMM_PREFIX,
@@ -84,7 +86,7 @@ _TE_MODULE_RANGE = re.compile(
     rf"^(?:(?P<fwd>{_CLASSES}) forward|_(?P<bwd>{_CLASSES})_backward|_(?P<wgrad>{_CLASSES})_wgrad)$")
 _TE_ATTENTION_RANGE = re.compile(
     r"^(?:transformer_engine\.)?(?P<fn>(?:FusedAttnFunc|AttnFuncWithCP\w*))\.(?P<direction>forward|backward)$")
-_AUTOCAST_RANGE = re.compile(r"^" + re.escape(AUTOCAST_PREFIX) + r"(?P<cls>\w+)\)$")
+_AUTOCAST_RANGE = re.compile(r"^" + re.escape(AUTOCAST_PREFIX) + r"(?P<cls>\w+)(?P<fields>(?:\|\w+=\w+){0,4})\)$")
 
 # Operand types the hook records -> the kernel precision (kernels.PRECISIONS) that runs them.
 PRECISION_OF_OPERAND = {
@@ -240,6 +242,26 @@ def recorded_unpatched(names: Iterable[str]) -> list[dict[str, str | None]]:
         if record is not None:
             found.setdefault(record.get("what"), {key: record.get(key) for key in UNPATCHED_FIELDS})
     return list(found.values())
+
+
+def recorded_backward_overrides(names: Iterable[str]) -> list[str]:
+    """The backward_override of every te.autocast region's recipe the hook recorded among these
+    NVTX names, as the run said it ("backward_override=high_precision (NVTE_BACKWARD_OVERRIDE)"
+    where that variable set it), each once, in the order met: the backward GEMMs of such a recipe
+    run on high-precision or dequantized operands, as asked."""
+    found: dict[str, None] = {}
+    for name in names:
+        m = _AUTOCAST_RANGE.match(name)
+        fields = dict(field.split("=") for field in m["fields"].split("|")[1:]) if m else {}
+        if BACKWARD_OVERRIDE in fields:
+            source = fields.get(OVERRIDE_FROM)
+            found[f"{BACKWARD_OVERRIDE}={fields[BACKWARD_OVERRIDE]}" + (f" ({source})" if source else "")] = None
+    return list(found)
+
+
+def backward_overrides_in(traces: Iterable[Trace]) -> list[str]:
+    """recorded_backward_overrides over every trace of a run."""
+    return recorded_backward_overrides(name for trace in traces for name in trace.range_names_starting(AUTOCAST_PREFIX))
 
 
 def unpatched_in(traces: Iterable[Trace]) -> list[dict[str, str | None]]:

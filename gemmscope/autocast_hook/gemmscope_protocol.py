@@ -55,6 +55,13 @@ process used CUDA.
 """
 
 AUTOCAST_PREFIX = "gemmscope.autocast(recipe="
+# A recipe's backward_override (TE 2.20: every recipe but delayed scaling takes it, by default from
+# NVTE_BACKWARD_OVERRIDE): its backward GEMMs then run on high-precision or dequantized operands.
+# The autocast range carries it, and whether that environment variable set it:
+# ``gemmscope.autocast(recipe=Float8CurrentScaling|backward_override=high_precision|from=NVTE_BACKWARD_OVERRIDE)``.
+BACKWARD_OVERRIDE = "backward_override"
+BACKWARD_OVERRIDE_ENV = "NVTE_BACKWARD_OVERRIDE"
+OVERRIDE_FROM = "from"
 GEMM_PREFIX = "gemmscope.te_gemm|"
 TORCH_GEMM_PREFIX = "gemmscope.torch_gemm|"
 PROCESS_PREFIX = "gemmscope.process|"
@@ -211,6 +218,17 @@ def trace_steps(name: str) -> tuple[int, int] | None:
 
 # Every name torch_trace_name gives, as a glob pattern.
 TORCH_TRACE_GLOB = "trace.*.json.gz"
+
+
+def format_autocast(recipe: str, backward_override: str | None, from_environment: bool) -> str:
+    """The range around a te.autocast region: its recipe's class and, where set, its
+    backward_override (BACKWARD_OVERRIDE) and whether BACKWARD_OVERRIDE_ENV set it."""
+    fields = [recipe]
+    if backward_override:
+        fields.append(f"{BACKWARD_OVERRIDE}={backward_override}")
+        if from_environment:
+            fields.append(f"{OVERRIDE_FROM}={BACKWARD_OVERRIDE_ENV}")
+    return AUTOCAST_PREFIX + FIELD_SEPARATOR.join(fields) + ")"
 
 
 def format_record(prefix: str, fields: dict) -> str:

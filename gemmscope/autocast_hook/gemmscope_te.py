@@ -3,15 +3,18 @@ te.autocast region with its recipe, and each GEMM call of TE's Python with the m
 its pass, the operand types TE was handed and its shape, as a range on the launching thread."""
 
 import inspect
+import os
 import threading
 
 from gemmscope_modules import await_backward_node, calling_module
 from gemmscope_protocol import (
-    AUTOCAST_PREFIX,
+    BACKWARD_OVERRIDE,
+    BACKWARD_OVERRIDE_ENV,
     GEMM_PREFIX,
     MEMBERS_FIELD,
     PASS_BY_LAYOUT,
     UNKNOWN,
+    format_autocast,
     format_members,
     format_record,
 )
@@ -48,7 +51,9 @@ def patch_quantization(quantization_module) -> None:
             original(cls, *args, **kwargs)
             recipe = cls.get_fp8_recipe() if cls.is_fp8_enabled() else None
             name = (te_base_class(type(recipe)) or type(recipe).__name__) if recipe is not None else "disabled"
-            push(torch, f"{AUTOCAST_PREFIX}{name})")
+            override = getattr(recipe, BACKWARD_OVERRIDE, None)
+            push(torch, format_autocast(name, override, override is not None
+                                        and os.environ.get(BACKWARD_OVERRIDE_ENV) == override))
             thread.autocast_regions = thread.__dict__.get("autocast_regions", 0) + 1
         return enter
 

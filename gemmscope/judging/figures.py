@@ -96,13 +96,18 @@ def coverage(result: Judgement) -> Coverage:
 
 def coverage_groups(result: Judgement) -> pd.DataFrame:
     """The GEMMs asked for high precision (Judgement.coverage) per layer × module × what was
-    asked: the passes, launches, time and share of all GEMM time, in layer order."""
+    asked (and why, where the run recorded why: `why`, Judgement's request_cause): the passes,
+    launches, time and share of all GEMM time, in layer order."""
     g = result.gemms
     columns = ["layer", "layer_number", "module", "asked", "passes", "launches", "time_ns", "share"]
     high = result.coverage
     if high.empty:
         return pd.DataFrame(columns=columns)
     keys = ["layer", "layer_number", "module", "expected"]
+    if high["request_cause"].notna().any():
+        high = high.assign(why=high["request_cause"])
+        keys.append("why")
+        columns.append("why")
     out = high.groupby(keys, dropna=False, sort=False).agg(
         passes=("te_pass", lambda p: "+".join(dict.fromkeys(p.fillna("?")))),
         launches=("duration_ns", "size"), time_ns=("duration_ns", "sum")).reset_index()

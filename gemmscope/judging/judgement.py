@@ -34,9 +34,10 @@ the run, unless `strict_unknown` (``--strict``): then it too leaves the run not 
 
 Where gemmscope's hook recorded what TE was handed, a FALLBACK says why (``cause``): TE was handed
 operands of another precision (``requested-bf16``: a layer outside autocast, or a recipe that
-keeps this GEMM in high precision), TE was handed the requested precision and the kernel still
-ran another (``kernel-differs``), the GEMM ran outside TE (``outside-te``), or nothing recorded it
-(``no-record``).
+keeps this GEMM in high precision; ``backward-override``: a backward GEMM of a recipe whose
+``backward_override`` runs it on high-precision operands, `request_cause` says which), TE was
+handed the requested precision and the kernel still ran another (``kernel-differs``), the GEMM ran
+outside TE (``outside-te``), or nothing recorded it (``no-record``).
 
 Several traces (one per rank, or one holding every rank) are checked together, assembled as one
 job first (gemmscope.assembly.job: each GEMM keeps its trace and rank), then judged (`judge`);
@@ -287,6 +288,7 @@ def judge(traces: Job | Trace | LoadedTrace | Sequence[Trace | LoadedTrace], exp
         if expect_map:
             own &= gemms["expect_range"].isna().to_numpy()
         gemms["asked_high"] = own & gemms["expected"].isin(HIGH_PRECISIONS).to_numpy()
+        gemms["request_cause"] = _request_causes(gemms, te_ranges.backward_overrides_in(read_traces))
         _judge(gemms, gpu_sm(read_traces), allow, job.ranges, strict_unknown)
     result = Judgement(expected=expected, gemms=gemms, job=job, expect_map=expect_map,
                        expect_given=expect is not None, strict_unknown=strict_unknown)
@@ -371,6 +373,17 @@ def ranges_checked(gemms: pd.DataFrame, ranges: EnclosingRanges, traces: Sequenc
     return out.sort_values(["position", "range"], ignore_index=True)[columns]
 
 
+def _request_causes(gemms: pd.DataFrame, backward_overrides: list[str]) -> pd.Series:
+    """Why a GEMM asked the high precision it asked, where the run recorded why: the backward
+    GEMMs (dgrad, wgrad) of a run whose recipe set a backward_override (one override for the run:
+    TE's autocast regions do not say which forward a backward GEMM belongs to). None elsewhere."""
+    cause = pd.Series(None, index=gemms.index, dtype="object")
+    if len(backward_overrides) == 1:
+        backward_high = gemms["te_pass"].isin(("dgrad", "wgrad")) & gemms["requested"].isin(HIGH_PRECISIONS)
+        cause[backward_high] = backward_overrides[0]
+    return cause
+
+
 def _causes(gemms: pd.DataFrame) -> np.ndarray:
     """Why a FALLBACK ran another precision than its `expected` recipe (module docstring); None
     for other verdicts. A GEMM asked what it was expected to run ran another kernel
@@ -383,9 +396,11 @@ def _causes(gemms: pd.DataFrame) -> np.ndarray:
     operand_recipe = gemms["requested_a"].where(gemms["requested_a"].isin(RECIPES), requested)
     other_recipe = (gemms["requested_a"].isin(RECIPES) & gemms["expected"].isin(RECIPES)
                     & (gemms["requested_a"] != gemms["expected"]))
+    overridden = gemms["request_cause"].notna() if "request_cause" in gemms else False
     cause = np.select(
-        [requested.isna() & (gemms["origin"] == "outside-te"), requested.isna(), ~requested_wanted | other_recipe],
-        ["outside-te", "no-record", "requested-" + operand_recipe.fillna("").astype(str)],
+        [requested.isna() & (gemms["origin"] == "outside-te"), requested.isna(), overridden & ~requested_wanted,
+         ~requested_wanted | other_recipe],
+        ["outside-te", "no-record", "backward-override", "requested-" + operand_recipe.fillna("").astype(str)],
         default="kernel-differs",
     )
     # numpy's stubs take no None for where's `y` (an object array's missing value) and fall back to its one-argument form

@@ -124,10 +124,18 @@ _REQUESTED = ("these GEMMs asked for {handed} (TE was handed {handed} operands, 
 _HIGH_PRECISIONS = ("bf16", "fp16", "fp32")
 
 
-def cause_meaning(cause: str, expected: str | None, hook_recorded: bool) -> str:
-    """What a FALLBACK's cause says, for GEMMs expected to run `expected`."""
+# `backward-override`: the backward GEMMs of a recipe with a backward_override (its `request_cause`).
+_BACKWARD_OVERRIDE = ("these backward GEMMs asked for high precision, not {expected}: the recipe's {why} runs the "
+                      "backward GEMMs on high-precision or dequantized operands")
+
+
+def cause_meaning(cause: str, expected: str | None, hook_recorded: bool, why: str | None = None) -> str:
+    """What a FALLBACK's cause says, for GEMMs expected to run `expected` (`why`: their
+    request_cause, where the run recorded one)."""
     if cause == "no-record" and hook_recorded:
         return _NO_RECORD_WITH_HOOK
+    if cause == "backward-override":
+        return _BACKWARD_OVERRIDE.format(expected=expected, why=why or "backward_override")
     handed = cause.removeprefix("requested-")
     if handed == cause:
         return CAUSES.get(cause, cause)
@@ -145,7 +153,9 @@ def cause_meanings(frame: pd.DataFrame, result: Judgement) -> dict[str, str]:
         if result.expect_map:
             recipes = rows["expected"].unique()
             expected = recipes[0] if len(recipes) == 1 else "the expected"
-        meanings[str(cause)] = cause_meaning(str(cause), expected, result.hook_recorded)
+        why = rows["request_cause"].dropna() if "request_cause" in rows else pd.Series(dtype="object")
+        meanings[str(cause)] = cause_meaning(str(cause), expected, result.hook_recorded,
+                                             why.iloc[0] if len(why) else None)
     return meanings
 
 
@@ -167,9 +177,12 @@ def launches_frame(result: Judgement) -> pd.DataFrame:
 def coverage_frame(result: Judgement) -> pd.DataFrame:
     """The GEMMs asked for high precision (coverage_groups) for people: milliseconds and shares."""
     groups = coverage_groups(result)
-    return pd.DataFrame({"layer": groups["layer"], "module": groups["module"], "passes": groups["passes"],
-                         "asked": groups["asked"], "launches": groups["launches"], "time_ms": groups["time_ns"] / 1e6,
-                         "of GEMM time": (groups["share"].astype(float) * 100).round(1).astype(str) + " %"})
+    frame = pd.DataFrame({"layer": groups["layer"], "module": groups["module"], "passes": groups["passes"],
+                          "asked": groups["asked"], "launches": groups["launches"], "time_ms": groups["time_ns"] / 1e6,
+                          "of GEMM time": (groups["share"].astype(float) * 100).round(1).astype(str) + " %"})
+    if "why" in groups:
+        frame["why"] = groups["why"]
+    return frame
 
 
 def ranks_frame(result: Judgement) -> pd.DataFrame:

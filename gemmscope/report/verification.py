@@ -217,7 +217,8 @@ def _gemm_details(result: Judgement) -> Section:
             lines.append(f"requested: {row['requested']}")
         if pd.notna(row.get("cause")):
             expected = row["expected"] if result.expect_map else result.expected
-            lines.append(f"cause: {row['cause']}: {cause_meaning(row['cause'], expected, result.hook_recorded)}")
+            meaning = cause_meaning(row["cause"], expected, result.hook_recorded, row.get("request_cause"))
+            lines.append(f"cause: {row['cause']}: {meaning}")
         if row.get("allowed"):
             lines.append("allowed by --allow")
         ranges = first_ranges.get(key(row))
