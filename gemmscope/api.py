@@ -12,6 +12,7 @@
     gs.capture(["python", "train.py"])         # a run captured under nsys (or profiler="torch")
     gs.follow("traces/", count=2)              # each trace written there judged as a window, alerts said
     gs.timeline("traces/")                     # the job's windows, one record each
+    gs.api.timeline_page("traces/")            # the same as one self-contained HTML page
 
 and, for traces or a `gemmscope profile` run directory, `report` (the page `gemmscope report`
 writes), `bundle` (the zip `gemmscope bundle` writes) and `scrub` (a trace's scrubbed copy), here
@@ -61,7 +62,8 @@ if TYPE_CHECKING:
 
 __all__ = ["GEMM_COLUMNS", "VERDICT_COLUMNS", "Analysis", "CheckResult", "Comparison", "Kernels", "Options", "Profiled",
            "Shapes", "Shared", "Traces", "audit", "audit_command", "bundle", "check", "compare", "decode_kernels",
-           "diagnose", "follow", "gemm_shapes", "load", "profile_model", "report", "scrub", "timeline", "what_if"]
+           "diagnose", "follow", "gemm_shapes", "load", "profile_model", "report", "scrub", "timeline", "timeline_page",
+           "what_if"]
 
 
 def load(paths: str | Path | Sequence[str | Path], workers: int | None = None,
@@ -229,6 +231,21 @@ def timeline(folder: str | Path) -> list[dict[str, Any]]:
     from gemmscope.watching.timeline import read_timeline
 
     return read_timeline(folder)
+
+
+def timeline_page(source: str | Path | Sequence[dict[str, Any]], title: str | None = None) -> str:
+    """A job's timeline as one self-contained HTML page, as `gemmscope timeline DIR --format html`
+    writes it (nothing loaded from anywhere): its windows over their steps as plots, its alerts with
+    their window, ranks and place, and the window table. `source`: the job's folder (or timeline
+    file), or its records (`timeline`, `follow(...).records`)."""
+    from gemmscope.report.html import to_html
+    from gemmscope.watching.timeline import read_timeline, timeline_report
+
+    if isinstance(source, (str, Path)):
+        records, named = read_timeline(source), f"Timeline of {Path(source).name}"
+    else:
+        records, named = list(source), "Timeline of a job"
+    return to_html(timeline_report(records, title or named))
 
 
 def follow(folder: str | Path, options: Options | None = None, count: int | None = None,

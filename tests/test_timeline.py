@@ -3,6 +3,7 @@ by `gemmscope timeline`; `--follow` on a folder that receives committed GPU trac
 another tool's would arrive (an FP8 run, then the same program with BF16 fallbacks)."""
 
 import gzip
+import html
 import json
 import subprocess
 import sys
@@ -89,6 +90,87 @@ def test_a_timeline_that_is_not_one_is_one_line(tmp_path):
     assert_one_line_error(gemmscope("timeline", tmp_path))
     (tmp_path / TIMELINE_FILE).write_text("not json\n")
     assert_one_line_error(gemmscope("timeline", tmp_path))
+
+
+# --- the timeline as a page ---------------------------------------------------------------------
+
+# A trace's name as a hostile tool could write it: the page must show it as text, never as markup.
+HOSTILE_NAME = 'rank0 <b onclick="x()">&.sqlite.xz'
+
+
+@pytest.fixture(scope="module")
+def audit_folder(tmp_path_factory) -> Path:
+    """A job's folder whose timeline holds the committed FP8 run (its trace under HOSTILE_NAME),
+    the fallback run and the FP8 run again, each as a window of an audit's steps."""
+    folder = tmp_path_factory.mktemp("audit")
+    (folder / HOSTILE_NAME).write_bytes(FP8_RUN.read_bytes())
+    timeline = Timeline(folder)
+    for trace in (folder / HOSTILE_NAME, FALLBACK_RUN, FP8_RUN):
+        timeline.judge([trace])
+    audited = [dict(record, steps=[10 + 2000 * n, 12 + 2000 * n]) for n, record in enumerate(timeline.records)]
+    (folder / TIMELINE_FILE).write_text("".join(json.dumps(r) + "\n" for r in audited))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def timeline_page(audit_folder, tmp_path_factory) -> Path:
+    page = tmp_path_factory.mktemp("page") / "timeline.html"
+    done = gemmscope("timeline", audit_folder, "--format", "html", "-o", page)
+    assert done.returncode == 1 and done.stdout == "", done.stderr  # the worst window's state, as the table's
+    return page
+
+
+def test_the_timeline_page_shows_the_windows_plots_and_alerts(audit_folder, timeline_page):
+    from test_html_report import EXTERNAL_LOAD
+
+    text = timeline_page.read_text()
+    # GEMM time per precision, mismatches and quantization (no step time: these traces mark no step)
+    assert text.count('<img alt="') == 2 and text.count('src="data:image/png;base64,') == 2
+    assert not EXTERNAL_LOAD.search(text.replace('src="data:', ""))
+    for steps in ("10-12", "2010-2012", "4010-4012"):
+        assert f">{steps}</td>" in text
+    fallback = read_timeline(audit_folder)[1]
+    assert fallback["alerts"] and [r["alerts"] for r in read_timeline(audit_folder)[::2]] == [[], []]
+    for place in fallback["alerts"][0]["places"]:  # each place of the new mismatches: layer, module, pass
+        assert f">{html.escape(place)}</td>" in text
+    assert "precision-mix" in text and "MISMATCHES" in text
+
+
+def test_the_timeline_page_escapes_what_traces_name(timeline_page):
+    text = timeline_page.read_text()
+    assert "<b onclick" not in text
+    assert html.escape(HOSTILE_NAME) in text
+
+
+def test_the_timeline_page_plots_each_window(audit_folder):
+    from gemmscope.report.timeline_plots import timeline_plots
+    from gemmscope.watching.timeline import window_series
+
+    records = read_timeline(audit_folder)
+    windows = window_series(records)
+    assert list(windows["label"]) == ["steps 10-12", "steps 2010-2012", "steps 4010-4012"]
+    precision, mismatches = timeline_plots(windows, None, alerts.STEP_SPREAD_FACTOR)
+    assert list(precision.data["share fp8"].round(3)) == [1.0, 0.424, 1.0]
+    assert list(mismatches.data["mismatches"]) == [0, 45, 0]
+    # two ranks of the last window, one slower: its median of medians, its fastest and slowest step
+    timed = [dict(r, step_time_ns={"median": m * 1e6, "min": (m - 1) * 1e6, "max": (m + 1) * 1e6, "steps": 3})
+             for r, m in zip([*records, records[-1]], (100, 101, 102, 130))]
+    steps = timeline_plots(window_series(timed), (99.0, 101.0), alerts.STEP_SPREAD_FACTOR)[1]
+    assert steps.data[["step_median_ms", "step_min_ms", "step_max_ms"]].values.tolist() == [
+        [100, 99, 101], [101, 100, 102], [116, 101, 131]]
+
+
+def test_the_timeline_page_in_a_real_browser(chromium_bin, timeline_page, tmp_path):
+    from test_html_report import chromium, console_lines, page_requests
+
+    done = chromium(chromium_bin, timeline_page, tmp_path / "dom", "--dump-dom")
+    assert done.stdout.index('id="verdict"') < done.stdout.index("<img") < done.stdout.index("<table")
+    assert console_lines(done) == [] and page_requests(tmp_path / "dom") == []
+
+
+def test_a_page_is_written_where_asked_only(audit_folder):
+    assert_one_line_error(gemmscope("timeline", audit_folder, "--format", "html"))
+    assert_one_line_error(gemmscope("timeline", audit_folder, "-o", "page.html"))
 
 
 def _wait_for(predicate, seconds: float = 60) -> None:
