@@ -263,24 +263,26 @@ def follow(folder: str | Path, options: Options | None = None, count: int | None
                          until_pid=until_pid)
 
 
-def audit_command(command: Sequence[str], out: str | Path, every: int, window: int = 3,
+def audit_command(command: Sequence[str], out: str | Path, every: int | str, window: int = 3,
                   options: Options | None = None, *, echo: bool = False, say: Callable[[str], None] = lambda line: None,
                   keep_windows: int | None = None, **settings: Any) -> Audited:
-    """`verify --every`: `command` run with `window` training steps captured every `every`
-    (torch.profiler, in each of its processes), each window judged as it lands into
-    OUT/timeline.jsonl, compared with the first; `say`: a line per window, its alerts with it;
-    `keep_windows`: how many traces of windows with nothing new are kept, the newest (None: all)."""
+    """`verify --every`: `command` run with `window` training steps captured every `every` steps,
+    or every `every` of wall time ("30m"; torch.profiler, in each of its processes), each window
+    judged as it lands into OUT/timeline.jsonl, compared with the first; `say`: a line per window,
+    its alerts with it; `keep_windows`: how many traces of windows with nothing new are kept, the
+    newest (None: all)."""
     from gemmscope.watching.audit import audit
 
     return audit(command, out, every, window, Options.of(options, **settings), echo=echo, say=say,
                  keep_windows=keep_windows)
 
 
-def audit(every: int, window: int = 3, out: str | Path = "gemmscope-audit", *, expect: str | None = None,
+def audit(every: int | str, window: int = 3, out: str | Path = "gemmscope-audit", *, expect: str | None = None,
           follow: bool = True) -> Path:
     """One line in a training script: this process audited from now on as `verify --every` audits
-    a command (gemmscope.watching.in_process.audit): `window` steps every `every`, each window's
-    trace in `out`, judged there into timeline.jsonl by a follower the rank-0 process starts."""
+    a command (gemmscope.watching.in_process.audit): `window` steps every `every` steps, or every
+    `every` of wall time ("30m", "2h"), each window's trace in `out`, judged there into
+    timeline.jsonl by a follower the rank-0 process starts."""
     from gemmscope.watching.in_process import audit as audit_here
 
     return audit_here(every, window, out, expect=expect, follow=follow)

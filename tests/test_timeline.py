@@ -268,6 +268,58 @@ def test_verify_every_captures_each_window_on_its_own(torch_cpu, tmp_path):
     assert [line.split(":")[1] for line in said] == [f" window {i} (steps {a}-{b})" for i, (a, b) in enumerate(steps)]
 
 
+# The training loop with a sleep per step, and the time each step's optimizer step returned (the
+# hook reads its clock inside that call, at the step's first mark), one line each into argv[2].
+_TIMED_TRAINING = _TRAINING.replace("    optimizer.zero_grad()\n", """\
+    optimizer.zero_grad()
+    times.append(time.monotonic())
+    time.sleep(0.1)
+open(sys.argv[2], "w").write("\\n".join(map(repr, times)))
+""").replace("import sys, torch\n", "import sys, time, torch\ntimes = []\n")
+
+
+def test_verify_every_period_opens_a_window_once_the_period_has_passed(torch_cpu, tmp_path):
+    """--every 1s --window 2 over 50 steps of >= 0.1 s each: the first window at step 10, after
+    warm-up, then one at the first step once 1 s has passed since the previous opened (a window's
+    capture opens at the first mark of its first step - 2), never while one is open; by the
+    program's own clock, no window opened before its second and none waited past it."""
+    program = tmp_path / "train.py"
+    program.write_text(_TIMED_TRAINING)
+    out, times = tmp_path / "out", tmp_path / "times"
+    done = gemmscope("verify", "--every", "1s", "--window", "2", "--format", "json", "--out", out, "--",
+                     sys.executable, program, "50", times, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    windows = [tuple(w["steps"]) for w in json.loads(done.stdout)["windows"]]
+    returned = [float(line) for line in times.read_text().splitlines()]  # step n's optimizer step returned
+    assert windows[0] == (10, 11) and 2 <= len(windows) <= returned[-1] - returned[8] + 1
+    assert all(last == first + 1 for first, last in windows)
+    opened = [first - 2 for first, _ in windows]  # the step at whose first mark each capture opened
+    for (before, _), now, (_, previous_last) in zip(windows, opened[1:], windows):
+        was = before - 2
+        assert now > previous_last + 1  # after the previous closed
+        assert returned[now] - returned[was - 1] >= 1  # the period had passed at its mark
+        if now - 1 > previous_last + 1:  # the mark before could have opened it: the period had not passed
+            assert returned[now - 2] - returned[was] < 1
+    [node] = out.iterdir()
+    traces = sorted(node.glob("trace.*.json.gz"), key=lambda t: trace_steps(t.name))
+    assert [trace_steps(t.name) for t in traces] == windows
+    for trace, (first, last) in zip(traces, windows):
+        if last < 49:  # not cut by the program's end: its steps whole, no more than a step either side
+            assert set(range(first, last + 1)) <= _step_marks(trace) <= set(range(first - 2, last + 2))
+
+
+@pytest.mark.parametrize("every, said", [
+    ("30d", "--every 30d --window 3: '30d' is neither a number of steps nor a period of wall time with its unit "
+            "(s, m or h: 30s, 30m, 2h)"),
+    ("0m", "--every 0m --window 3: '0m': give a period of wall time above 0"),
+    ("0", "--every 0 --window 3: give a window of 1 step or more"),
+])
+def test_verify_every_period_is_refused_in_one_line(tmp_path, every, said):
+    done = gemmscope("verify", "--every", every, "--out", tmp_path, "--", sys.executable, "-c", "pass")
+    assert_one_line_error(done)
+    assert said in done.stderr
+
+
 @pytest.mark.parametrize("arguments, said", [
     (("--every", "6"), "--every keeps the job's timeline and its windows' traces: give --out DIR"),
     (("--every", "6", "--out", "OUT", "--profiler", "nsys"), "--every captures with torch.profiler"),
