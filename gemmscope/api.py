@@ -12,6 +12,7 @@
     gs.capture(["python", "train.py"])         # a run captured under nsys (or profiler="torch")
     gs.follow("traces/", count=2)              # each trace written there judged as a window, alerts said
     gs.timeline("traces/")                     # the job's windows, one record each
+    gs.api.timeline_page("traces/")            # the same as one self-contained HTML page
 
 and, for traces or a `gemmscope profile` run directory, `report` (the page `gemmscope report`
 writes), `bundle` (the zip `gemmscope bundle` writes) and `scrub` (a trace's scrubbed copy), here
@@ -61,7 +62,8 @@ if TYPE_CHECKING:
 
 __all__ = ["GEMM_COLUMNS", "VERDICT_COLUMNS", "Analysis", "CheckResult", "Comparison", "Kernels", "Options", "Profiled",
            "Shapes", "Shared", "Traces", "audit", "audit_command", "bundle", "check", "compare", "decode_kernels",
-           "diagnose", "follow", "gemm_shapes", "load", "profile_model", "report", "scrub", "timeline", "what_if"]
+           "diagnose", "follow", "gemm_shapes", "load", "profile_model", "report", "scrub", "timeline", "timeline_page",
+           "what_if"]
 
 
 def load(paths: str | Path | Sequence[str | Path], workers: int | None = None,
@@ -231,6 +233,21 @@ def timeline(folder: str | Path) -> list[dict[str, Any]]:
     return read_timeline(folder)
 
 
+def timeline_page(source: str | Path | Sequence[dict[str, Any]], title: str | None = None) -> str:
+    """A job's timeline as one self-contained HTML page, as `gemmscope timeline DIR --format html`
+    writes it (nothing loaded from anywhere): its windows over their steps as plots, its alerts with
+    their window, ranks and place, and the window table. `source`: the job's folder (or timeline
+    file), or its records (`timeline`, `follow(...).records`)."""
+    from gemmscope.report.html import to_html
+    from gemmscope.watching.timeline import read_timeline, timeline_report
+
+    if isinstance(source, (str, Path)):
+        records, named = read_timeline(source), f"Timeline of {Path(source).name}"
+    else:
+        records, named = list(source), "Timeline of a job"
+    return to_html(timeline_report(records, title or named))
+
+
 def follow(folder: str | Path, options: Options | None = None, count: int | None = None,
            say: Callable[[str], None] = lambda line: None, until_pid: int | None = None, **settings: Any) -> Timeline:
     """Judges each trace another tool writes into `folder`, once complete, as a window of the
@@ -246,24 +263,26 @@ def follow(folder: str | Path, options: Options | None = None, count: int | None
                          until_pid=until_pid)
 
 
-def audit_command(command: Sequence[str], out: str | Path, every: int, window: int = 3,
+def audit_command(command: Sequence[str], out: str | Path, every: int | str, window: int = 3,
                   options: Options | None = None, *, echo: bool = False, say: Callable[[str], None] = lambda line: None,
                   keep_windows: int | None = None, **settings: Any) -> Audited:
-    """`verify --every`: `command` run with `window` training steps captured every `every`
-    (torch.profiler, in each of its processes), each window judged as it lands into
-    OUT/timeline.jsonl, compared with the first; `say`: a line per window, its alerts with it;
-    `keep_windows`: how many traces of windows with nothing new are kept, the newest (None: all)."""
+    """`verify --every`: `command` run with `window` training steps captured every `every` steps,
+    or every `every` of wall time ("30m"; torch.profiler, in each of its processes), each window
+    judged as it lands into OUT/timeline.jsonl, compared with the first; `say`: a line per window,
+    its alerts with it; `keep_windows`: how many traces of windows with nothing new are kept, the
+    newest (None: all)."""
     from gemmscope.watching.audit import audit
 
     return audit(command, out, every, window, Options.of(options, **settings), echo=echo, say=say,
                  keep_windows=keep_windows)
 
 
-def audit(every: int, window: int = 3, out: str | Path = "gemmscope-audit", *, expect: str | None = None,
+def audit(every: int | str, window: int = 3, out: str | Path = "gemmscope-audit", *, expect: str | None = None,
           follow: bool = True) -> Path:
     """One line in a training script: this process audited from now on as `verify --every` audits
-    a command (gemmscope.watching.in_process.audit): `window` steps every `every`, each window's
-    trace in `out`, judged there into timeline.jsonl by a follower the rank-0 process starts."""
+    a command (gemmscope.watching.in_process.audit): `window` steps every `every` steps, or every
+    `every` of wall time ("30m", "2h"), each window's trace in `out`, judged there into
+    timeline.jsonl by a follower the rank-0 process starts."""
     from gemmscope.watching.in_process import audit as audit_here
 
     return audit_here(every, window, out, expect=expect, follow=follow)

@@ -93,6 +93,32 @@ def test_an_audit_started_inside_the_program(torch_cpu, tmp_path, program, frame
     assert said.count("gemmscope: window ") == len(STEPS), said
 
 
+def test_an_audit_by_wall_time_inside_the_program(torch_cpu, tmp_path):
+    """gemmscope.audit(every="1s", window=2) in a loop of 40 steps of >= 0.1 s each: the first
+    window at step 10, after warm-up, then each opening (at the first mark of its first step - 2)
+    once a second has passed since the previous opened: after the previous closed, and within 11
+    steps of it (each step takes 0.1 s or more)."""
+    script, out = tmp_path / "train.py", tmp_path / "audit"
+    script.write_text(_PLAIN.replace("every=6, window=2, out=sys.argv[2]", 'every="1s", window=2, out=sys.argv[2], '
+                                                                         "follow=False")
+                      .replace("    optimizer.zero_grad()\n", "    optimizer.zero_grad()\n    time.sleep(0.1)\n")
+                      .replace("import sys\n", "import sys, time\n", 1))
+    done = subprocess.run([sys.executable, str(script), "40", str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    windows = sorted(trace_steps(t.name) for t in out.glob("trace.*.json.gz"))
+    assert windows[0] == (10, 11) and len(windows) >= 2
+    for (first, last), (then, _) in zip(windows, windows[1:]):
+        assert last + 1 < then - 2 <= first - 2 + 11
+
+
+def test_an_audit_by_a_period_without_unit_is_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-c", "import gemmscope, sys; gemmscope.audit('30d', 2, sys.argv[1], "
+                           "follow=False)", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 1 and ("gemmscope.errors.InputError: audit every 30d window 2: '30d' is neither a "
+                                     "number of steps nor a period of wall time") in done.stderr
+
+
 def test_an_audit_asked_twice_in_one_process_is_one_line(torch_cpu, tmp_path):
     done = subprocess.run([sys.executable, "-c", "import gemmscope, sys; gemmscope.audit(6, 2, sys.argv[1], "
                            "follow=False); gemmscope.audit(6, 2, sys.argv[1], follow=False)", str(tmp_path)],

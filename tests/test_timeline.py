@@ -3,6 +3,7 @@ by `gemmscope timeline`; `--follow` on a folder that receives committed GPU trac
 another tool's would arrive (an FP8 run, then the same program with BF16 fallbacks)."""
 
 import gzip
+import html
 import json
 import subprocess
 import sys
@@ -89,6 +90,87 @@ def test_a_timeline_that_is_not_one_is_one_line(tmp_path):
     assert_one_line_error(gemmscope("timeline", tmp_path))
     (tmp_path / TIMELINE_FILE).write_text("not json\n")
     assert_one_line_error(gemmscope("timeline", tmp_path))
+
+
+# --- the timeline as a page ---------------------------------------------------------------------
+
+# A trace's name as a hostile tool could write it: the page must show it as text, never as markup.
+HOSTILE_NAME = 'rank0 <b onclick="x()">&.sqlite.xz'
+
+
+@pytest.fixture(scope="module")
+def audit_folder(tmp_path_factory) -> Path:
+    """A job's folder whose timeline holds the committed FP8 run (its trace under HOSTILE_NAME),
+    the fallback run and the FP8 run again, each as a window of an audit's steps."""
+    folder = tmp_path_factory.mktemp("audit")
+    (folder / HOSTILE_NAME).write_bytes(FP8_RUN.read_bytes())
+    timeline = Timeline(folder)
+    for trace in (folder / HOSTILE_NAME, FALLBACK_RUN, FP8_RUN):
+        timeline.judge([trace])
+    audited = [dict(record, steps=[10 + 2000 * n, 12 + 2000 * n]) for n, record in enumerate(timeline.records)]
+    (folder / TIMELINE_FILE).write_text("".join(json.dumps(r) + "\n" for r in audited))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def timeline_page(audit_folder, tmp_path_factory) -> Path:
+    page = tmp_path_factory.mktemp("page") / "timeline.html"
+    done = gemmscope("timeline", audit_folder, "--format", "html", "-o", page)
+    assert done.returncode == 1 and done.stdout == "", done.stderr  # the worst window's state, as the table's
+    return page
+
+
+def test_the_timeline_page_shows_the_windows_plots_and_alerts(audit_folder, timeline_page):
+    from test_html_report import EXTERNAL_LOAD
+
+    text = timeline_page.read_text()
+    # GEMM time per precision, mismatches and quantization (no step time: these traces mark no step)
+    assert text.count('<img alt="') == 2 and text.count('src="data:image/png;base64,') == 2
+    assert not EXTERNAL_LOAD.search(text.replace('src="data:', ""))
+    for steps in ("10-12", "2010-2012", "4010-4012"):
+        assert f">{steps}</td>" in text
+    fallback = read_timeline(audit_folder)[1]
+    assert fallback["alerts"] and [r["alerts"] for r in read_timeline(audit_folder)[::2]] == [[], []]
+    for place in fallback["alerts"][0]["places"]:  # each place of the new mismatches: layer, module, pass
+        assert f">{html.escape(place)}</td>" in text
+    assert "precision-mix" in text and "MISMATCHES" in text
+
+
+def test_the_timeline_page_escapes_what_traces_name(timeline_page):
+    text = timeline_page.read_text()
+    assert "<b onclick" not in text
+    assert html.escape(HOSTILE_NAME) in text
+
+
+def test_the_timeline_page_plots_each_window(audit_folder):
+    from gemmscope.report.timeline_plots import timeline_plots
+    from gemmscope.watching.timeline import window_series
+
+    records = read_timeline(audit_folder)
+    windows = window_series(records)
+    assert list(windows["label"]) == ["steps 10-12", "steps 2010-2012", "steps 4010-4012"]
+    precision, mismatches = timeline_plots(windows, None, alerts.STEP_SPREAD_FACTOR)
+    assert list(precision.data["share fp8"].round(3)) == [1.0, 0.424, 1.0]
+    assert list(mismatches.data["mismatches"]) == [0, 45, 0]
+    # two ranks of the last window, one slower: its median of medians, its fastest and slowest step
+    timed = [dict(r, step_time_ns={"median": m * 1e6, "min": (m - 1) * 1e6, "max": (m + 1) * 1e6, "steps": 3})
+             for r, m in zip([*records, records[-1]], (100, 101, 102, 130))]
+    steps = timeline_plots(window_series(timed), (99.0, 101.0), alerts.STEP_SPREAD_FACTOR)[1]
+    assert steps.data[["step_median_ms", "step_min_ms", "step_max_ms"]].values.tolist() == [
+        [100, 99, 101], [101, 100, 102], [116, 101, 131]]
+
+
+def test_the_timeline_page_in_a_real_browser(chromium_bin, timeline_page, tmp_path):
+    from test_html_report import chromium, console_lines, page_requests
+
+    done = chromium(chromium_bin, timeline_page, tmp_path / "dom", "--dump-dom")
+    assert done.stdout.index('id="verdict"') < done.stdout.index("<img") < done.stdout.index("<table")
+    assert console_lines(done) == [] and page_requests(tmp_path / "dom") == []
+
+
+def test_a_page_is_written_where_asked_only(audit_folder):
+    assert_one_line_error(gemmscope("timeline", audit_folder, "--format", "html"))
+    assert_one_line_error(gemmscope("timeline", audit_folder, "-o", "page.html"))
 
 
 def _wait_for(predicate, seconds: float = 60) -> None:
@@ -184,6 +266,58 @@ def test_verify_every_captures_each_window_on_its_own(torch_cpu, tmp_path):
     assert read_timeline(out) == read_timeline(node) == windows
     said = [line for line in done.stderr.splitlines() if line.startswith("gemmscope: window ")]
     assert [line.split(":")[1] for line in said] == [f" window {i} (steps {a}-{b})" for i, (a, b) in enumerate(steps)]
+
+
+# The training loop with a sleep per step, and the time each step's optimizer step returned (the
+# hook reads its clock inside that call, at the step's first mark), one line each into argv[2].
+_TIMED_TRAINING = _TRAINING.replace("    optimizer.zero_grad()\n", """\
+    optimizer.zero_grad()
+    times.append(time.monotonic())
+    time.sleep(0.1)
+open(sys.argv[2], "w").write("\\n".join(map(repr, times)))
+""").replace("import sys, torch\n", "import sys, time, torch\ntimes = []\n")
+
+
+def test_verify_every_period_opens_a_window_once_the_period_has_passed(torch_cpu, tmp_path):
+    """--every 1s --window 2 over 50 steps of >= 0.1 s each: the first window at step 10, after
+    warm-up, then one at the first step once 1 s has passed since the previous opened (a window's
+    capture opens at the first mark of its first step - 2), never while one is open; by the
+    program's own clock, no window opened before its second and none waited past it."""
+    program = tmp_path / "train.py"
+    program.write_text(_TIMED_TRAINING)
+    out, times = tmp_path / "out", tmp_path / "times"
+    done = gemmscope("verify", "--every", "1s", "--window", "2", "--format", "json", "--out", out, "--",
+                     sys.executable, program, "50", times, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    windows = [tuple(w["steps"]) for w in json.loads(done.stdout)["windows"]]
+    returned = [float(line) for line in times.read_text().splitlines()]  # step n's optimizer step returned
+    assert windows[0] == (10, 11) and 2 <= len(windows) <= returned[-1] - returned[8] + 1
+    assert all(last == first + 1 for first, last in windows)
+    opened = [first - 2 for first, _ in windows]  # the step at whose first mark each capture opened
+    for (before, _), now, (_, previous_last) in zip(windows, opened[1:], windows):
+        was = before - 2
+        assert now > previous_last + 1  # after the previous closed
+        assert returned[now] - returned[was - 1] >= 1  # the period had passed at its mark
+        if now - 1 > previous_last + 1:  # the mark before could have opened it: the period had not passed
+            assert returned[now - 2] - returned[was] < 1
+    [node] = out.iterdir()
+    traces = sorted(node.glob("trace.*.json.gz"), key=lambda t: trace_steps(t.name))
+    assert [trace_steps(t.name) for t in traces] == windows
+    for trace, (first, last) in zip(traces, windows):
+        if last < 49:  # not cut by the program's end: its steps whole, no more than a step either side
+            assert set(range(first, last + 1)) <= _step_marks(trace) <= set(range(first - 2, last + 2))
+
+
+@pytest.mark.parametrize("every, said", [
+    ("30d", "--every 30d --window 3: '30d' is neither a number of steps nor a period of wall time with its unit "
+            "(s, m or h: 30s, 30m, 2h)"),
+    ("0m", "--every 0m --window 3: '0m': give a period of wall time above 0"),
+    ("0", "--every 0 --window 3: give a window of 1 step or more"),
+])
+def test_verify_every_period_is_refused_in_one_line(tmp_path, every, said):
+    done = gemmscope("verify", "--every", every, "--out", tmp_path, "--", sys.executable, "-c", "pass")
+    assert_one_line_error(done)
+    assert said in done.stderr
 
 
 @pytest.mark.parametrize("arguments, said", [

@@ -137,24 +137,45 @@ TORCH_TRACE_FOLDER = "GEMMSCOPE_TORCH_TRACE_FOLDER"
 # The environment variable naming the training steps to capture, "A-B" (inclusive, from 0).
 STEPS = "GEMMSCOPE_STEPS"
 # The environment variable naming an audit's windows, "EVERY:WINDOW:FIRST": WINDOW training steps
-# every EVERY steps from step FIRST on (audit_window), each captured as a window of its own.
+# every EVERY steps (a number) or every EVERY of wall time (a period with its unit: 30s, 30m, 2h),
+# from step FIRST on, each captured as a window of its own (gemmscope_steps.CaptureWindows).
 AUDIT = "GEMMSCOPE_AUDIT"
 # Where an audit's first window starts by default: after the warm-up steps (compilation,
 # autotuning, the allocator's growth) that no later step repeats.
 AUDIT_FIRST_STEP = 10
+# A period of wall time's units, in seconds.
+PERIOD_UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
-def format_audit(every: int, window: int, first: int = AUDIT_FIRST_STEP) -> str:
+def format_audit(every: int | str, window: int, first: int = AUDIT_FIRST_STEP) -> str:
     return f"{every}:{window}:{first}"
 
 
-def parse_audit(text: str) -> tuple[int, int, int]:
-    """"EVERY:WINDOW:FIRST" as (every, window, first); ValueError unless 1 <= WINDOW, WINDOW + 2 <
-    EVERY (the one-step margins of two windows do not meet) and 0 <= FIRST."""
-    every, window, first = (int(part) for part in text.split(":"))
-    if not (window >= 1 and every > window + 2 and first >= 0):
-        raise ValueError(f"audit {text!r}: want EVERY:WINDOW:FIRST with WINDOW >= 1, EVERY > WINDOW + 2, FIRST >= 0")
-    return every, window, first
+def parse_period(text: str) -> float:
+    """A period of wall time, "30s", "30m" or "2h" (PERIOD_UNITS), in seconds; ValueError, its
+    sentence the reason, unless a number above 0 with one of those units."""
+    number, unit = text[:-1], text[-1:]
+    try:
+        seconds = float(number) * PERIOD_UNITS[unit]
+    except (KeyError, ValueError):
+        raise ValueError(f"{text!r} is neither a number of steps nor a period of wall time with its unit "
+                         "(s, m or h: 30s, 30m, 2h)") from None
+    if not seconds > 0:
+        raise ValueError(f"{text!r}: give a period of wall time above 0")
+    return seconds
+
+
+def parse_audit(text: str) -> tuple[int | None, float | None, int, int]:
+    """"EVERY:WINDOW:FIRST" as (every steps, every seconds, window, first), one of the first two
+    None; ValueError, its sentence the reason, unless 1 <= WINDOW, WINDOW + 2 < EVERY steps (the
+    one-step margins of two windows do not meet) or EVERY a period (parse_period), and 0 <= FIRST."""
+    every, window, first = text.rsplit(":", 2)
+    steps = int(every) if every.isdigit() else None
+    seconds = None if steps is not None else parse_period(every)
+    if not (int(window) >= 1 and (steps is None or steps > int(window) + 2) and int(first) >= 0):
+        raise ValueError("give a window of 1 step or more, and windows more than 2 steps further apart than they "
+                         "are long")
+    return steps, seconds, int(window), int(first)
 
 
 def audit_window(index: int, every: int, window: int, first: int) -> tuple[int, int]:
@@ -164,7 +185,7 @@ def audit_window(index: int, every: int, window: int, first: int) -> tuple[int, 
 
 
 def audit_windows(every: int, window: int, first: int):
-    """An audit's windows' steps, in order, without end."""
+    """An audit's windows' steps, every `every` steps, in order, without end."""
     index = 0
     while True:
         yield audit_window(index, every, window, first)

@@ -17,6 +17,7 @@ launches belong to A..B.
 
 import importlib
 import os
+import time
 
 from gemmscope_protocol import (
     AUDIT,
@@ -100,7 +101,7 @@ def watch_steps(torch) -> None:
         pass
     windows = asked_windows()
     if windows is not None:
-        record_only_in(asked_windows())  # an iterator of its own: each consumer walks the windows
+        record_only_in(windows)
     if os.environ.get(STEPS) and not os.environ.get(TORCH_TRACE_FOLDER):
         _capture_with_nsys(torch, *parse_steps(os.environ[STEPS]))
 
@@ -113,41 +114,99 @@ def on_first_mark(call) -> None:
     _on_first_mark.append(call)
 
 
+class CaptureWindows:
+    """The windows (first, last steps) a process captures, each decided once, at the step's first
+    mark where its capture opens (its first step - 2; before any step for first <= 1), and the same
+    for every consumer of the marks (the GEMM recording switch, the profiler): given in advance
+    (`steps`, in order; an iterator, maybe endless), or every `period_s` of wall time, `window`
+    steps from step `first` on, one opening at the first mark once the period has passed since
+    the previous opened (time.monotonic, read at the marks: no thread of its own). A window opens
+    only after the previous has closed (the first mark of its last step + 1)."""
+
+    def __init__(self, steps=None, period_s=None, window=0, first=0) -> None:
+        self._steps = iter(steps) if steps is not None else None
+        self._period_s, self._window, self._first = period_s, window, first
+        self._next = next(self._steps, None) if self._steps is not None else None
+        self._previous = None  # the last window opened
+        self._opened_at = None  # when (time.monotonic), by wall time
+        self._decided = (None, None)  # (mark, window): the latest decision, for the next consumer
+        self.at_start = None
+        if self._next is not None and self._next[0] <= 1:  # step 0 runs from the start
+            self.at_start = self._previous = self._next
+            self._next = next(self._steps, None)
+
+    def opening(self, n: int):
+        """The window whose capture opens at the first mark of step `n`, else None."""
+        if self._decided[0] != n:
+            self._decided = (n, self._decide(n))
+        return self._decided[1]
+
+    def _decide(self, n: int):
+        if self._previous is not None and n <= self._previous[1] + 1:
+            return None
+        if self._steps is not None:
+            if self._next is None or n != self._next[0] - 2:
+                return None
+            self._previous, self._next = self._next, next(self._steps, None)
+            return self._previous
+        if n < self._first - 2:
+            return None
+        now = time.monotonic()
+        if self._opened_at is not None and now - self._opened_at < self._period_s:
+            return None
+        self._previous, self._opened_at = (n + 2, n + 1 + self._window), now
+        return self._previous
+
+
 def on_capture_windows(windows, opens, closes) -> None:
-    """`opens()` where a capture of each of `windows` ((first, last) steps, in order; an iterator,
-    maybe endless) opens (now for first <= 1, else at the first mark of first-2) and `closes()`
-    where it closes (the first mark of last+1): on_first_mark says why. Windows come at least three
-    steps apart (gemmscope_protocol.parse_audit), so that one closes before the next opens."""
-    windows = iter(windows)
-    current = [next(windows, None)]
-    if current[0] is not None and current[0][0] <= 1:  # step 0 runs from the start
+    """`opens()` where a capture of each of `windows` (CaptureWindows) opens (now for first <= 1,
+    else at the first mark of first-2) and `closes()` where it closes (the first mark of last+1):
+    on_first_mark says why."""
+    current = [windows.at_start]
+    if current[0] is not None:
         opens()
 
     def at_first_mark(n: int) -> None:
         window = current[0]
         if window is None:
-            return
-        if n == window[0] - 2:
-            opens()
+            current[0] = windows.opening(n)
+            if current[0] is not None:
+                opens()
         elif n == window[1] + 1:
             closes()
-            current[0] = next(windows, None)
+            current[0] = None
 
     on_first_mark(at_first_mark)
 
 
 def on_capture_window(first: int, last: int, opens, closes) -> None:
     """on_capture_windows for one window, steps first..last."""
-    on_capture_windows([(first, last)], opens, closes)
+    on_capture_windows(CaptureWindows([(first, last)]), opens, closes)
+
+
+# The windows asked, by what asked them: one CaptureWindows for every consumer, so that all open
+# and close the same windows (by wall time, a second one would read the clock at other moments).
+_asked: dict = {}
 
 
 def asked_windows():
-    """The windows this process captures: `verify --steps A-B`'s one (STEPS), an audit's endless
-    ones (AUDIT), or None for the whole run."""
-    if os.environ.get(STEPS):
-        return [parse_steps(os.environ[STEPS])]
-    if os.environ.get(AUDIT):
-        return audit_windows(*parse_audit(os.environ[AUDIT]))
+    """The windows this process captures (CaptureWindows, the same for every caller): `verify
+    --steps A-B`'s one (STEPS), an audit's endless ones (AUDIT: every so many steps, or every so
+    long), or None for the whole run."""
+    asked = (os.environ.get(STEPS), os.environ.get(AUDIT))
+    if asked not in _asked:
+        _asked[asked] = _windows(*asked)
+    return _asked[asked]
+
+
+def _windows(steps, audit):
+    if steps:
+        return CaptureWindows([parse_steps(steps)])
+    if audit:
+        every, period_s, window, first = parse_audit(audit)
+        if every is not None:
+            return CaptureWindows(audit_windows(every, window, first))
+        return CaptureWindows(period_s=period_s, window=window, first=first)
     return None
 
 

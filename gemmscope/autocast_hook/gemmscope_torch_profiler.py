@@ -93,16 +93,16 @@ def _started(torch, accumulate: bool = False, schedule=None, on_trace_ready=None
 
 
 def _profile_windows(torch, folder: str, windows, named_by_steps: bool) -> None:
-    """Each of `windows` (steps first..last, in order): torch.profiler starts at the first mark of
-    step first-2 with a warm-up step through its schedule (from the start, with no schedule, for
-    first <= 1), advances at each step's first mark and saves at the first mark of step last+1
-    (gemmscope_steps.on_first_mark says why those bounds hold the steps whole), stopped there, and
-    the next window is waited for; a job that ends inside a window writes what it recorded at exit.
-    `named_by_steps`: each trace's name says its window's steps (an audit's several)."""
+    """Each of `windows` (gemmscope_steps.CaptureWindows, steps first..last, in order):
+    torch.profiler starts at the first mark of step first-2 with a warm-up step through its
+    schedule (from the start, with no schedule, for first <= 1), advances at each step's first
+    mark and saves at the first mark of step last+1 (gemmscope_steps.on_first_mark says why those
+    bounds hold the steps whole), stopped there, and the next window is waited for; a job that
+    ends inside a window writes what it recorded at exit. `named_by_steps`: each trace's name says
+    its window's steps (an audit's several)."""
     from torch.profiler import schedule
 
-    windows = iter(windows)
-    state: dict = {"window": next(windows, None), "profiler": None, "written": False, "scheduled": False}
+    state: dict = {"window": windows.at_start, "profiler": None, "written": False, "scheduled": False}
 
     def save(profiler) -> None:
         state["written"] = True
@@ -110,17 +110,16 @@ def _profile_windows(torch, folder: str, windows, named_by_steps: bool) -> None:
         _guarded(lambda: _export(profiler, folder, steps))
 
     def at_first_mark(n: int) -> None:
-        window, profiler = state["window"], state["profiler"]
-        if window is None:
-            return
-        first, last = window
+        profiler = state["profiler"]
         if profiler is None:
-            if n == first - 2:
-                state["scheduled"] = True
-                state["profiler"] = _started(torch, on_trace_ready=save, schedule=schedule(
-                    wait=0, warmup=1, active=last - first + 2, repeat=1))
+            window = windows.opening(n)
+            if window is None:
+                return
+            first, last = window
+            state.update(window=window, scheduled=True, profiler=_started(torch, on_trace_ready=save, schedule=schedule(
+                wait=0, warmup=1, active=last - first + 2, repeat=1)))
         elif not state["scheduled"]:
-            if n == last + 1:  # no schedule: stopped and saved here
+            if n == state["window"][1] + 1:  # no schedule: stopped and saved here
                 profiler.stop()
                 save(profiler)
         else:
@@ -128,7 +127,7 @@ def _profile_windows(torch, folder: str, windows, named_by_steps: bool) -> None:
             if state["written"]:  # the window's last step is saved: CUPTI goes now, not at exit
                 profiler.stop()
         if state["written"]:  # the next window, if any, from a profiler of its own
-            state.update(window=next(windows, None), profiler=None, written=False)
+            state.update(window=None, profiler=None, written=False)
 
     def at_exit() -> None:
         profiler = state["profiler"]
@@ -143,7 +142,7 @@ def _profile_windows(torch, folder: str, windows, named_by_steps: bool) -> None:
         if not state["written"]:
             save(profiler)
 
-    if state["window"] is not None and state["window"][0] <= 1:  # step 0 runs from the start
+    if state["window"] is not None:  # step 0 runs from the start
         state["profiler"] = _started(torch, accumulate=True)
     on_first_mark(at_first_mark)
     atexit.register(_guarded, at_exit)

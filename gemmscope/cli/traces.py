@@ -135,6 +135,11 @@ class _CaptureArgs:
     keep_windows: int | None = None  # with --every: the traces of windows with nothing new kept
 
 
+def _every(_ctx, _param, text: str | None) -> int | str | None:
+    """--every: a number of steps, else a period of wall time as given (CaptureWindow checks both)."""
+    return int(text) if text is not None and text.isdigit() else text
+
+
 def _capture_options(func):
     """verify's --out, --profiler, --capture-range, --delay and --duration, given to it as one
     _CaptureArgs (`capturing`)."""
@@ -162,11 +167,13 @@ def _capture_options(func):
         click.option("--delay", type=click.FloatRange(min=0), metavar="SECONDS", help="Start collecting after this long."),
         click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
                      help="Collect for this long; COMMAND runs on to its own end. Not with --capture-range."),
-        click.option("--every", type=click.IntRange(min=1), metavar="STEPS",
-                     help="Audit a long job: --window training steps every STEPS (from step 10, after warm-up), on "
-                          "every rank, to the job's own end (torch.profiler; needs --out). Each window is judged as "
-                          "it lands into OUT/timeline.jsonl, compared with the first, its alerts said; the worst "
-                          "window's state is the exit status (`gemmscope timeline OUT` shows it again)."),
+        click.option("--every", callback=_every, metavar="STEPS|PERIOD",
+                     help="Audit a long job: --window training steps every STEPS, or every PERIOD of wall time "
+                          "(30s, 30m, 2h: at the first step once it has passed since the last window), from step 10 "
+                          "(after warm-up), on every rank, to the job's own end (torch.profiler; needs --out). Each "
+                          "window is judged as it lands into OUT/timeline.jsonl, compared with the first, its alerts "
+                          "said; the worst window's state is the exit status (`gemmscope timeline OUT` shows it "
+                          "again)."),
         click.option("--window", type=click.IntRange(min=1), default=3, show_default=True, metavar="STEPS",
                      help="With --every: the training steps each window holds."),
         click.option("--keep-windows", type=click.IntRange(min=0), metavar="N",

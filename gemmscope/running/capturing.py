@@ -63,9 +63,10 @@ class CaptureWindow:
     delay_s: float | None = None
     duration_s: float | None = None
     steps: tuple[int, int] | None = None
-    # an audit: (every, window), `window` training steps every `every` steps from step
+    # an audit: (every, window), `window` training steps every `every` steps (a number), or every
+    # `every` of wall time (a period with its unit: "30m"), from step
     # gemmscope_protocol.AUDIT_FIRST_STEP on, each captured and judged as a window of its own
-    audit: tuple[int, int] | None = None
+    audit: tuple[int | str, int] | None = None
 
     def __post_init__(self) -> None:
         from gemmscope.profilers import nsys_runner
@@ -80,9 +81,8 @@ class CaptureWindow:
                                  "or --duration")
             try:
                 gemmscope_protocol.parse_audit(gemmscope_protocol.format_audit(*self.audit))
-            except ValueError:
-                raise InputError(f"--every {self.audit[0]} --window {self.audit[1]}: give a window of 1 step or more, "
-                                 "and windows more than 2 steps further apart than they are long") from None
+            except ValueError as exc:
+                raise InputError(f"--every {self.audit[0]} --window {self.audit[1]}: {exc}") from None
 
     @property
     def timed_or_ranged(self) -> bool:
@@ -98,7 +98,8 @@ class CaptureWindow:
         """The window in words, None for the whole run."""
         if self.audit is not None:
             every, window = self.audit
-            return (f"{window} training steps every {every} from step {gemmscope_protocol.AUDIT_FIRST_STEP}, "
+            period = f"{every} steps" if isinstance(every, int) else f"{every} of wall time"
+            return (f"{window} training steps every {period} from step {gemmscope_protocol.AUDIT_FIRST_STEP}, "
                     "each judged as it lands")
         if self.steps is not None:
             return f"training steps {self.steps[0]}-{self.steps[1]} (its optimizer steps, from 0)"

@@ -1,6 +1,6 @@
 """`verify --every N --window W -- COMMAND`: the command run with gemmscope's hook capturing W
-training steps every N (torch.profiler, from step gemmscope_protocol.AUDIT_FIRST_STEP on) in every
-process, to its own end; each window's trace judged as it lands, in gemmscope's process while the
+training steps every N steps, or every N of wall time (torch.profiler, from step
+gemmscope_protocol.AUDIT_FIRST_STEP on) in every process, to its own end; each window's trace judged as it lands, in gemmscope's process while the
 program runs on (its thread pays only the profiler's start, stop and export), into the job's
 timeline (timeline.Timeline) in OUT."""
 
@@ -47,13 +47,14 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def audit(command: Sequence[str], out: str | Path, every: int, window: int = 3, options: Options | None = None, *,
+def audit(command: Sequence[str], out: str | Path, every: int | str, window: int = 3, options: Options | None = None, *,
           echo: bool = False, say: Callable[[str], None] = _stderr, keep_windows: int | None = None) -> Audited:
-    """Runs `command` with `window` steps captured every `every` in each of its processes, each
-    window judged against `options` as it lands, into OUT/NODE/timeline.jsonl beside the windows'
-    traces (node_folder: one per verify process, so that the verify of each node of a job, or each
-    srun task, writes its own files into one shared OUT); a line per window through `say`, its
-    alerts with it. `keep_windows`: the traces of windows with nothing new kept, the newest (None: all)."""
+    """Runs `command` with `window` steps captured every `every` steps, or every `every` of wall
+    time ("30m"), in each of its processes, each window judged against `options` as it lands,
+    into OUT/NODE/timeline.jsonl beside the windows' traces (node_folder: one per verify process,
+    so that the verify of each node of a job, or each srun task, writes its own files into one
+    shared OUT); a line per window through `say`, its alerts with it. `keep_windows`: the traces
+    of windows with nothing new kept, the newest (None: all)."""
     options = options or Options()
     folder = node_folder(Path(out))
     timeline = Timeline(folder, options, say=say, keep_windows=keep_windows)

@@ -22,19 +22,19 @@ from gemmscope.watching.timeline import TIMELINE_FILE
 FOLLOW_LOG = "follow.log"
 
 
-def audit(every: int, window: int = 3, out: str | Path = "gemmscope-audit", *, expect: str | None = None,
+def audit(every: int | str, window: int = 3, out: str | Path = "gemmscope-audit", *, expect: str | None = None,
           follow: bool = True) -> Path:
-    """Audits this process from now on: `window` training steps every `every` (counted from this
-    call, the first window from step gemmscope_protocol.AUDIT_FIRST_STEP), each window's trace
+    """Audits this process from now on: `window` training steps every `every` steps (counted from
+    this call), or every `every` of wall time ("30m": a period with its unit, s, m or h), the first
+    window from step gemmscope_protocol.AUDIT_FIRST_STEP, each window's trace
     written into `out` (made if missing; a shared folder for a job of several processes or nodes)
     and, with `follow`, judged there by a follower process the rank-0 process starts (against
     `expect`, else what each GEMM asked). Returns the folder. Once per process."""
     try:
         audit_env = gemmscope_protocol.format_audit(every, window)
         gemmscope_protocol.parse_audit(audit_env)
-    except (TypeError, ValueError):
-        raise InputError(f"audit every {every} window {window}: give a window of 1 step or more, and windows more "
-                         "than 2 steps further apart than they are long") from None
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"audit every {every} window {window}: {exc}") from None
     folder = Path(out).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     if os.environ.get(gemmscope_protocol.TORCH_TRACE_FOLDER):

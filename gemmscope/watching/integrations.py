@@ -13,7 +13,7 @@ from typing import Any
 from gemmscope.watching.in_process import audit
 
 
-def hf_trainer_callback(every: int, window: int = 3, out: str | Path = "gemmscope-audit",
+def hf_trainer_callback(every: int | str, window: int = 3, out: str | Path = "gemmscope-audit",
                         expect: str | None = None) -> Any:
     """An HF transformers TrainerCallback that audits each process of the run from its training's start."""
     from transformers import TrainerCallback
@@ -25,7 +25,7 @@ def hf_trainer_callback(every: int, window: int = 3, out: str | Path = "gemmscop
     return GemmscopeAudit()
 
 
-def lightning_callback(every: int, window: int = 3, out: str | Path = "gemmscope-audit",
+def lightning_callback(every: int | str, window: int = 3, out: str | Path = "gemmscope-audit",
                        expect: str | None = None) -> Any:
     """A Lightning Callback that audits each process of the run from its fit's start."""
     from lightning.pytorch.callbacks import Callback

@@ -6,16 +6,23 @@ document alone, so that the timeline says what `analyze --format json` of that w
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gemmscope.errors import InputError, NoGpuKernels, State
 from gemmscope.options import Options
 from gemmscope.watching import alerts
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gemmscope.report.model import Report
+    from gemmscope.report.plots import Plot
 
 TIMELINE_FILE = "timeline.jsonl"
 # The categories of a rank's GPU time the record splits a window into (diagnosis' breakdown).
@@ -196,17 +203,23 @@ _COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
 )
 
 
+def _by_window(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The records of each window of the whole job, in the job's order: by steps where known (each
+    verify process of a job counts its windows itself), else by the window's index."""
+    by_window: dict[tuple, list[dict[str, Any]]] = {}
+    for record in records:
+        key = (0, *record["steps"]) if record["steps"] else (1, record["window"])
+        by_window.setdefault(key, []).append(record)
+    return [by_window[key] for key in sorted(by_window)]
+
+
 def job_windows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per window of the whole job, from its ranks' (each process's trace is judged on
     its own): the window's steps, the ranks that reported it, the worst state, the mismatches and
     GEMM launches summed, every rank's alerts, and a rank whose step time lags the others'
     (alerts.rank_lag)."""
-    by_window: dict[tuple, list[dict[str, Any]]] = {}
-    for record in records:  # by steps where known: each verify process of a job counts its windows itself
-        key = (0, *record["steps"]) if record["steps"] else (1, record["window"])
-        by_window.setdefault(key, []).append(record)
     job = []
-    for window, ranks in enumerate(by_window[key] for key in sorted(by_window)):
+    for window, ranks in enumerate(_by_window(records)):
         state = alerts.worst([State(r["state"]) for r in ranks])
         assert state is not None  # a window has at least one record
         job.append({"window": window, "steps": ranks[0]["steps"], "ranks": sorted({x for r in ranks for x in r["ranks"]}),
@@ -227,19 +240,115 @@ def timeline_document(records: list[dict[str, Any]]) -> dict[str, Any]:
             "alerts": [a for r in records for a in r.get("alerts", [])]}
 
 
-def timeline_table(records: list[dict[str, Any]]) -> str:
-    """The timeline as the terminal shows it: the job's state, a row per window, then each alert."""
+WINDOWS_TITLE = "Windows (each process's; the alerts below)"
+
+
+def timeline_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """The timeline's table: a row per record (a window of one process), its columns _COLUMNS."""
     import pandas as pd
 
+    return pd.DataFrame([[show(record) for _, show in _COLUMNS] for record in records],
+                        columns=[header for header, _ in _COLUMNS])
+
+
+def timeline_table(records: list[dict[str, Any]]) -> str:
+    """The timeline as the terminal shows it: the job's state, a row per window, then each alert."""
     from gemmscope.report.terminal import table_text
 
     state = alerts.worst([State(r["state"]) for r in records])
-    frame = pd.DataFrame([[show(record) for _, show in _COLUMNS] for record in records],
-                         columns=[header for header, _ in _COLUMNS])
     said = [f"{state.word if state else 'NO WINDOW'}: {len(records)} window{'s' * (len(records) != 1)} judged",
-            table_text("Windows (each process's; the alerts below)", frame).rstrip("\n")]
+            table_text(WINDOWS_TITLE, timeline_frame(records)).rstrip("\n")]
     for record in records:
         if record.get("error"):
             said.append(f"window {record['window']}: NOT JUDGED: {record['error']}")
         said += [f"window {record['window']}: ALERT {a['code']}: {a['statement']}" for a in record.get("alerts", [])]
     return "\n".join(said) + "\n"
+
+
+def window_series(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per window of the whole job, as the timeline's plots draw it: its label (steps, or
+    its traces' names), when it was judged, whether any of its records was, each precision's share
+    of GEMM time (`share <precision>`) and the coverage, over its ranks' GEMM time; quantization's
+    share of GPU busy time (mean over its ranks), its mismatches (summed) and its step time in ms
+    (the median of its ranks' medians, the fastest and slowest step of any rank)."""
+    import pandas as pd
+
+    rows = []
+    for window, ranks in enumerate(_by_window(records)):
+        judged = [r for r in ranks if not r.get("error")]
+        gemm_ns = sum(r["gemm_time_ns"] for r in judged)
+        shares: dict[str, float] = {}
+        for r in judged:
+            for precision, share in r["gemm_time_share_by_precision"].items():
+                shares[precision] = shares.get(precision, 0.0) + share * r["gemm_time_ns"] / gemm_ns
+        covered = [r for r in judged if r["coverage_time_share"] is not None]
+        quantized = [r["quantization_share"] for r in judged if r["quantization_share"] is not None]
+        timed = [r["step_time_ns"] for r in judged if r["step_time_ns"]["median"] is not None]
+        steps = ranks[0]["steps"]
+        rows.append({
+            "window": window, "label": f"steps {steps[0]}-{steps[1]}" if steps else ", ".join(ranks[0]["traces"]),
+            "judged_at": max(r["judged_at"] for r in ranks), "judged": bool(judged),
+            **{f"share {p}": s for p, s in shares.items()},
+            "coverage": (sum(r["coverage_time_share"] * r["gemm_time_ns"] for r in covered) / gemm_ns
+                         if covered and gemm_ns else None),
+            "quantization": statistics.mean(quantized) if quantized else None,
+            "mismatches": sum(r["mismatches"] for r in judged),
+            "step_median_ms": statistics.median(t["median"] for t in timed) / 1e6 if timed else None,
+            "step_min_ms": min(t["min"] for t in timed) / 1e6 if timed else None,
+            "step_max_ms": max(t["max"] for t in timed) / 1e6 if timed else None})
+    return pd.DataFrame(rows)
+
+
+def _alert_rows(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """A row per alert of each window of the whole job (a new mismatch: a row per place), with
+    where it was: its window, steps, ranks and place (layer, module, pass) or precision."""
+    import pandas as pd
+
+    rows = []
+    for window in job_windows(records):
+        steps = f"{window['steps'][0]}-{window['steps'][1]}" if window["steps"] else "all"
+        for alert in window["alerts"]:
+            at = [window["window"], steps, ",".join(map(str, alert["ranks"] or [])) or "-", alert["code"]]
+            places = alert.get("places") or {alert.get("precision", ""): None}
+            # the statement once, on the alert's first row: it names its places already
+            rows += [[*at, place, launches, alert["statement"] if n == 0 else ""]
+                     for n, (place, launches) in enumerate(places.items())]
+    return pd.DataFrame(rows, columns=["Window", "Steps", "Ranks", "Alert", "Where (layer module pass, or precision)",
+                                       "Launches", "Statement"])
+
+
+def _drawn(plot: Plot) -> Plot:
+    """A plot drawn already, as a Figure gives it."""
+    return plot
+
+
+def timeline_report(records: list[dict[str, Any]], title: str) -> Report:
+    """The timeline as a page (`gemmscope timeline --format html`): the job's state, its windows
+    over its steps as plots (report.timeline_plots), each alert with its window, ranks and place,
+    and the window table the terminal shows."""
+    from gemmscope.report.model import Figure, Report, Section, Table, count
+    from gemmscope.report.timeline_plots import timeline_plots
+
+    state = alerts.worst([State(r["state"]) for r in records])
+    job = job_windows(records)
+    judged = [r for r in records if not r.get("error")]
+    baseline = judged[0] if judged else None  # Timeline's default: the job's first window judged
+    spread = baseline and baseline["step_time_ns"]
+    spread_ms = (spread["min"] / 1e6, spread["max"] / 1e6) if spread and spread["median"] is not None else None
+    plots = timeline_plots(window_series(records), spread_ms, alerts.STEP_SPREAD_FACTOR)
+    alerted = [w for w in job if w["alerts"]]
+    verdict = [("Windows", f"{count(len(job), 'window')} of the job, {count(len(records), 'record')} (a window of one "
+                           f"process each), {len(records) - len(judged)} not judged"),
+               ("Alerts", f"{count(sum(len(w['alerts']) for w in job), 'alert')} in {count(len(alerted), 'window')}"),
+               ("Baseline", f"window {baseline['window']} ({', '.join(baseline['traces'])}), the first judged"
+                if baseline else "none: no window was judged")]
+    not_judged = [f"window {r['window']}: NOT JUDGED: {r['error']}" for r in records if r.get("error")]
+    return Report(
+        title=title, status=state.value if state else None, verdict=verdict,
+        sections=[Section("Over the windows", intro=["Each window of the whole job, in the order of its steps, "
+                                                     "its ranks together; under each, the time it was judged."],
+                          blocks=[Figure(functools.partial(_drawn, plot)) for plot in plots]),
+                  Section("Alerts", intro=["What changed against the baseline, each where it was."],
+                          blocks=[Table("Alerts", _alert_rows(records))]),
+                  Section("Windows", blocks=[Table("Windows", timeline_frame(records))], notes=not_judged)],
+        document=timeline_document(records))
