@@ -25,7 +25,7 @@ _PLAIN = """\
 import sys
 import gemmscope
 gemmscope.audit(every=6, window=2, out=sys.argv[2])
-""" + _TRAINING.replace('sys.modules["gemmscope_torch_profiler"].used_cuda = lambda torch: True\\n', "")
+""" + _TRAINING.replace('sys.modules["gemmscope_torch_profiler"].used_cuda = lambda torch: True\n', "")
 
 _HF = """\
 import sys
