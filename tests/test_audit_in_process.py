@@ -160,7 +160,7 @@ def test_two_nodes_write_one_timeline(torch_cpu, tmp_path):
     window still open at exit is the single-process tests' case). With 30 steps, the profiler
     stopped in the interpreter's exit, after gloo's process group was destroyed, and once in CI
     both ranks then aborted ("terminate called without an active exception"); not reproduced here
-    in 160 runs, with or without the audit, so its cause is not known."""
+    in 170 runs (75 with the audit, 100 without), so its cause is not known."""
     script, out = tmp_path / "train.py", tmp_path / "shared"
     script.write_text(_DDP)
     port = _free_port()
