@@ -40,6 +40,13 @@ _PRECISION_CLASS: Mapping[str, tuple[str | None, float | None]] = {
     # MXFP4 against MXFP8 runs at the FP8 rate (tcgen05 kind::mxf8f6f4); its operands differ in size
     "mxfp4×mxfp8": ("FP8", None),
     "mxfp8×mxfp4": ("FP8", None),
+    # Weight-only GEMMs widen the narrow weights to the activations' 16-bit type before the MMA
+    # (triton_kernels' matmul_ogs, trtllm-gen's castBfloat16 kernels, CUTLASS's mixed input):
+    # the 16-bit rate; their operands differ in size
+    "bf16×mxfp4": ("BF16", None),
+    "fp16×mxfp4": ("BF16", None),
+    "bf16×int4": ("BF16", None),
+    "fp16×int4": ("BF16", None),
     "unknown": (None, None),
 }
 

@@ -46,7 +46,7 @@ PADDING = st.lists(st.sampled_from(["a", "_", " ", "<", "::", "quantize", "cast_
 @example(["_", "a"])  # what took the old patterns past any timeout: "\w*X\w*" scanned from each place
 def test_kernel_names_with_64_kb_more_decode_as_they_do_alone(units):
     """Every name of the corpus with 64 KB appended (and every rule of the table searched over
-    1 MB) decodes to its row's role, precision and rule."""
+    1 MB) decodes to its row's role, precision and rule; every public name of 2026 as it does alone."""
     pad = "".join(units) * (65536 // len("".join(units)))
     out = _python(f"""
 import csv
@@ -57,12 +57,18 @@ pad = {pad!r}
 for row in rows:
     info = decode(row["name"] + pad)
     assert (info.role, info.precision or "", info.rule) == (row["role"], row["precision"], row["rule"]), row["name"]
+public = [r for r in csv.DictReader(l for l in open("tests/fixtures/kernel_names/public-2026.csv", encoding="utf-8").read().splitlines()
+          if not l.startswith("#"))]
+for row in public:
+    bare, padded = decode(row["name"]), decode(row["name"] + " " + pad)  # a word of its own: not the name's
+    assert (padded.role, padded.precision, padded.rule) == (bare.role, bare.precision, bare.rule), row["name"]
+rows += public
 text = (pad * 16)[:1 << 20]
 for rule in RULES:
     rule.pattern.search(text)
 print(len(rows))
 """)
-    assert int(out) > 60
+    assert int(out) > 150
 
 
 @settings(max_examples=4, deadline=None)

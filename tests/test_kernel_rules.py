@@ -34,6 +34,22 @@ CASES = {
     "cute-dsl-attention": (
         ["kernel_cutlass_kernel_flash_attncuteflash_fwd_sm100FlashAttentionForwardSm100_object_at__tensor_0"],
         [("kernel_cutlass_kernel___main__PersistentDenseGemmKernel_object_at__TiledMMA_0", "cute-dsl-gemm")]),
+    "cute-dsl-gemm": (
+        ["kernel_cutlass_kernel_flashinfergemmkernelsdense_blockscaled_gemm_sm100Sm100BlockScaledPersistentDenseGemmKernel_object_at__TiledMMA_0",
+         "kernel_cutlass_kernel_quackgemm_default_epiGemmDefaultSm90_object_at__TiledMMA_ThrLayoutVMNK11110000_0",
+         "kernel_cutlass__scaled_gemm_mxfp8_kernel_tensorptrf8E4M3FNgmemalign16o153615361_0"],
+        # a GEMM word among the arguments is no GEMM: only the callable's words count
+        [("kernel_cutlass_kernel___main__ElementwiseAddKernel_object_at__0", "cute-dsl"),
+         ("kernel_cutlass_kernel___main__CopyKernel_object_at__tensorptrf32gmemGemmLike_0", "cute-dsl")]),
+    "cute-dsl-quantize": (
+        ["kernel_cutlass_kernel_flashinferquantizationkernelsmxfp8_quantizeMXFP8QuantizeSwizzledKernel_object_at__tensorptrbf16gme",
+         "kernel_cutlass_kernel_flashinferquantizationkernelsnvfp4_quantizeNVFP4QuantizeLinearKernel_object_at__0"],
+        # a norm fused with a quantization stays a norm, as Transformer Engine's are
+        [("kernel_cutlass_kernel_flashinfercute_dslrmsnorm_fp4quantRMSNormFP4QuantKernel_object_at__0", "cute-dsl")]),
+    "cute-dsl": (
+        ["kernel_cutlass_kernel_flashinfernormkernelsrmsnormRMSNormKernel_object_at__tensorptrbf16gmemalign128o281628161_0",
+         "kernel_cutlass_device_kernel_tensorptrbf16gmemalign16o4816512div85121_0"],
+        [("cutlass_kernel_flashinfernormkernelsrmsnormRMSNormKernel", "unknown")]),
     "deepgemm-mqa-logits": (
         ["void deep_gemm::sm100_fp8_paged_mqa_logits<(unsigned int)64>(int)"],
         [("void deep_gemm::sm100_fp8_mqa_prep<int>(int)", "deepgemm-aux")]),
@@ -112,6 +128,18 @@ CASES = {
          "void vllm::dynamic_per_token_scaled_fp8_quant_kernel_strided<c10::BFloat16, c10::Float8_e4m3fn>(int)",
          "_per_token_group_quant_fp8", "void vllm::segmented_max_reduction<c10::BFloat16, c10::Float8_e4m3fn>(int)"],
         [("per_token_group_dequant_kernel", "unknown")]),
+    "dpsk-quantize": (
+        ["void cuda::per_token_cast_to_fp8_with_channels<__nv_bfloat16, 128, false, 128, false>(__nv_bfloat16 const*, int)",
+         "void cuda::per_channel_cast_and_transpose<256, 128, false, false, false, false, false>(void const*)",
+         "void cuda::cast_back_impl<__nv_fp8x2_e4m3>(void const*, void*, float const*, int, int, int, int)"],
+        # a cast without an FP8 word, another namespace's cuda::, a cast of another library
+        [("void cuda::cast_impl<float>(void const*)", "unknown"), ("void vendor::cuda::per_token_cast_to_fp8(int)", "unknown"),
+         ("void cudax::per_token_cast_to_fp8(int)", "unknown")]),
+    "dpsk-fp8-transpose": (
+        ["void dpsk::grouped_gemm::cuda::utils::transpose<512, 128, 4, 4>(unsigned char const*, unsigned char*, int, int, int, int)",
+         "void cuda::batched_transpose<512, 128, 1, 1>(unsigned char const*, unsigned char*, int, int, int)"],
+        # a transpose of wider data is layout work
+        [("void cuda::batched_transpose<512, 128, 1, 1>(__nv_bfloat16 const*, __nv_bfloat16*, int, int, int)", "unknown")]),
     "cublaslt-splitk": (
         ["void cublasLt::splitKreduce_kernel<(int)32, (int)16, int, float, __nv_bfloat16>(int)"],
         [("void cublasLt::splitKreduce_kernel2<int>(int)", "unknown")]),
@@ -151,21 +179,41 @@ CASES = {
     "deepgemm-aux": (
         ["void deep_gemm::smxx_clean_logits<int>(int)", "void deep_gemm::transpose_fp32<int>(int)"],
         [("void deep_gemmx::transpose_fp32(int)", "gemm-unplaced")]),
-    "cute-dsl-gemm": (
-        ["kernel_cutlass_kernel_flashinfergemmkernelsdense_blockscaled_gemm_sm100Sm100BlockScaledPersistentDenseGemmKernel_object_at__TiledMMA_0"],
-        [("kernel_cutlass_kernel___main__ElementwiseAddKernel_object_at__0", "unknown")]),
+    "deepgemm-helper": (
+        ["post_reorder_deepgemm_triton_kernel", "deepgemm_compute_src2dst_triton_kernel", "moe_ep_deepgemm_preprocess"],
+        # a GEMM of its own, a C++ name
+        [("deepgemm_grouped_gemm_kernel", "gemm-unplaced"), ("void post_reorder_deepgemm<int>(int)", "gemm-unplaced")]),
+    "dpsk-grouped-gemm": (
+        ["void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8_ptp128c::GemmKernel>(dpsk::grouped_gemm::cuda::fp8_ptp128c::GemmKernel::Params)",
+         "void cutlass::device_kernel<dpsk::grouped_gemm::cuda::m_grouped_fp8_ptp128c::GemmKernel>(int)"],
+        [("dpsk::grouped_gemm::cuda::utils::fill_tensormaps_kernel(CUtensorMap_st, CUtensorMap_st*, void*, int, long)",
+          "dpsk-grouped-gemm-aux")]),
+    "dpsk-grouped-gemm-aux": (
+        ["void dpsk::grouped_gemm::cuda::utils::transpose<512, 128, 4, 4>(float const*, float*)",
+         "dpsk::grouped_gemm::cuda::utils::fill_tensormaps_kernel(CUtensorMap_st, CUtensorMap_st*, void*, int, long)"],
+        [("void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*)", "unknown")]),
     "cutlass-mangled": (
         ["_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEE"],
         [("_ZN7cutlass13device_kernelINS_9reduction6kernel12ReduceSplitKE", "unknown")]),
     "triton-jit-gemm": (
-        ["_mxfp8_block_scaled_matmul_kernel", "_w8a8_block_fp8_matmul", "_p_matmul_ogs_NNT_bf16xbf16xmxfp4_16x256x128x1"],
-        [("_matmul_ogs_finalize", "unknown")]),
+        ["_mxfp8_block_scaled_matmul_kernel", "_w8a8_block_fp8_matmul", "_p_matmul_ogs_NNT_bf16xbf16xmxfp4_16x256x128x1",
+         "matmul_kernel_persistent", "fused_moe_kernel", "fused_moe_kernel_gptq_awq", "_kernel_matmul_fp8_row",
+         "_matmul_bf16_mxfp4_kernel"],
+        # the kernels around a GEMM named after it, a word inside another, a name that is not one identifier
+        [("_matmul_ogs_finalize", "unknown"), ("_finalize_matmul", "unknown"), ("bmatmul_kernel", "unknown"),
+         ("void ns::matmul_kernel<int>(int)", "unknown"), ("fused_moe_align_kernel", "unknown")]),
     "nvjet": (
         ["nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT", "nvjet_tst_64x8_64x16_4x1_v_bz_TNT"],
         [("nvjetx_sm90_tst_128x128_64x6_2x1_v_bz_NNT", "unknown")]),
     "xmma": (
         ["sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel"],
         [("sm90_xmma_gemv_f32f32_tf32f32_f32_tn_n_kernel", "gemm-unplaced")]),
+    "vllm-cutlass": (
+        ["void cutlass::device_kernel<vllm::cutlass_3x_gemm_sm90_fp8<cutlass::float_e4m3_t, cutlass::bfloat16_t, "
+         "vllm::c3x::ScaledEpilogue, cute::tuple<cute::C<64>, cute::C<128>, cute::C<128> >>::GemmKernel>(int)",
+         "void cutlass::device_kernel<vllm::cutlass_3x_gemm<signed char, cutlass::bfloat16_t, vllm::c3x::ScaledEpilogue>::GemmKernel>(int)"],
+        # vLLM's architecture guard around CUTLASS's own kernel is CUTLASS's template, read as such
+        [("void cutlass::device_kernel<vllm::enable_sm90_or_later<cutlass::gemm::kernel::GemmUniversal<int>>>(int)", "cutlass-template")]),
     "cutlass-grouped": (
         ["void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProblemShape<"
          "cute::tuple<int, int, int>>, int>>(T1::Params)",

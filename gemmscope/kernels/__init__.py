@@ -10,8 +10,9 @@ H200" means a name in a trace captured by this project on an H200 with cuBLAS 13
 cites a public source (docs/kernel-names.md has the same table with links). A name is never guessed
 into a precision: a GEMM whose name does not say is precision "unknown".
 
-The package: model.py (what a name can say), rules.py (the table), cublas.py, cutlass.py and
-serving.py (how each family's names spell their operands), match.py (a name matched against the table).
+The package: model.py (what a name can say), rules.py (the table), tokens.py (the readers of names
+made of words: Triton, Inductor, CuTe DSL), cublas.py, cutlass.py, serving.py and deepseek.py (how
+each family's names spell their operands), match.py (a name matched against the table).
 """
 
 from gemmscope.kernels.match import decode, decode_frame, decoded_columns, is_autotune_candidate, is_cache_flush

@@ -53,18 +53,22 @@ def nvjet_operands(name: str) -> Operands:
 # The first token is the type of A and B, then of C and D: "e4m3bf16 means tensor A/B in fp8, C/D in
 # bf16" (NVIDIA/TransformerEngine#1391, on sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_...). TensorRT's
 # sm89_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_... (FP8 out, forkni/StreamDiffusion
-# docs/profiling/unet_ncu_roofline_2026-05-24.md) reads the same way. The third token is not decoded.
+# docs/profiling/unet_ncu_roofline_2026-05-24.md) reads the same way, and so do TensorRT's INT8
+# tactics, whose type words are i8 and i32: sm80_xmma_gemm_i8i8_i8i32_f32_tn_n_tilesize... (A/B and
+# C/D int8, the MMA taking int8 into an int32 accumulator) and sm80_xmma_gemm_i8f32_i8i32_f32_...
+# (int8 in, fp32 out). The third token is not decoded.
 
 _XMMA = re.compile(r"sm\d+_xmma_gemm_([a-z0-9]+)_([a-z0-9]+)_([a-z0-9]+)_([nt]{2})_")
-_TYPE_WORD = re.compile(r"tf32|bf16|f16|f32|f64|e4m3|e5m2|s8|s32")
+_TYPE_WORD = re.compile(r"tf32|bf16|f16|f32|f64|e4m3|e5m2|s8|s32|i8|i32")
+_XMMA_TYPE_WORDS = {**DTYPE_WORDS, "i8": "int8", "i32": "int32"}
 
 
 def xmma_operands(name: str) -> Operands:
     match = _XMMA.search(name)
     if not match:
         return UNKNOWN_OPERANDS
-    storage = [DTYPE_WORDS.get(w) for w in _TYPE_WORD.findall(match[1])]
-    math = [DTYPE_WORDS.get(w) for w in _TYPE_WORD.findall(match[2])]
+    storage = [_XMMA_TYPE_WORDS.get(w) for w in _TYPE_WORD.findall(match[1])]
+    math = [_XMMA_TYPE_WORDS.get(w) for w in _TYPE_WORD.findall(match[2])]
     a, out = storage if len(storage) == 2 else (None, None)
     # One word names A and B. cuBLASLt pairs e4m3 with e5m2 in FP8 GEMMs, so for FP8 the word does
     # not say which format B has.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from gemmscope.kernels.model import (
+    DTYPE_ELSEWHERE,
     DTYPE_WORDS,
     FP8_TYPES,
     MIXED_PRECISIONS,
@@ -16,6 +17,7 @@ from gemmscope.kernels.model import (
     joined_scale_mode,
     precision_of,
 )
+from gemmscope.kernels.tokens import cute_dsl_callable
 
 # --- CUTLASS 2.x names (cutlass_library's procedural_name for arch < 90, and cuBLAS's cutlass_<arch>_
 # copies): cutlass[_<arch>]_<opclass>_[<C>_]<accumulate><mma shape>[<math type>]gemm[_relu][_<A>]_<tile>..._
@@ -54,12 +56,20 @@ def cutlass2_operands(name: str) -> Operands:
 
 
 # --- CUTLASS 3.x names (cutlass_library's procedural_name for arch >= 90, and cuBLAS's cutlass3x_ copies):
-# cutlass3x_sm<arch>_<opclass>_<core>gemm_<A>_<B>_<accumulate>_<C>_<D>_<tile>_..._<ABC layout>_align<n>...
-# where a block-scaled operand reads <scale type>x<element> (ue8m0xe4m3) and a blockwise-scaled one
-# <m>x<k><scale type>x<element> (1x128f32xe4m3).
+# cutlass3x_sm<arch>_<opclass>_<core>_<A>_<B>_<accumulate>_<C>_<D>_<tile>_..._<ABC layout>_align<n>...
+# read token by token. The opclass is simt, tensorop, wmma_tensorop, sptensorop, bstensorop or
+# bssptensorop (OpcodeClassNames in python/cutlass_library/library.py). The core token is
+# GemmOperation.core_name: CUTLASS 3.x before v4.0 wrote <accumulate letter><MxNxK instruction
+# shape><math type>gemm (s128x64x8tf32gemm, s64x128x32gemm, and sgemm for SIMT, which has no
+# instruction shape: "s" is an FP32 accumulator), later releases only <math type>gemm (tf32gemm,
+# gemm); the math type is written when the MMA consumes another type than A's (f32 operands
+# multiplied as TF32 or BF16). A block-scaled operand reads <scale type>x<element> (ue8m0xe4m3) and a
+# blockwise-scaled one <m>x<k><scale type>x<element> (1x128f32xe4m3).
 
-_CUTLASS3 = re.compile(r"cutlass3x_sm\d+_[a-z]*tensorop_([a-z0-9]*?)gemm(?:_block_scaled)?_(\w+)")
+_CUTLASS3 = re.compile(r"cutlass3x_sm\d+_((?:wmma_)?[a-z]*tensorop|simt)_(\w+)")
+_CUTLASS3_CORE = re.compile(r"([sdhicz])?(?:\d+x\d+x\d+|\d+)?(?:fastaccum|xor|and)?(tf32|bf16|f16|f32|e4m3|e5m2)?((?:bssp|sp)?gemm)")
 _CUTLASS3_OPERAND = re.compile(r"(?:(\d+)x(\d+))?(?:(ue8m0|ue4m3|f32)x)?([a-z0-9]+)")
+_CUTLASS3_TILE = re.compile(r"\d+x\d+x\d+")
 
 
 def _cutlass3_operand(token: str) -> tuple[str | None, str | None]:
@@ -81,16 +91,34 @@ def _cutlass3_operand(token: str) -> tuple[str | None, str | None]:
 
 def cutlass3_operands(name: str) -> Operands:
     match = _CUTLASS3.search(name)
-    tokens = match[2].split("_") if match else []
-    if len(tokens) < 5:
+    if not match:
         return UNKNOWN_OPERANDS
-    assert match is not None  # without one there are no tokens
-    (a, a_mode), (b, b_mode) = _cutlass3_operand(tokens[0]), _cutlass3_operand(tokens[1])
-    out, _ = _cutlass3_operand(tokens[4])
-    layout = next((t[:2].upper() for t in tokens[5:] if re.fullmatch(r"[tn]{3}", t)), None)
+    opclass, rest = match.groups()
+    tokens = rest.split("_")
+    core = _CUTLASS3_CORE.fullmatch(tokens[0])
+    if not core:
+        return UNKNOWN_OPERANDS
+    # the operand tokens, A B accumulator C D, run from after the core (and a "block_scaled" or
+    # "grouped" kind) to the tile; a name cut before the tile must still hold all five
+    operands: list[str] = []
+    end = 1
+    while end < len(tokens) and (tokens[end] in {"block", "scaled", "grouped", "void"}
+                                 or _cutlass3_operand(tokens[end])[0] is not None):
+        if tokens[end] not in {"block", "scaled", "grouped"}:
+            operands.append(tokens[end])
+        end += 1
+    tiled = end < len(tokens) and bool(_CUTLASS3_TILE.fullmatch(tokens[end]))
+    if len(operands) < (4 if tiled else 5):
+        return UNKNOWN_OPERANDS
+    (a, a_mode), (b, b_mode) = _cutlass3_operand(operands[0]), _cutlass3_operand(operands[1])
+    out, _ = _cutlass3_operand(operands[-1])
+    layout = next((t[:2].upper() for t in tokens[end:] if re.fullmatch(r"[tn]{3}", t)), None)
     scale_mode = joined_scale_mode({mode for mode in (a_mode, b_mode) if mode is not None})
-    if match[1] == "tf32" and a == b == "fp32":  # f32 operands multiplied as TF32
-        precision = "tf32"
+    accumulator, math_type = core.group(1), core.group(2)
+    if a == b == "fp32" and math_type in {"tf32", "bf16", "f16"}:  # f32 operands multiplied as TF32 / BF16 / FP16
+        precision = DTYPE_WORDS[math_type]
+    elif opclass == "simt" and a == b and a in {"fp32", "fp16"} and scale_mode is None and accumulator in {"s", "h", None}:
+        precision = a  # the CUDA cores' FFMA / HFMA2
     else:
         precision = precision_of(a, b, scale_mode)
     return Operands(precision, a, b, out, None if scale_mode == "conflicting" else scale_mode, layout)
@@ -119,6 +147,42 @@ def cute_atom_operands(name: str) -> Operands:
     a, b = types[1], types[2]
     precision = a if a == b and a in {"bf16", "fp16", "tf32", "int8"} else "unknown"
     return Operands(precision, a, b)
+
+
+# --- vLLM's CUTLASS scaled_mm kernels named by vLLM's own structs: the kernel is the struct's
+# GemmKernel (struct GemmKernel : public KernelType {} in
+# vllm-project/vllm csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh), so nsys and
+# cuda-gdb name it cutlass::device_kernel<vllm::cutlass_3x_gemm_sm90_fp8<cutlass::float_e4m3_t,
+# cutlass::bfloat16_t, vllm::c3x::ScaledEpilogue, <tile>, <cluster>, <schedules>, false>::GemmKernel>
+# (vLLM's blog post on CUDA debugging, 2025-12-03). The struct's template arguments are ElementAB,
+# ElementD and the epilogue. The ScaledEpilogue family (csrc/cutlass_extensions/epilogue/
+# scaled_mm_epilogues_c3x.hpp) takes a scale per tensor or one per token of A and per channel of B,
+# as the scale tensors' sizes say at run time: an FP8 name says FP8, not which scaling (fp8 or
+# fp8-rowwise); int8 has one precision whatever its scales; a blockwise struct is DeepSeek's recipe.
+
+VLLM_CUTLASS = re.compile(r"\bvllm::(cutlass_[23]x_(?:group_)?gemm(?:_[a-z0-9]+)*)<")
+_VLLM_TYPE = re.compile(r"\s*([\w:]+(?: [\w:]+)?)")
+_VLLM_ELEMENTS = {"cutlass::float_e4m3_t": "e4m3", "cutlass::float_e5m2_t": "e5m2", "signed char": "int8",
+                  "int8_t": "int8", "char": "int8", "cutlass::bfloat16_t": "bf16", "cutlass::half_t": "fp16"}
+
+
+def vllm_cutlass_operands(name: str) -> Operands:
+    match = VLLM_CUTLASS.search(name)
+    if not match:
+        return UNKNOWN_OPERANDS
+    struct_words = set(match[1].split("_"))
+    # the first two template arguments, each a type name ("cutlass::float_e4m3_t", "signed char")
+    arguments = [_VLLM_TYPE.match(argument) for argument in name[match.end():match.end() + 400].split(",")[:2]]
+    element, out = (_VLLM_ELEMENTS.get(a[1]) if a else None for a in arguments + [None] * (2 - len(arguments)))
+    if element is None:
+        return Operands("unknown", out_dtype=out, note="a vLLM CUTLASS GEMM whose element type is cut from the name")
+    if element == "int8" or element in {"bf16", "fp16"}:
+        return Operands(element, element, element, out)
+    if "blockwise" in struct_words:
+        return Operands("fp8-block", element, element, out, "block-2d")
+    return Operands("unknown", element, element, out,
+                    note="FP8 operands under vLLM's ScaledEpilogue, which scales per tensor or per token and "
+                         "channel as its scale tensors say at run time: fp8 or fp8-rowwise, not in the name")
 
 
 # --- DeepGEMM (deepseek-ai/DeepGEMM@54e2261, deep_gemm/include/deep_gemm/impls/*.cuh), named by
@@ -192,12 +256,13 @@ def deepgemm_operands(name: str) -> Operands:
 _ELEMENT_WORDS = re.compile(
     r"(?<![A-Za-z])(float_ue8m0_t|float_ue4m3_t|float_e4m3_t|float_e5m2_t|float_e2m1\w*?_t|bfloat16_t|half_t|tfloat32_t"
     r"|f8E8M0FNU|f8E4M3FN|f8E5M2|f4E2M1FN|Float8E8M0FNU|Float8E4M3FN|Float8E5M2|Float4E2M1FN"
-    r"|nv_float4_t|mx_float4_t|mx_float8_t)")
+    r"|nv_float4_t|mx_float4_t|mx_float8_t|int4b_t|uint4b_t)")
 _ELEMENT_KINDS = {
     "float_ue8m0_t": "ue8m0", "f8E8M0FNU": "ue8m0", "Float8E8M0FNU": "ue8m0", "float_ue4m3_t": "ue4m3",
     "float_e4m3_t": "e4m3", "f8E4M3FN": "e4m3", "Float8E4M3FN": "e4m3", "float_e5m2_t": "e5m2", "f8E5M2": "e5m2",
     "Float8E5M2": "e5m2", "f4E2M1FN": "e2m1", "Float4E2M1FN": "e2m1", "bfloat16_t": "bf16", "half_t": "fp16",
     "tfloat32_t": "tf32", "nv_float4_t": "nvfp4", "mx_float4_t": "mxfp4", "mx_float8_t": "mxfp8",
+    "int4b_t": "int4", "uint4b_t": "int4",
 }
 _BLOCKWISE_MAINLOOP = re.compile(r"BlockScaling|BlockwiseScaling|GroupwiseScaling|FP8BlockScaledAccum")
 
@@ -232,6 +297,11 @@ def element_operands(name: str, *, dsl: bool = False) -> Operands:
     if not narrow and not scales and len(kinds) == 1 and kinds <= {"bf16", "fp16", "tf32"}:
         (dtype,) = kinds
         return Operands(dtype, dtype, dtype)
+    if not narrow and not scales and "int4" in kinds and len(kinds) == 2 and kinds - {"int4"} <= {"bf16", "fp16"}:
+        # CUTLASS's mixed-input GEMMs: 16-bit activations against int4 weights (their group scales
+        # share the 16-bit type), weight-only
+        (dtype,) = kinds - {"int4"}
+        return Operands(joined_precision(dtype, "int4"))
     if not kinds:
         return Operands("unknown", note="the name spells no element type")
     return Operands("unknown", note=f"element types {', '.join(sorted(kinds))}: no single precision")
@@ -252,9 +322,34 @@ def cutlass_template_operands(name: str) -> Operands:
 _CUTE_DSL_BLOCK_SCALED = re.compile(r"BlockScaled|blockscaled")
 
 
+# A tensor or pointer argument spells its element type first: tensorptrf8E4M3FNgmemalign16o..., ptrf8E8M0FNU...
+# (CuTe's str() of a tensor, punctuation dropped). Only the narrow types are read: they are operands
+# or their scales, while a 16-bit or 32-bit tensor beside a TMA operand that spells none may be the
+# output, a bias or the scales of another recipe.
+_CUTE_DSL_NARROW_ARGUMENT = re.compile(r"(?<![A-Za-z0-9])(?:tensor)?ptr(f8E4M3FN|f8E5M2|f4E2M1FN|f8E8M0FNU)")
+
+
 def cute_dsl_operands(name: str) -> Operands:
-    elements = element_operands(name, dsl=True)
-    if elements.precision == "unknown" and _CUTE_DSL_BLOCK_SCALED.search(name) and elements.note == "the name spells no element type":
-        return Operands("unknown", note="a CuTe DSL block-scaled GEMM (MXFP8, MXFP4 or NVFP4): its data and scale "
-                                        "types are arguments the name does not spell")
+    spelled = " ".join(_CUTE_DSL_NARROW_ARGUMENT.findall(name))
+    elements = element_operands(f"{name} {spelled}", dsl=True)
+    if elements.precision == "unknown" and elements.note == "the name spells no element type":
+        # a class launched with TMA atoms names its tiled MMA, not its operands' types
+        note = ("a CuTe DSL block-scaled GEMM (MXFP8, MXFP4 or NVFP4): its data and scale types are arguments the name "
+                "does not spell" if _CUTE_DSL_BLOCK_SCALED.search(name) else
+                "a CuTe DSL GEMM whose name spells no operand type (a TMA operand's tensor spells none); " + DTYPE_ELSEWHERE)
+        return Operands("unknown", note=note, dtype_in_name=False)
     return elements
+
+
+# What a CuTe DSL quantize kernel quantizes to, by its callable's words (FlashInfer's
+# NVFP4QuantizeSwizzledKernel, MXFP8QuantizeLinearKernel, MXFP4QuantizeSwizzledKernel).
+_CUTE_DSL_QUANTIZE_TARGETS = (
+    ("nvfp4", "e2m1", "nv-ue4m3-16"), ("mxfp4", "e2m1", "mx-ue8m0-32"), ("mxfp8", "e4m3", "mx-ue8m0-32"),
+    ("fp4", "e2m1", None), ("fp8", "fp8", None),
+)
+
+
+def cute_dsl_quantize_operands(name: str) -> Operands:
+    words = (cute_dsl_callable(name) or "").lower()
+    target, mode = next(((t, m) for word, t, m in _CUTE_DSL_QUANTIZE_TARGETS if word in words), (None, None))
+    return Operands(None, out_dtype=target, scale_mode=mode, note=f"quantizes to {target or 'a type the name does not spell'}")

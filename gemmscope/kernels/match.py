@@ -32,11 +32,11 @@ def _arch(name: str) -> str | None:
 # Names that say a GEMM is grouped or batched (a MoE layer's experts, a batched matmul): CUTLASS's
 # grouped problem shapes, trtllm-gen's bmm_ and BatchedGemm kernels, DeepGEMM's GemmType other than
 # Normal and its m_/k_grouped entry points, grouped-GEMM classes of CuTe DSL, Triton's matmul_ogs and
-# Inductor's bmm and grouped_mm templates.
+# fused_moe_kernel (vLLM's and SGLang's MoE experts), Inductor's bmm and grouped_mm templates.
 _GROUPED = re.compile(
     r"GroupProblemShape|GemmGrouped|GroupedGemm|grouped_gemm|[mk]_grouped|(?<![A-Za-z])[bB]mm_|BatchedGemm"
     r"|GemmType\)[1-9]|GemmType::(?!Normal)[A-Z]|matmul_ogs|triton_(?:scaled_)?grouped_mm|triton_tem_fused_\w*bmm|triton_bmm"
-    r"|_bmm_|Batched_GEMV|\bbmm\b")
+    r"|_bmm_|Batched_GEMV|\bbmm\b|fused_moe_kernel")
 _UNSPELLED = "the name does not spell the operand types"
 # How much of a name the table reads: the longest kernel names met (CUTLASS 3's demangled templates)
 # are a few thousand characters, and a longer one is read by its head, so that each distinct name
@@ -60,6 +60,7 @@ def decode(name: str) -> KernelInfo:
     note = operands.note or rule.note
     if gemm and operands.precision == "unknown" and note is None:
         note = _UNSPELLED
+    dtype_in_name = rule.dtype_in_name if operands.dtype_in_name is None else operands.dtype_in_name
     return KernelInfo(
         name=name,
         family=rule.family,
@@ -74,6 +75,7 @@ def decode(name: str) -> KernelInfo:
         rule=rule.id,
         grouped=rule.role == "gemm" and bool(_GROUPED.search(text)),
         note=note if (not gemm or operands.precision in {"unknown", "fp4"}) else None,
+        dtype_in_name=dtype_in_name if gemm else None,
     )
 
 

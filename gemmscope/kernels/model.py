@@ -3,18 +3,23 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 PRECISIONS = (
     "fp32", "tf32", "bf16", "fp16", "fp8", "fp8-rowwise", "fp8-block", "mxfp8", "nvfp4", "mxfp4",
-    "int8", "fp4", "mxfp4×mxfp8", "mxfp8×mxfp4", "unknown",
+    "int8", "fp4", "mxfp4×mxfp8", "mxfp8×mxfp4", "bf16×mxfp4", "fp16×mxfp4", "bf16×int4", "fp16×int4",
+    "unknown",
 )
 # "fp4": E2M1 operands whose name does not say whether their scales are MX (UE8M0 per 32) or NV
-# (UE4M3 per 16). "a×b": A and B at different precisions (MXFP4 weights against MXFP8
-# activations in TRT-LLM-gen's and DeepGEMM's MoE GEMMs), in the order the name gives them.
+# (UE4M3 per 16). "a×b": A and B at different precisions: MXFP4 weights against MXFP8
+# activations (TRT-LLM-gen's and DeepGEMM's MoE GEMMs), in the order the name gives them; and the
+# weight-only GEMMs, 16-bit activations against MXFP4 or int4 weights (gpt-oss's MoE in
+# triton_kernels and TRT-LLM-gen, CUTLASS's mixed-input GEMMs), written activations first
+# whatever the name's order: the 16-bit operand is the activation, the narrow one the weight.
 MIXED_PRECISIONS = frozenset(p for p in PRECISIONS if "×" in p)
+WEIGHT_ONLY_PRECISIONS = frozenset(p for p in MIXED_PRECISIONS if p.split("×")[0] in {"bf16", "fp16"})
 # How a GEMM's operands are scaled (KernelInfo.scale_mode): one scalar per tensor, one per row, FP32
 # per 1x128 / 128x128 block, UE8M0 per 1x128 block (DeepGEMM on sm100), MX (UE8M0 per 32), NVFP4
 # (UE4M3 per 16).
@@ -27,7 +32,7 @@ class KernelInfo:
     """What one kernel name says about the kernel."""
 
     name: str  # the name as given
-    family: str  # nvjet | xmma | cutlass | cublas | cublaslt | te | torch | triton | flash | cudnn | nccl | unknown
+    family: str  # nvjet | xmma | cutlass | cublas | cublaslt | te | torch | triton | flash | cudnn | nccl | trtllm-gen | deepgemm | deepseek | cute-dsl | ... | unknown
     arch: str | None  # "sm90", "sm100", ... where the name encodes it
     role: str  # one of ROLES
     precision: str | None  # one of PRECISIONS for role gemm / gemm-tail, else None
@@ -39,9 +44,15 @@ class KernelInfo:
     rule: str  # id of the rule that matched
     grouped: bool  # a grouped or batched GEMM (MoE experts, bmm) by its name; still role gemm
     note: str | None  # why a GEMM's precision is "unknown" or "fp4"; a quantize kernel's target
+    # Whether the family's names spell a GEMM's operand types: False where they never do (Triton's
+    # kernels, CuTe DSL classes launched with TMA atoms), so its precision must come from elsewhere
+    # (the compiled kernel's signature, the operator's input types, the hook's record); True where
+    # they do (a name cut short may still have lost them); None for a GEMM no rule places and for
+    # kernels that are not GEMMs.
+    dtype_in_name: bool | None
 
 
-# The columns the reports' per-GEMM tables show (the two last fields came later and stay out of them).
+# The columns the reports' per-GEMM tables show (the three last fields came later and stay out of them).
 TABLE_COLUMNS = ("family", "arch", "role", "precision", "a_dtype", "b_dtype", "out_dtype", "scale_mode", "layout",
                  "rule")
 
@@ -57,10 +68,21 @@ class Operands:
     scale_mode: str | None = None
     layout: str | None = None
     note: str | None = None
+    dtype_in_name: bool | None = None  # None: as the rule says (Rule.dtype_in_name)
 
 
 UNKNOWN_OPERANDS = Operands("unknown")
 NOT_A_GEMM = Operands(None)
+# Why a GEMM of a family whose names never spell the operand types has precision "unknown".
+DTYPE_ELSEWHERE = ("the precision comes from elsewhere (the compiled kernel's signature, the operator's input types, "
+                   "the hook's record)")
+
+
+class Matcher(Protocol):
+    """What a rule matches names with: a compiled regex, or a reader of a name's tokens
+    (tokens.py). Either runs in time linear in the name."""
+
+    def search(self, string: str) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -68,11 +90,12 @@ class Rule:
     """One row of the table: names matching ``pattern`` are kernels of ``family`` in ``role``."""
 
     id: str
-    pattern: re.Pattern[str]
+    pattern: Matcher
     family: str
     role: str
     operands: Callable[[str], Operands] | None = None  # decodes the precision of gemm / gemm-tail names
     note: str | None = None  # why the family's names leave the precision unknown (or what they quantize to)
+    dtype_in_name: bool | None = True  # whether the family's names spell a GEMM's operand types
 
 
 FP8_TYPES = frozenset({"e4m3", "e5m2"})
@@ -95,14 +118,20 @@ def precision_of(a: str | None, b: str | None, scale_mode: str | None) -> str:
         return {"nv-ue4m3-16": "nvfp4", "mx-ue8m0-32": "mxfp4"}.get(scale_mode, "unknown")  # type: ignore[arg-type]
     if a == b and a in {"bf16", "fp16", "int8"} and scale_mode is None:
         return a
+    if a is not None and b is not None and {a, b} & {"bf16", "fp16"} and "int4" in {a, b}:
+        return joined_precision(a, b)  # a 16-bit activation against int4 weights (CUTLASS's mixed input)
     return "unknown"
 
 
 def joined_precision(a: str, b: str) -> str:
     """The precision of a GEMM whose operands run at precisions `a` and `b`: theirs when they agree,
-    a mixed precision gemmscope knows ("mxfp4×mxfp8"), else "unknown"."""
+    a mixed precision gemmscope knows ("mxfp4×mxfp8"), a weight-only one with the 16-bit operand
+    first ("bf16×mxfp4" for MXFP4 × BF16 too), else "unknown"."""
     if a == b:
         return a
+    for mixed in (f"{a}×{b}", f"{b}×{a}"):
+        if mixed in WEIGHT_ONLY_PRECISIONS:
+            return mixed
     mixed = f"{a}×{b}"
     return mixed if mixed in MIXED_PRECISIONS else "unknown"
 
@@ -111,7 +140,7 @@ def joined_precision(a: str, b: str) -> str:
 # and E2M1 is the only FP4 format.
 DTYPE_WORDS = {
     "tf32": "tf32", "bf16": "bf16", "f16": "fp16", "f32": "fp32", "e4m3": "e4m3", "e5m2": "e5m2",
-    "e2m1": "e2m1", "f4": "e2m1", "s8": "int8", "s32": "int32",
+    "e2m1": "e2m1", "f4": "e2m1", "s8": "int8", "s32": "int32", "s4": "int4",
 }
 
 

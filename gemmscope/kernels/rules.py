@@ -15,15 +15,32 @@ from gemmscope.kernels.cublas import (
 )
 from gemmscope.kernels.cutlass import (
     DEEPGEMM,
+    VLLM_CUTLASS,
     cute_dsl_operands,
+    cute_dsl_quantize_operands,
     cutlass2_operands,
     cutlass3_operands,
     cutlass_template_operands,
     deepgemm_operands,
     element_operands,
+    vllm_cutlass_operands,
 )
-from gemmscope.kernels.model import Rule
+from gemmscope.kernels.deepseek import (
+    DPSK_FP8_TRANSPOSE,
+    DPSK_GROUPED_GEMM,
+    dpsk_grouped_gemm_operands,
+    dpsk_quantize_operands,
+    is_dpsk_cast,
+)
+from gemmscope.kernels.model import DTYPE_ELSEWHERE, Rule
 from gemmscope.kernels.serving import TRTLLM_GEN, quantize_operands, triton_gemm_operands, trtllm_gen_operands
+from gemmscope.kernels.tokens import (
+    TokenMatcher,
+    cute_dsl,
+    is_deepgemm_helper,
+    is_inductor_gemm_template,
+    is_triton_gemm,
+)
 
 
 # Literals that follow one another inside one word (a run of \w), as a regex a search tries only at a
@@ -92,12 +109,23 @@ RULES: tuple[Rule, ...] = (
         r"\b(?:Batch|Single)(?:Prefill|Decode)With\w*Kernel|\bBatchMLAPaged\w*Attention\w*|\bflashinfer::mla::"
         r"|" + _in_one_word("MergeStates", "Kernel") + r"|\bBatch(?:Prefill|Decode)\w*Kernel(?:<|\b)"), "flashinfer", "attention"),
     # TRT-LLM's fused attention, also run by FlashInfer's trtllm-gen backend:
-    # fmhaSm100fKernel_QkvE4m3OBfloat16H... (SemiAnalysisAI/InferenceX#863, B200), and CuTe DSL attention
-    # classes (kernel_cutlass_kernel_..._FlashAttentionForwardSm100_object_at__..., FA4; CUTLASS's
-    # BlackwellFusedMultiHeadAttentionForward example).
+    # fmhaSm100fKernel_QkvE4m3OBfloat16H... (SemiAnalysisAI/InferenceX#863, B200).
     Rule("trtllm-fmha", re.compile(r"\bfmha\w*Kernel_|\bfmha_v2_"), "trtllm", "attention"),
-    Rule("cute-dsl-attention", re.compile(r"\bkernel_cutlass_kernel_\w*(?:Attention|Fmha|flash_fwd|flash_bwd|Mla)"), "cute-dsl",
-         "attention"),
+    # CuTe DSL kernels, kernel_cutlass_<function or module+class>_<arguments>_<n> (tokens.py), all
+    # placed here by the words of their callable, before any rule that could match inside their
+    # arguments: attention classes (FA4's FlashAttentionForwardSm100, CUTLASS's
+    # BlackwellFusedMultiHeadAttentionForward example); GEMM classes and functions
+    # (kernel_cutlass_kernel_flashinfergemmkernelsdense_blockscaled_gemm_sm100Sm100BlockScaledPersistentDenseGemmKernel_object_at__...
+    # in SGLang profiles on B200, quack's kernel_cutlass_kernel_quackgemm_default_epiGemmDefaultSm90_object_at__...,
+    # kernel_cutlass__scaled_gemm_mxfp8_kernel_tensorptrf8E4M3FN...), their types read where the
+    # arguments spell them; FlashInfer's quantize classes (MXFP8QuantizeSwizzledKernel,
+    # NVFP4QuantizeSwizzledKernel, MXFP4QuantizeLinearKernel in flashinfer/quantization/kernels/) are
+    # quantization; the rest (norms, FlashInfer's RMSNormKernel and RMSNormFP4QuantKernel among them)
+    # other.
+    Rule("cute-dsl-attention", cute_dsl("attention"), "cute-dsl", "attention"),
+    Rule("cute-dsl-gemm", cute_dsl("gemm"), "cute-dsl", "gemm", cute_dsl_operands),
+    Rule("cute-dsl-quantize", cute_dsl("quantize"), "cute-dsl", "quantize", cute_dsl_quantize_operands),
+    Rule("cute-dsl", cute_dsl("other"), "cute-dsl", "other"),
     # DeepGEMM's DeepSeek sparse-attention indexer: sm90_fp8_mqa_logits, sm100_fp8_paged_mqa_logits
     # (deep_gemm/include/deep_gemm/impls/sm*_mqa_logits.cuh), attention scores, not a linear layer.
     Rule("deepgemm-mqa-logits", re.compile(r"\b(?:deep_gemm::)?sm\d+_\w*mqa_logits"), "deepgemm", "attention"),
@@ -127,8 +155,8 @@ RULES: tuple[Rule, ...] = (
     # code/docs/gb300-upstream-patches.md). FlexAttention is a template too
     # (triton_tem_fused_flex_attention_0 in pytorch/pytorch#180278). Other kernels are not GEMMs.
     Rule("triton-attention", re.compile(r"\btriton_tem_\w*flex_attention"), "triton", "attention"),
-    Rule("triton-gemm", re.compile(r"\btriton_tem_fused_\w*mm"), "triton", "gemm",
-         note="an Inductor GEMM template takes its dtype as an argument; the name does not spell it"),
+    Rule("triton-gemm", TokenMatcher(is_inductor_gemm_template), "triton", "gemm",
+         note="an Inductor GEMM template takes its dtypes as arguments, not in its name; " + DTYPE_ELSEWHERE, dtype_in_name=False),
     # While it autotunes (max-autotune), Inductor launches each candidate of a GEMM template on its
     # own, named triton_<template name> (TritonTemplate.generate in torch/_inductor/select_algorithm.py:
     # kernel_name = f"triton_{self.name}"). The GEMM templates: "mm", "mm_persistent_tma",
@@ -141,7 +169,7 @@ RULES: tuple[Rule, ...] = (
     Rule("triton-autotune-gemm", re.compile(
         r"\btriton_(?:b?mm|mm_plus_mm|mm_persistent(?:_tma)?|(?:scaled_)?grouped_mm|scaled_mm\w*"
         r"|blackwell_ws_persistent_device_tma\w*)(?![A-Za-z])"), "triton", "gemm",
-         note="an Inductor GEMM template takes its dtype as an argument; the name does not spell it"),
+         note="an Inductor GEMM template takes its dtypes as arguments, not in its name; " + DTYPE_ELSEWHERE, dtype_in_name=False),
     # An Inductor kernel whose fused ops include a quantization (triton_poi_fused_dynamic_per_token_scaled_fp8_quant_mul_silu_slice_1
     # in vLLM's ROCm profiles): quantization work.
     Rule("triton-quantize", re.compile(r"\btriton_(?:poi|red|per)_fused_\w*quant"), "triton", "quantize", quantize_operands),
@@ -152,6 +180,11 @@ RULES: tuple[Rule, ...] = (
     Rule("trtllm-quantize", re.compile(r"\bquantize_with_block_size<|cvt_(?:fp16|fp8|bf16)_to_fp4\b"), "trtllm", "quantize",
          quantize_operands),
     Rule("serving-quantize", re.compile("|".join(_QUANTIZE_STEMS)), "unknown", "quantize", quantize_operands),
+    # DeepSeek's FP8 casts in the same profile: cuda::per_token_cast_to_fp8_with_channels<...>,
+    # cuda::per_channel_cast_and_transpose<...>, the SwiGLU fused with one, and the casts back
+    # (cuda::cast_back_impl<__nv_fp8x2_e4m3>): a word "cast" beside fp8, back, token or channel.
+    Rule("dpsk-quantize", TokenMatcher(is_dpsk_cast), "deepseek", "quantize", dpsk_quantize_operands),
+    Rule("dpsk-fp8-transpose", DPSK_FP8_TRANSPOSE, "deepseek", "quantize"),
     # cuBLASLt split-K reduction (seen on H200 as cublasLt::splitKreduce_kernel; after nvjet
     # *_splitK_* GEMMs on B200 in Dao-AILab/quack#157) and its bias-gradient epilogue
     # (cublasLt::epilogue::impl::globalKernelBgradAB_v1, seen on H200).
@@ -183,23 +216,36 @@ RULES: tuple[Rule, ...] = (
          note="a DeepGEMM kernel whose template this module does not read"),
     # DeepGEMM's other kernels (layout transforms, logits cleaning): "gemm" is only in the namespace.
     Rule("deepgemm-aux", re.compile(r"\bdeep_gemm::"), "deepgemm", "other"),
-    # CuTe DSL GEMMs (kernel_cutlass_kernel_<module><Class>_object_at__...): a GEMM class, its types
-    # read where the symbol spells them.
-    Rule("cute-dsl-gemm", re.compile(r"\bkernel_cutlass_kernel_\w*(?:Gemm|gemm|GEMM)"), "cute-dsl", "gemm", cute_dsl_operands),
+    # Triton kernels named after the DeepGEMM GEMM they feed or finish: SGLang's MoE reorder and
+    # gather kernels (post_reorder_deepgemm_triton_kernel, deepgemm_compute_src2dst_triton_kernel in
+    # python/sglang/kernels/ops/moe/ep_moe_kernels.py) move tokens between experts; not GEMMs.
+    Rule("deepgemm-helper", TokenMatcher(is_deepgemm_helper), "unknown", "other"),
+    # DeepSeek's training stack in its published profile (deepseek-ai/profile-data train.json, H800):
+    # CUTLASS grouped GEMMs named dpsk::grouped_gemm::cuda::<variant>::GemmKernel, decoded in
+    # deepseek.py, and the layout helpers of the same namespace (utils::transpose, fill_tensormaps_kernel).
+    Rule("dpsk-grouped-gemm", DPSK_GROUPED_GEMM, "deepseek", "gemm", dpsk_grouped_gemm_operands),
+    Rule("dpsk-grouped-gemm-aux", re.compile(r"\bdpsk::grouped_gemm::"), "deepseek", "other"),
     # CUTLASS kernels as mangled symbols (torch.profiler and CUDA-graph traces keep some unmangled):
     # _ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversal... in SGLang's profiles of NVFP4 and FP8
     # models on B200; types read as in the demangled form.
     Rule("cutlass-mangled", re.compile(r"\b_ZN7cutlass(?:13device_kernel|6Kernel|7Kernel2)I\w*gemm"), "cutlass", "gemm",
          element_operands),
-    # Triton GEMMs by function name, decoded in serving.py.
-    Rule("triton-jit-gemm", re.compile(r"\b_?(?:mxfp8_block_scaled_matmul|w8a8_block_fp8_matmul|block_scaled_matmul)\w*"
-                                       r"|\b(?:_p)?_matmul_ogs_[A-Z]{2,3}_"), "triton", "gemm", triton_gemm_operands),
+    # Triton GEMMs by their function's name, the identifier a name starts with: a word starting "matmul",
+    # or vLLM's and SGLang's fused_moe_kernel (tokens.is_triton_gemm), decoded in serving.py: the tutorials'
+    # matmul_kernel_persistent (also vLLM's batch-invariant GEMM), triton_kernels' _matmul_ogs_*,
+    # SGLang's _w8a8_block_fp8_matmul and _mxfp8_block_scaled_matmul_kernel, FBGEMM's
+    # _kernel_matmul_fp8_row. Most take their dtypes as arguments.
+    Rule("triton-jit-gemm", TokenMatcher(is_triton_gemm), "triton", "gemm", triton_gemm_operands),
     # cuBLAS nvjet GEMMs; the type code and scale tokens are decoded in cublas.py (seen on H200; Blackwell
     # names in docs/kernel-names.md).
     Rule("nvjet", re.compile(r"\bnvjet_"), "nvjet", "gemm", nvjet_operands),
     # cuBLAS xmma GEMMs: sm90_xmma_gemm_f32f32_tf32f32_f32_* (TF32) and
     # sm80_xmma_gemm_f32f32_f32f32_f32_*_ffma_* (FP32 on FFMA units), seen on H200.
     Rule("xmma", re.compile(r"\bsm\d+_xmma_gemm_"), "xmma", "gemm", xmma_operands),
+    # vLLM's CUTLASS scaled_mm kernels, named by vLLM's structs
+    # (cutlass::device_kernel<vllm::cutlass_3x_gemm_sm90_fp8<cutlass::float_e4m3_t, ...>::GemmKernel>),
+    # decoded in cutlass.py.
+    Rule("vllm-cutlass", VLLM_CUTLASS, "cutlass", "gemm", vllm_cutlass_operands),
     # CUTLASS GEMMs named by template, decoded in cutlass.py. Grouped: CUTLASS 3's GroupProblemShape (an
     # nsys cuda_gpu_kern_sum of vLLM's MoE on H100 in gujialiang123/MOEresearch
     # results/4way_bench/2x2_nsys/nsys_evidence/AT_OFF_CG_OFF_top10_kernels.txt; TE's
@@ -232,6 +278,6 @@ RULES: tuple[Rule, ...] = (
     # grouped-GEMM argument setup (seen on H200: ln_*_kernel, unary_kernel, unary_grad_kernel).
     Rule("te-other", re.compile(r"\btransformer_engine::|\bsetup_grouped_gemm_kernel\b|\bkuserbuffers_"), "te", "other"),
     # A GEMM (or cuBLAS GEMV) that no rule above can place: role gemm, precision unknown.
-    Rule("gemm-unplaced", re.compile(r"gemm|gemv", re.IGNORECASE), "unknown", "gemm"),
+    Rule("gemm-unplaced", re.compile(r"gemm|gemv", re.IGNORECASE), "unknown", "gemm", dtype_in_name=None),
     Rule("unknown", re.compile(r""), "unknown", "other"),
 )
