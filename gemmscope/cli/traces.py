@@ -35,6 +35,7 @@ from gemmscope.cli.group import (
     say_redacted,
     trace_options,
     with_options,
+    wrote,
 )
 from gemmscope.common.atomic import written_whole
 from gemmscope.errors import ExitCode, InputError, NoGpuKernels, State
@@ -77,7 +78,8 @@ def _emit(analysis: Analysis, output: Output, kind: str) -> None:
         from gemmscope.report import plots
 
         written = plots.write(analysis.plots(), output.plots)
-        note(f"gemmscope: plots in {output.plots}: {', '.join(p.name for p in written) or 'none'}")
+        wrote(f"plots into {output.plots}: {', '.join(p.name for p in written)}" if written
+              else f"no plot into {output.plots}: nothing to draw")
 
 
 def _exit_as_checked(result: CheckResult) -> NoReturn:
@@ -342,12 +344,12 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, options: O
         emit(text)
     else:
         _write_whole(out, text)
-        click.echo(f"wrote {out}", err=True)
+        wrote(out)
     if tables_dir is not None:
         from gemmscope.report.tables import write_tables
 
         written = write_tables(shared.tables, tables_dir)
-        click.echo(f"wrote {len(written)} tables (CSV) into {tables_dir}", err=True)
+        wrote(f"{len(written)} tables (CSV) into {tables_dir}")
     say_redacted(shared.redactor)
 
 
@@ -375,7 +377,7 @@ def bundle_cmd(inputs: tuple[Path, ...], out: Path, options: Options) -> None:
     if made.analysis_error:
         note(f"gemmscope: note: the traces could not be analyzed ({made.analysis_error}); the bundle "
              "holds them, the environment and this reason")
-    click.echo(f"wrote {made.path}")
+    wrote(made.path)
     say_redacted(made.redactor)
 
 
@@ -388,5 +390,5 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
     and with every text in it redacted (docs/redaction.md; stderr says what was taken out). Exit 0
     once written: scrub checks nothing."""
     written, redactor = api.scrub(trace, out, keep)
-    click.echo(f"wrote {written}")
+    wrote(written)
     say_redacted(redactor)
