@@ -130,6 +130,7 @@ class Shared:
 
     report: Report
     redactor: Redactor
+    nothing_ran: str | None = None  # where the run launched no GPU kernel, why (the page says it too)
 
     def render(self, fmt: str = "html") -> str:
         from gemmscope.report import render
@@ -157,7 +158,8 @@ def report(targets: Source, options: Options | None = None, **settings: Any) -> 
     shared = Analysis(targets, options).scrubbed()
     page = shared.report("page")
     assert shared.redactor is not None  # a scrubbed copy's
-    return Shared(page, shared.redactor)
+    checked = shared.check
+    return Shared(page, shared.redactor, checked.note if checked.judgement is None else None)
 
 
 def _run_report(run_dir: Path, keep: Sequence[str]) -> Shared:

@@ -9,6 +9,7 @@ tables.TABLE_FILES.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -16,9 +17,10 @@ from gemmscope import kernels
 from gemmscope.common.jsonable import plain
 from gemmscope.diagnosing.diagnosis import Diagnosis
 from gemmscope.diagnosing.findings import Finding
+from gemmscope.errors import State
 from gemmscope.judging.judgement import Judgement
 from gemmscope.report import plots
-from gemmscope.report.documents import gemm_fields, gemm_records, range_lists
+from gemmscope.report.documents import gemm_fields, gemm_records, launch_fields, nothing_ran_document, range_lists
 from gemmscope.report.frames import (
     ALLOWED_TITLE,
     FINDINGS_TITLE,
@@ -63,7 +65,8 @@ from gemmscope.report.model import (
     Table,
     count,
 )
-from gemmscope.report.verdict import trace_environment, verdict_block
+from gemmscope.report.verdict import nothing_ran_block, trace_environment, traces_environment, verdict_block
+from gemmscope.traces.model import Trace
 
 # Kernel names (templated CUTLASS ones run to hundreds of characters) are cut to this in a
 # one-line summary; the full name is inside.
@@ -95,6 +98,23 @@ def diagnosis_report(result: Judgement, diagnosis: Diagnosis) -> Report:
     status, verdict = verdict_block(result, diagnosis)
     return Report(title=f"gemmscope diagnose: {', '.join(t.path.name for t in result.job.traces)}", status=status,
                   verdict=verdict, sections=diagnosis_sections(diagnosis), environment=trace_environment(result))
+
+
+def nothing_ran_report(kind: str, read: Sequence[Trace], names: list[str], expected: str | None, expect_given: bool,
+                       expect_map: Sequence[tuple[str, str]], note: str, without_kernels: list[dict],
+                       unpatched: list[dict], command: dict | None = None, per_launch: bool = False) -> Report:
+    """The report of `kind` (analysis.REPORT_KINDS) of a run that launched no GPU kernel, in every
+    format what any run's is, its state fail: the verdict block saying so (`note`: why), the
+    environment the traces `read` record, the JSON document with every count zero (no breakdown,
+    no findings) and CSV's header alone (`names`: the traces', none where the command left none)."""
+    verdict = nothing_ran_block(read, expected, expect_given, expect_map, note, unpatched, command)
+    document = None if kind in ("page", "diagnosis") else nothing_ran_document(
+        kind, read, expected, expect_given, expect_map, note, without_kernels, unpatched, command, per_launch)
+    fields = launch_fields(expected is not None or bool(expect_map), bool(expect_map))
+    title = "gemmscope diagnose" if kind == "diagnosis" else "gemmscope report"
+    return Report(title=f"{title}: {', '.join(names) or 'no trace'}", status=State.FAIL.value, verdict=verdict,
+                  sections=[], environment=traces_environment(read, []) if read else [], document=document,
+                  rows=lambda: pd.DataFrame(columns=fields))
 
 
 def launch_rows(result: Judgement) -> pd.DataFrame:
