@@ -1,16 +1,35 @@
 """Every sentence on the first screen true: what `analyze`, `verify`, `diagnose` and `report` say
-first about a committed trace, checked against what the trace holds. What a command wrote is
-said one way; a run that launched no GPU kernel gets its document in every format."""
+first about a committed trace, checked against what the trace holds. A finding never says "as
+requested" of GEMMs with a precision that ran less than all of them, names no empty precision,
+and a count that differs from the verdict's on the same screen says why (the findings cover the
+steps after the first); what a command wrote is said one way; a run that launched no GPU kernel
+gets its document in every format."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
+from gemmscope.judging.recipes import RECIPE_PRECISIONS
+
 from cli_runner import invoke
-from fixture_paths import CORPUS, GPU, GPU_KINETO
+from fixture_paths import CORPUS, GPU, GPU_KINETO, KINETO, STEPS
 from schema_check import assert_valid
+
+MEGATRON_FIRST_LAST_BF16 = CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz"
+TORCHAO_README = GPU_KINETO / "torchao_tensorwise.json.gz"  # README's analyze example
+# Every committed trace of a GPU run, each read on its own (a rank's trace is a trace too); HTA's
+# V100 trace is the one GPU run among the torch.profiler traces made on a CPU.
+COMMITTED = sorted([*(p for folder in (GPU, CORPUS, GPU_KINETO, STEPS, GPU_KINETO / "verify_torch_train_small_mixed")
+                      for p in folder.iterdir() if p.name.endswith((".sqlite.xz", ".json.gz"))),
+                    KINETO / "hta_v100_train_rank0.json.gz"])
+# A precision or recipe as a sentence names it: bf16, fp8, fp8-current, fp8-rowwise, mxfp8, nvfp4, ...
+_PRECISION = r"(?:mx|nv)?(?:bf|fp|tf)\d+(?:-[a-z]+)?"
+# "bf16 73.2 %": a precision with its share of the time of the GEMMs the sentence speaks of
+_SHARE = re.compile(rf"\b({_PRECISION}) (\d+(?:\.\d+)?) %")
 
 
 def _words(text: str) -> str:
@@ -96,3 +115,95 @@ def test_diagnose_and_report_of_a_run_that_launched_no_kernel_say_so(tmp_path):
         assert done.exit_code == 1, done.stderr
         assert f"gemmscope: {trace.name} {NOTHING_RAN}" in done.stderr.splitlines()
         assert NOTHING_RAN in _words((tmp_path / page).read_text(encoding="utf-8"))
+
+
+# --- what ran, "as requested" ---------------------------------------------------------------------
+
+
+def _accepts(named: str, precision: str) -> bool:
+    """Whether GEMMs said to run `named` (a precision, or a recipe) ran `precision`."""
+    return precision == named or precision in RECIPE_PRECISIONS.get(named, ())
+
+
+def _check_as_requested(statement: str, ran_as_asked: set[str]) -> None:
+    """A sentence that says GEMMs ran "as requested" names what ran: one precision only where all the
+    GEMMs that ran as asked ran it, else each with its share of their time, the shares adding up."""
+    if "as requested" not in statement:
+        return
+    named = re.findall(rf"\b{_PRECISION}\b", statement)
+    assert named, f"names no precision: {statement!r}"
+    shares = {label: float(share) for label, share in _SHARE.findall(statement)}
+    alone = [label for label in named if label not in shares]
+    for label in alone:  # said without a share: every GEMM it speaks of ran it
+        assert all(_accepts(label, p) for p in ran_as_asked), \
+            f"names {label} alone while {sorted(ran_as_asked)} ran as asked: {statement!r}"
+    if shares:
+        assert abs(sum(shares.values()) - 100) < 0.3, statement
+        assert all(any(_accepts(label, p) for label in shares) for p in ran_as_asked), statement
+        assert all(any(_accepts(label, p) for p in ran_as_asked) for label in shares), statement
+
+
+def _ran_as_asked(document: dict) -> set[str]:
+    """The precisions of the GEMMs whose verdict is OK, from the JSON document's GEMM groups."""
+    return {g["precision"] for g in document["summary"]["groups"] if g.get("verdict") == "OK"}
+
+
+@pytest.mark.parametrize("trace", COMMITTED, ids=[p.name for p in COMMITTED])
+def test_no_as_requested_sentence_names_a_precision_that_ran_less_than_all(trace: Path):
+    """analyze of every committed trace: each "as requested" finding names what ran, by share
+    where several did (a trace whose run launched nothing has none to make)."""
+    done = invoke("analyze", trace, "--format", "json")
+    assert done.exit_code in (0, 1, 4, 5), done.stderr[-2000:]
+    document = json.loads(done.stdout)
+    for finding in document["findings"]:
+        _check_as_requested(finding["statement"], _ran_as_asked(document))
+
+
+def test_diagnose_of_the_first_last_bf16_run_says_what_ran_by_share():
+    """Megatron's GPT with its first and last layers and output layer in BF16 on purpose: 73 % of
+    GEMM time ran BF16 as those layers asked. diagnose says so, never "at fp8-current as requested"."""
+    done = invoke("diagnose", MEGATRON_FIRST_LAST_BF16)
+    assert done.exit_code == 0, done.stderr
+    said = _words(done.stdout)
+    assert "fp8-current as requested" not in said
+    assert ("gemms-healthy GEMMs ran as requested (1.599 ms after the first step): each at what it asked, "
+            "bf16 73.2 %, fp8-current 26.8 % of their time") in said
+
+
+def test_analyze_of_readmes_torchao_trace_names_the_precisions():
+    """README's torchao trace (no te.autocast recipe: each GEMM's own request): the finding names
+    what the GEMMs asked, where it said "GEMMs ran at  as requested"."""
+    done = invoke("analyze", TORCHAO_README)
+    assert done.exit_code == 0, done.stderr
+    said = _words(done.stdout)
+    assert "at  as requested" not in said
+    assert "GEMMs ran as requested (15.645 ms): each at what it asked, fp8 94.8 %, bf16 5.2 % of their time" in said
+
+
+def test_verify_counts_on_one_screen_agree_or_say_why():
+    """verify --expect fp8-current of the same run: the verdict counts every step (81 mismatches),
+    the findings the steps after the first (54 launches), and say so where they count."""
+    done = invoke("verify", "--trace", MEGATRON_FIRST_LAST_BF16, "--expect", "fp8-current", "--format", "json")
+    assert done.exit_code == 1, done.stderr
+    document = json.loads(done.stdout)
+    assert document["summary"]["mismatches"] == 81
+    fallback = next(f for f in document["findings"] if f["code"] == "fallback")
+    assert fallback["figures"]["launches"] == 54
+    assert fallback["statement"].startswith("73.2 % of GEMM time after the first step (1.170 ms, 54 launches) "
+                                            "ran at another precision than fp8-current")
+    table = _words(invoke("verify", "--trace", MEGATRON_FIRST_LAST_BF16, "--expect", "fp8-current").stdout)
+    assert "81 mismatches, 0 allowed" in table
+    assert "(1.170 ms, 54 launches)" in table and "after the first step (1.170 ms, 54 launches)" in table
+    # each finding that counts launches or times kernels of the window says it covers the steps after the first
+    for finding in document["findings"]:
+        if finding["code"] in ("gpu-idle", "launch-bound", "gemm-share", "fallback", "quantize-overhead",
+                               "small-gemm", "tails", "gemms-healthy"):
+            assert "after the first step" in finding["statement"], finding
+
+
+def test_a_trace_without_steps_says_no_window_of_its_own():
+    """A trace in which no steps are found is covered whole: its findings and its verdict count the
+    same launches, and no finding says "after the first step"."""
+    document = json.loads(invoke("analyze", TORCHAO_README, "--format", "json").stdout)
+    assert document["breakdown"]["step_range"] is None
+    assert not any("after the first step" in f["statement"] for f in document["findings"])
