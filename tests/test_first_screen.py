@@ -3,7 +3,7 @@ first about a committed trace, checked against what the trace holds. A finding n
 requested" of GEMMs with a precision that ran less than all of them, names no empty precision,
 and a count that differs from the verdict's on the same screen says why (the findings cover the
 steps after the first); what a command wrote is said one way; a run that launched no GPU kernel
-gets its document in every format."""
+gets its document in every format; the verdict says what its shares are of."""
 
 from __future__ import annotations
 
@@ -207,3 +207,27 @@ def test_a_trace_without_steps_says_no_window_of_its_own():
     document = json.loads(invoke("analyze", TORCHAO_README, "--format", "json").stdout)
     assert document["breakdown"]["step_range"] is None
     assert not any("after the first step" in f["statement"] for f in document["findings"])
+
+
+# --- the verdict's lines ------------------------------------------------------------------------------
+
+
+def test_the_verdict_says_what_its_shares_are_of():
+    """TE's GEMM benchmark under the hook: 111 torch GEMMs it did not record had nothing to be judged
+    against. The share at the precision asked is of the GEMM time checked, and coverage speaks of
+    the GEMMs whose request was recorded, not of every GEMM."""
+    said = _words(invoke("analyze", CORPUS / "gemm_bench_4096_hook.sqlite.xz", "--quiet").stdout)
+    assert "100.0 % of checked GEMM time at the precision each asked" in said
+    assert "coverage: every GEMM whose request was recorded (333 of 444 launches) asked for low precision" in said
+    assert "111 GEMM launches not checked" in said
+
+
+def test_a_run_that_recorded_no_request_is_checked_against_its_recipe_and_says_so():
+    """The small training run made with the hook's first release (its autocast regions recorded, no
+    GEMM's request): each GEMM was checked against the run's one recipe, which the verdict names,
+    and coverage is not known."""
+    said = _words(invoke("verify", "--trace", GPU / "train_mixed.sqlite.xz", "--quiet").stdout)
+    assert "Asked: fp8-current (the recipe the run's te.autocast recorded)" in said
+    assert "At the requested precision: 42.4 % of GEMM time at fp8-current; 45 mismatches" in said
+    assert "coverage: not known (no GEMM's request recorded)" in said
+    assert "what each GEMM asked" not in said and "every GEMM asked for low precision" not in said

@@ -72,13 +72,15 @@ def verdict_block(result: Judgement, diagnosis: Diagnosis) -> tuple[str, list[tu
     if result.checked or result.expect_map:
         asked = _asked_recipes(result)
         share = figures.expected_time_share
-        at = ("the recipe asked of each" if result.expect_map else result.expected if result.expect_given
-              else "the precision each asked")
-        at_precision = ((f"{share * 100:.1f} % of GEMM time" if share is not None else "no GEMM time")
+        at = ("the recipe asked of each" if result.expect_map
+              else result.expected if result.expect_given or not _requests_recorded(result) else "the precision each asked")
+        # the share is of the GEMM time checked: where some GEMMs had nothing to be judged against, said so
+        checked = "checked GEMM time" if figures.unchecked_gemm_launches else "GEMM time"
+        at_precision = ((f"{share * 100:.1f} % of {checked}" if share is not None else "no GEMM time")
                         + f" at {at}; "
                           f"{count(figures.mismatches, 'mismatch', 'mismatches')}, {figures.allowed} allowed")
         if figures.coverage is not None:
-            at_precision += "; " + coverage_line(figures.coverage)
+            at_precision += "; " + coverage_line(figures.coverage, result)
         if result.expect_map:
             at_precision += "; ranges: " + _ranges_verdicts(result.ranges_checked)
         if unchecked := unchecked_line(result):
@@ -151,10 +153,18 @@ def unchecked_line(result: Judgement) -> str:
     return "; ".join(parts)
 
 
-def coverage_line(coverage: Coverage) -> str:
-    """Coverage in one line: the share of GEMM time asked for high precision and where most of it is."""
+def coverage_line(coverage: Coverage, result: Judgement) -> str:
+    """Coverage in one line: the share of GEMM time asked for high precision and where most of it is;
+    where none did, of the GEMMs whose request the hook recorded (the others asked nothing it saw)."""
     if not coverage.gemm_launches:
-        return "coverage: every GEMM asked for low precision"
+        g = result.gemms
+        recorded = int(g["requested"].notna().sum())
+        if recorded == len(g):
+            return "coverage: every GEMM asked for low precision"
+        if not recorded:
+            return "coverage: not known (no GEMM's request recorded)"
+        return (f"coverage: every GEMM whose request was recorded ({recorded} of {count(len(g), 'launch', 'launches')})"
+                " asked for low precision")
     groups = coverage.groups
     numbers = groups["layer_number"].dropna().astype(int).unique().tolist()
     other = groups.loc[groups["layer_number"].isna(), "layer"].dropna().unique().tolist()
@@ -169,7 +179,7 @@ def _asked_recipes(result: Judgement) -> str:
     """What each GEMM was checked against: "fp8-current (--expect)", each GEMM's own request, or
     the map and what holds outside it."""
     default = None
-    if not result.expect_given and result.checked:
+    if not result.expect_given and result.checked and _requests_recorded(result):
         recorded = recorded_recipes(result.job.traces)
         default = "what each GEMM asked (gemmscope's hook records)" + (
             f"; te.autocast recipes recorded: {', '.join(recorded)}" if recorded else "")
@@ -183,6 +193,11 @@ def _asked_recipes(result: Judgement) -> str:
         return default or "nothing"
     mapped = ", ".join(f"{p}={r}" for p, r in result.expect_map)
     return f"by NVTX range (--expect-map): {mapped}; elsewhere {default or 'nothing (not checked)'}"
+
+
+def _requests_recorded(result: Judgement) -> bool:
+    """Whether gemmscope's hook recorded what some GEMM asked (else each was checked against the run's recipe)."""
+    return bool(result.gemms["requested"].notna().any()) if len(result.gemms) else False
 
 
 def _ranges_verdicts(ranges: pd.DataFrame) -> str:
