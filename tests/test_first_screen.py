@@ -3,7 +3,8 @@ first about a committed trace, checked against what the trace holds. A finding n
 requested" of GEMMs with a precision that ran less than all of them, names no empty precision,
 and a count that differs from the verdict's on the same screen says why (the findings cover the
 steps after the first); what a command wrote is said one way; a run that launched no GPU kernel
-gets its document in every format; the verdict says what its shares are of."""
+gets its document in every format; the verdict says what its shares are of; every table header
+is words."""
 
 from __future__ import annotations
 
@@ -231,3 +232,22 @@ def test_a_run_that_recorded_no_request_is_checked_against_its_recipe_and_says_s
     assert "At the requested precision: 42.4 % of GEMM time at fp8-current; 45 mismatches" in said
     assert "coverage: not known (no GEMM's request recorded)" in said
     assert "what each GEMM asked" not in said and "every GEMM asked for low precision" not in said
+
+
+# --- table headers in words ---------------------------------------------------------------------------
+
+
+def test_every_table_header_of_every_page_is_words():
+    """The HTML page and Markdown of the first/last-BF16 run, and the terminal's tables: no header
+    is a column's snake_case name (window_ms, gemm_time_ms, a_dtype); the same words everywhere."""
+    html = invoke("report", MEGATRON_FIRST_LAST_BF16, "-o", "-", "--format", "html").stdout
+    markdown = invoke("analyze", MEGATRON_FIRST_LAST_BF16, "--format", "markdown").stdout
+    headers = set(re.findall(r"<th>([^<]*)</th>", html))
+    lines = markdown.splitlines()
+    headers |= {cell.strip() for line, under in zip(lines, lines[1:]) if under.startswith("|---")
+                for cell in line.strip("|").split(" | ")}
+    assert {"window ms", "time ms", "launches", "A dtype", "kernel launches", "time as asked"} <= headers, headers
+    snake = sorted(h for h in headers if "_" in h)
+    assert not snake, snake
+    table = invoke("analyze", MEGATRON_FIRST_LAST_BF16).stdout
+    assert "window ms" in table and "window_ms" not in table

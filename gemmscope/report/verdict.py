@@ -73,7 +73,7 @@ def verdict_block(result: Judgement, diagnosis: Diagnosis) -> tuple[str, list[tu
         asked = _asked_recipes(result)
         share = figures.expected_time_share
         at = ("the recipe asked of each" if result.expect_map
-              else result.expected if result.expect_given or not _requests_recorded(result) else "the precision each asked")
+              else result.expected if result.expect_given or not result.requests_recorded else "the precision each asked")
         # the share is of the GEMM time checked: where some GEMMs had nothing to be judged against, said so
         checked = "checked GEMM time" if figures.unchecked_gemm_launches else "GEMM time"
         at_precision = ((f"{share * 100:.1f} % of {checked}" if share is not None else "no GEMM time")
@@ -179,7 +179,7 @@ def _asked_recipes(result: Judgement) -> str:
     """What each GEMM was checked against: "fp8-current (--expect)", each GEMM's own request, or
     the map and what holds outside it."""
     default = None
-    if not result.expect_given and result.checked and _requests_recorded(result):
+    if not result.expect_given and result.checked and result.requests_recorded:
         recorded = recorded_recipes(result.job.traces)
         default = "what each GEMM asked (gemmscope's hook records)" + (
             f"; te.autocast recipes recorded: {', '.join(recorded)}" if recorded else "")
@@ -193,11 +193,6 @@ def _asked_recipes(result: Judgement) -> str:
         return default or "nothing"
     mapped = ", ".join(f"{p}={r}" for p, r in result.expect_map)
     return f"by NVTX range (--expect-map): {mapped}; elsewhere {default or 'nothing (not checked)'}"
-
-
-def _requests_recorded(result: Judgement) -> bool:
-    """Whether gemmscope's hook recorded what some GEMM asked (else each was checked against the run's recipe)."""
-    return bool(result.gemms["requested"].notna().any()) if len(result.gemms) else False
 
 
 def _ranges_verdicts(ranges: pd.DataFrame) -> str:

@@ -148,8 +148,7 @@ def _check_sections(result: Judgement) -> list[Section]:
             coverage = Table(title, coverage_frame(result),
                              lead="GEMMs that asked for high precision ran as asked (not a failure): what low "
                                   "precision does not cover",
-                             fit=Fit(stack=Stack("layer · module"), once={"asked": lambda asked: f"all asked {asked}"},
-                                     labels={"time_ms": "time ms"}))
+                             fit=Fit(stack=Stack("layer · module"), once={"asked": lambda asked: f"all asked {asked}"}))
             sections.append(Section(title, blocks=[coverage]))
     if not result.rank_comparison.empty:
         sections.append(Section(RANKS_TITLE, blocks=[Table(RANKS_TITLE, ranks_frame(result), fit=Fit(
@@ -164,11 +163,11 @@ def _check_sections(result: Judgement) -> list[Section]:
 def _summary_table(result: Judgement) -> Table:
     """Per module and pass: launches, the share at the expected precision, verdict counts (the
     terminal leaves out those zero in every row) and kernel time."""
-    at = "expected" if result.expect_map else result.expected if result.expect_given else "as asked"
+    at = ("time at\nexpected" if result.expect_map
+          else f"time at\n{result.expected}" if result.expect_given or not result.requests_recorded else "time as\nasked")
     return Table(SUMMARY_TITLE, summary_frame(result), fit=Fit(
-        zeros=("ok", "fallback", "expected-substitution", "unknown", "allowed"), shorten={"module": "name"},
-        labels={"gemms": "launches", "gemm_time_ms": "time ms", "expected-substitution": "substituted",
-                "expected_time_share": f"time at\n{at}"}))
+        zeros=("ok", "fallback", "expected-substitution", "unknown", "allowed"), shorten={"module": "name"}),
+        headers={"gemms": "launches", "expected_time_share": at})
 
 
 def _mismatch_table(result: Judgement, allowed: bool) -> Table:
@@ -184,8 +183,7 @@ def _mismatch_table(result: Judgement, allowed: bool) -> Table:
                  fit=Fit(stack=Stack("layer · module\n  kernel", under=(("kernel", ""),)),
                          hide=("requested",) + (() if several_ranks(result) else ("ranks",)), missing={"pass": "?"},
                          once={"expected": None, "precision": lambda precision: f"all ran as {precision}",
-                               "ranks": lambda ranks: f"on {count(ranks, 'rank')}"},
-                         labels={"time_ms": "time ms"}))
+                               "ranks": lambda ranks: f"on {count(ranks, 'rank')}"}))
 
 
 def _launches_section(result: Judgement) -> Section:
@@ -276,10 +274,10 @@ def _breakdown_section(diagnosis: Diagnosis) -> Section:
     """Where the GPU time went, a row per rank; the terminal turns it, a row per figure and a
     column per rank."""
     frame = breakdown_frame(diagnosis.breakdown)
-    labels = {c: c.replace("_ms", " ms") for c in frame.columns} | {"launches": "kernel launches"}
     intro = ["Window = busy + idle; category times are kernel durations, which add up to more than the busy time "
              "where streams overlap."]
-    blocks: list[Block] = [Table(breakdown_title(diagnosis), frame, fit=Fit(transpose="rank", labels=labels)),
+    blocks: list[Block] = [Table(breakdown_title(diagnosis), frame, fit=Fit(transpose="rank"),
+                                 headers={"launches": "kernel launches"}),
                            Figure(lambda: plots.breakdown_plot(diagnosis)), Figure(lambda: plots.steps_plot(diagnosis))]
     return Section("Where the GPU time went", intro=intro, blocks=blocks)
 
