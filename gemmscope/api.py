@@ -300,16 +300,21 @@ class Shapes:
             return json.dumps(self.to_dict(), indent=2) + "\n"
         if fmt == "csv":
             return self.frame.to_csv(index=False)
+        if fmt not in ("table", "markdown"):
+            raise InputError(f"shapes cannot be written as {fmt}: choose from table, json, csv, markdown")
+        from gemmscope.report.model import flop_text
+
+        # for a person: FLOPs in a unit (1.23 TFLOP), not a 13-digit count (CSV and JSON keep the count)
+        read = self.frame.assign(flops=self.frame["flops"].map(flop_text),
+                                 total_flops=self.frame["total_flops"].map(flop_text))
         if fmt == "markdown":
             from gemmscope.report.markdown import markdown_table
 
-            return markdown_table(self.frame)
-        if fmt != "table":
-            raise InputError(f"shapes cannot be written as {fmt}: choose from table, json, csv, markdown")
+            return markdown_table(read)
         from gemmscope.report import terminal
 
         title = f"{self.config.name}: {self.config.tokens} tokens, {len(self.gemms)} GEMMs"
-        return terminal.table_text(title, self.frame)
+        return terminal.table_text(title, read)
 
 
 def gemm_shapes(model: str | None = None, config: str | Path | None = None, lm_head: bool = False,

@@ -4,7 +4,7 @@ requested" of GEMMs with a precision that ran less than all of them, names no em
 and a count that differs from the verdict's on the same screen says why (the findings cover the
 steps after the first); what a command wrote is said one way; a run that launched no GPU kernel
 gets its document in every format; the verdict says what its shares are of; every table header
-is words."""
+is words; FLOPs have units."""
 
 from __future__ import annotations
 
@@ -251,3 +251,16 @@ def test_every_table_header_of_every_page_is_words():
     assert not snake, snake
     table = invoke("analyze", MEGATRON_FIRST_LAST_BF16).stdout
     assert "window ms" in table and "window_ms" not in table
+
+
+def test_shapes_says_flops_in_units():
+    """shapes for a person: 103 GFLOP and 3.30 TFLOP, not 103079215104 and 3298534883328 (CSV and
+    JSON keep the counts)."""
+    table = invoke("shapes", "--model", "llama-3-8b").stdout
+    qkv = next(line for line in table.splitlines() if line.startswith("qkv") and "fprop" in line).split()
+    assert qkv[5:] == ["103", "GFLOP", "32", "3.30", "TFLOP"], qkv
+    assert not re.search(r"\d{10,}", table)
+    markdown = invoke("shapes", "--model", "llama-3-8b", "--format", "markdown").stdout
+    assert "| FLOPs |" in markdown and "| 103 GFLOP | 32 | 3.30 TFLOP |" in markdown
+    csv = invoke("shapes", "--model", "llama-3-8b", "--format", "csv").stdout
+    assert "flops,count,total_flops" in csv and ",103079215104,32,3298534883328" in csv

@@ -50,6 +50,19 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+_FLOP_UNITS = ("FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP", "EFLOP")
+
+
+def flop_text(flops: float) -> str:
+    """A count of floating-point operations in a unit a person reads, to three significant digits:
+    "103 GFLOP", "1.23 TFLOP", "15.4 PFLOP"."""
+    value, unit = float(flops), 0
+    while abs(value) >= 999.5 and unit < len(_FLOP_UNITS) - 1:
+        value, unit = value / 1000, unit + 1
+    digits = 0 if abs(value) >= 99.95 or unit == 0 else 1 if abs(value) >= 9.995 else 2
+    return f"{value:.{digits}f} {_FLOP_UNITS[unit]}"
+
+
 # How a long value is cut where a line is short: a kernel name in its middle, a layer's attribute
 # path keeping its index and its end (terminal.shorten_middle, shorten_layer).
 Shorten = Literal["name", "layer"]

@@ -30,8 +30,8 @@ GAP = 2
 # a name is never shortened below _NAME_WIDTH (a kernel name keeps its family, arch and layout).
 _PROSE_WIDTH = 24
 _NAME_WIDTH = 21
-# A cell that reads as a number ("12", "0.4521", "1.73x", "45.6 %"): its column is right-aligned.
-_NUMBER_CELL = re.compile(r"[-+]?\d[\d.]*(?:e[-+]?\d+)?(?: ?[x×%])?")
+# A cell that reads as a number ("12", "0.4521", "1.73x", "45.6 %", "1.23 TFLOP"): its column is right-aligned.
+_NUMBER_CELL = re.compile(r"[-+]?\d[\d.]*(?:e[-+]?\d+)?(?: ?(?:[x×%]|[kMGTPE]?FLOP))?")
 # The indent (and diff sign) before a name on a cell's second and later lines.
 _INDENT = re.compile(r"^(\s*(?:[−+] )?)(.*)$")
 
