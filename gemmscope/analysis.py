@@ -245,7 +245,7 @@ class Analysis:
     def _note_lacking(self, traces: Traces) -> None:
         """What traces made by another profiler than nsys do not hold, once per distinct list."""
         by_lacks: dict[tuple, list[str]] = {}
-        for trace in (item.trace for item in traces.loaded if item.trace is not None):
+        for trace in (item.trace for item in traces.loaded if item.trace is not None and item.error is None):
             if trace.meta["lacks"]:  # keyed by the profiler too: the note names the one that made them
                 by_lacks.setdefault((trace.meta["profiler"], *trace.meta["lacks"]), []).append(trace.path.name)
         for (profiler, *lacks), names in by_lacks.items():
@@ -289,25 +289,40 @@ class Analysis:
     @functools.cached_property
     def check(self) -> CheckResult:
         """The check as the public result: a run that launched no GPU kernel (captured with CUDA
-        tracing, or by `capture`) is state FAIL, with a `note`."""
+        tracing, or by `capture`, also one that left no trace) is state FAIL, with a `note`."""
+        if self.captured is not None and not self.captured.traces:
+            return self._nothing_ran("the command used no CUDA (no process of it wrote a torch.profiler trace)"
+                                     if self.captured.profiler == "torch" else "nsys wrote no report of the command")
         try:
             result = self.judgement
         except NoGpuKernels as exc:
             if not exc.cuda_traced and self.captured is None:  # a capture gemmscope made traces CUDA: not blind
                 raise
-            import pandas as pd
-
-            from gemmscope.assembly.te_ranges import unpatched_in
-
-            expect = self.options.expect
-            read = [item.trace for item in self.traces.loaded if item.trace is not None]
-            return CheckResult(state=State.FAIL, expected=[expect] if expect else [], unreadable=[],
-                               without_kernels=[], gemms=pd.DataFrame(columns=list(GEMM_COLUMNS)), judgement=None,
-                               note=f"{exc}: no GEMM ran", unpatched=unpatched_in(read))
+            return self._nothing_ran(str(exc) if self.captured is None else "the command ran no GPU kernel")
         return CheckResult(state=result.state, expected=result.expected_recipes, unreadable=result.job.unreadable,
                            without_kernels=result.job.without_kernels,
                            gemms=_table(result.gemms, GEMM_COLUMNS | VERDICT_COLUMNS), judgement=result,
                            unpatched=result.unpatched)
+
+    def _nothing_ran(self, why: str) -> CheckResult:
+        """The check of a run that launched no GPU kernel (`why`: what its traces say)."""
+        import pandas as pd
+
+        from gemmscope.assembly.job import rank_in_name
+        from gemmscope.assembly.te_ranges import unpatched_in
+
+        expect = self.options.expect
+        loaded = self.traces.loaded if self.paths else []
+        without = [{"trace": item.path.name, "rank": rank_in_name(item.path)} for item in loaded if item.no_kernels]
+        return CheckResult(state=State.FAIL, expected=[expect] if expect else [], unreadable=[],
+                           without_kernels=without, gemms=pd.DataFrame(columns=list(GEMM_COLUMNS)), judgement=None,
+                           note=f"{why}: no GEMM ran" + (f" at {expect}" if expect else ""),
+                           unpatched=unpatched_in(self._read_without_kernels))
+
+    @functools.cached_property
+    def _read_without_kernels(self) -> list[Trace]:
+        """The traces of a run that launched no GPU kernel, as read (none where the command left none)."""
+        return [item.trace for item in (self.traces.loaded if self.paths else []) if item.trace is not None]
 
     @functools.cached_property
     def diagnosis(self) -> Diagnosis:
@@ -332,8 +347,10 @@ class Analysis:
         from gemmscope.report import documents
         from gemmscope.report.verification import diagnosis_report, verification_report
 
-        result, diagnosis = self.judgement, self.diagnosis
         command = self.captured.outcome if self.captured is not None else None
+        if self.check.judgement is None:  # the run launched no GPU kernel: every format says so
+            return self._redacted(self._nothing_ran_report(kind, command, per_launch))
+        result, diagnosis = self.judgement, self.diagnosis
         if kind == "diagnosis":
             report = diagnosis_report(result, diagnosis)
         elif kind == "page":
@@ -342,11 +359,25 @@ class Analysis:
             document = (documents.analysis_document if kind == "analysis" else documents.verification_document)(
                 result, command, diagnosis, per_launch)
             report = verification_report(result, diagnosis, document, detail)
-        if self._shared_by is not None:
-            from gemmscope.report.model import redacted
+        return self._redacted(report)
 
-            report = redacted(report, self._shared_by)
-        return report
+    def _redacted(self, report: Report) -> Report:
+        """A scrubbed copy's report redacted by its Redactor; any other as it is."""
+        if self._shared_by is None:
+            return report
+        from gemmscope.report.model import redacted
+
+        return redacted(report, self._shared_by)
+
+    def _nothing_ran_report(self, kind: str, command: dict | None, per_launch: bool) -> Report:
+        from gemmscope.judging.judgement import resolve_expected
+        from gemmscope.report.verification import nothing_ran_report
+
+        options, check, read = self.options, self.check, self._read_without_kernels
+        assert check.note is not None  # a run that launched no GPU kernel says why
+        return nothing_ran_report(kind, read, [path.name for path in self.paths], resolve_expected(read, options.expect),
+                                  options.expect is not None, options.expect_map, check.note, check.without_kernels,
+                                  check.unpatched, command, per_launch)
 
     def render(self, fmt: str = "table", kind: str = "analysis", detail: str = "normal",
                per_launch: bool = False) -> str:
@@ -362,6 +393,8 @@ class Analysis:
         """One JSON line per GEMM launch (`--format jsonl`), made as they are read."""
         from gemmscope.report import documents
 
+        if self.check.judgement is None:  # the run launched no GPU kernel: no launch to list
+            return iter(())
         return documents.launch_lines(self.judgement)
 
     @property
@@ -373,6 +406,8 @@ class Analysis:
         """The trace plots: GPU time per rank, GEMM TFLOP/s against the GPU's peak, time per step."""
         from gemmscope.report import plots
 
+        if self.check.judgement is None:  # the run launched no GPU kernel: nothing to draw
+            return []
         return plots.trace_plots(self.judgement, self.diagnosis)
 
     def compare(self, new: Analysis) -> Comparison:

@@ -132,6 +132,7 @@ class Shared:
 
     report: Report
     redactor: Redactor
+    nothing_ran: str | None = None  # where the run launched no GPU kernel, why (the page says it too)
 
     def render(self, fmt: str = "html") -> str:
         from gemmscope.report import render
@@ -159,7 +160,8 @@ def report(targets: Source, options: Options | None = None, **settings: Any) -> 
     shared = Analysis(targets, options).scrubbed()
     page = shared.report("page")
     assert shared.redactor is not None  # a scrubbed copy's
-    return Shared(page, shared.redactor)
+    checked = shared.check
+    return Shared(page, shared.redactor, checked.note if checked.judgement is None else None)
 
 
 def _run_report(run_dir: Path, keep: Sequence[str]) -> Shared:
@@ -317,16 +319,21 @@ class Shapes:
             return json.dumps(self.to_dict(), indent=2) + "\n"
         if fmt == "csv":
             return self.frame.to_csv(index=False)
+        if fmt not in ("table", "markdown"):
+            raise InputError(f"shapes cannot be written as {fmt}: choose from table, json, csv, markdown")
+        from gemmscope.report.model import flop_text
+
+        # for a person: FLOPs in a unit (1.23 TFLOP), not a 13-digit count (CSV and JSON keep the count)
+        read = self.frame.assign(flops=self.frame["flops"].map(flop_text),
+                                 total_flops=self.frame["total_flops"].map(flop_text))
         if fmt == "markdown":
             from gemmscope.report.markdown import markdown_table
 
-            return markdown_table(self.frame)
-        if fmt != "table":
-            raise InputError(f"shapes cannot be written as {fmt}: choose from table, json, csv, markdown")
+            return markdown_table(read)
         from gemmscope.report import terminal
 
         title = f"{self.config.name}: {self.config.tokens} tokens, {len(self.gemms)} GEMMs"
-        return terminal.table_text(title, self.frame)
+        return terminal.table_text(title, read)
 
 
 def gemm_shapes(model: str | None = None, config: str | Path | None = None, lm_head: bool = False,

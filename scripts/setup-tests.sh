@@ -11,11 +11,17 @@
 #   torch, CPU build      the autocast hook's tests (tests/test_autocast_hook.py, test_torch_capture.py)
 #   Chromium              the tests that open `gemmscope report`'s page in a real headless browser
 #
+# What it leaves on the machine beside those, said at its end on every run: the apt source of
+# Debian trixie's non-free component and its pin (APT_SOURCE, APT_PIN below; remove both to undo),
+# where it had to add them to find nsys's packages.
+#
 # Usage: bash scripts/setup-tests.sh
 #   GEMMSCOPE_NSYS_DIR=DIR   install nsys there instead of /opt/nsys-cpu (then export NSYS as printed)
 set -euo pipefail
 
 NSYS_DIR=${GEMMSCOPE_NSYS_DIR:-/opt/nsys-cpu}
+APT_SOURCE=/etc/apt/sources.list.d/gemmscope-nsys.sources
+APT_PIN=/etc/apt/preferences.d/gemmscope-nsys
 NSYS_DEBIAN_VERSION=2023.4.4.54~12.4.1-2
 # 2.13.0: the release CI's machine holds as a CPU wheel; pip's default download of torch is a
 # CUDA build of several GB, so elsewhere the CPU build comes from PyTorch's CPU index.
@@ -53,17 +59,19 @@ else
     apt_updated=true
   fi
   if ! has_nsys_packages; then
-    cat > /etc/apt/sources.list.d/gemmscope-nsys.sources <<SOURCES
+    cat > "$APT_SOURCE" <<SOURCES
 Types: deb
 URIs: http://deb.debian.org/debian
 Suites: trixie
 Components: non-free
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SOURCES
-    printf 'Package: *\nPin: release n=trixie\nPin-Priority: 50\n' > /etc/apt/preferences.d/gemmscope-nsys
+    printf 'Package: *\nPin: release n=trixie\nPin-Priority: 50\n' > "$APT_PIN"
     apt-get update -qq >/dev/null
+    say "nsys: added the apt source $APT_SOURCE (Debian trixie non-free) and its pin $APT_PIN (priority 50)"
   fi
   apt_install libssh-4 libpfm4 libelf1 libdw1  # what nsys's binaries link against
+  say "nsys: installed libssh-4 libpfm4 libelf1 libdw1 (what its binaries link against)"
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   chown _apt "$work" 2>/dev/null || true  # apt-get download fetches as its own user where there is one
@@ -107,5 +115,14 @@ else
   apt_install chromium
   say "chromium: installed $(chromium --version 2>/dev/null || echo chromium)"
 fi
+
+# --- What it leaves behind ------------------------------------------------------------------------
+# Beside the tools above, apt's configuration changed where nsys's packages needed it: said on every
+# run, with how to undo it (apt-get then finds nothing more from trixie than before).
+for left in "$APT_SOURCE" "$APT_PIN"; do
+  if [ -e "$left" ]; then
+    say "left behind: $left (for nsys's packages; remove it, then apt-get update, to undo)"
+  fi
+done
 
 echo "$nsys"

@@ -317,12 +317,14 @@ def test_verify_trace_without_a_known_recipe_says_so_and_exits_4(gpu_xz):
 
 def test_verify_of_a_failed_command_exits_3(nsys_bin, tmp_path):
     """A real capture (nsys on this CPU machine) of a command that fails: never a pass, even
-    when it ran nothing to check."""
+    when it ran nothing to check; its report says so."""
     done = gemmscope("verify", "--expect", "fp8-current", "--out", tmp_path, "--",
                      sys.executable, "-c", "import sys; sys.exit(5)", timeout=300)
     assert done.returncode == 3, done.stderr[-2000:]
     assert "the command failed (exit 5)" in done.stderr
-    assert done.stdout == ""
+    assert done.stdout.startswith("MISMATCHES\n")
+    assert ("Ran: the command failed (exit 5); the command ran no GPU kernel: no GEMM ran at fp8-current"
+            in " ".join(done.stdout.split()))
 
 
 # A program that checks what it needs, finds it missing and skips, as TE's GroupedLinear
@@ -346,7 +348,9 @@ def test_verify_of_a_command_that_ran_no_kernel_says_so_and_exits_1(nsys_bin, tm
     assert "gemmscope: the command exited 0 and ran no GPU kernel: no GEMM ran at mxfp8" in done.stderr
     assert "captured with --trace=cuda" not in done.stderr and "holds no GPU kernels" not in done.stderr
     assert "skipping" in done.stderr  # the program's own output still reaches the user
-    assert done.stdout == ""
+    # the report still printed, saying so: what a job parsing --format json reads too
+    assert done.stdout.startswith("MISMATCHES\n")
+    assert "Ran: the command ran no GPU kernel: no GEMM ran at mxfp8" in " ".join(done.stdout.split())
 
 
 def test_a_trace_with_cuda_calls_and_no_kernel_ran_nothing(gpu_sqlite, tmp_path):
@@ -376,7 +380,8 @@ def test_verify_of_a_failed_command_leads_with_its_exit_status_and_stderr(nsys_b
     tail = done.stderr.split(said[0] + "\n", 1)[1].splitlines()
     assert tail[1] == "    train.py: error: the following arguments are required: --model"
     assert said[1] == "gemmscope: it ran no GPU kernel before it ended"
-    assert "no GPU kernels" not in done.stderr and done.stdout == ""
+    assert "no GPU kernels" not in done.stderr
+    assert "Ran: the command failed (exit 2); the command ran no GPU kernel" in " ".join(done.stdout.split())
 
 
 def test_verify_prints_no_nsys_progress_bar(nsys_bin, tmp_path):

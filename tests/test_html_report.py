@@ -197,8 +197,8 @@ def test_header_click_sorts_in_a_real_browser(chromium_bin, trace_page, tmp_path
       return Array.prototype.map.call(table.tBodies[0].rows, function (r) { return r.cells[i].textContent; });
     }
     var seen = {};
-    header("gemm_time_ms").click(); seen.ascending = column("gemm_time_ms");
-    header("gemm_time_ms").click(); seen.descending = column("gemm_time_ms");
+    header("time ms").click(); seen.ascending = column("time ms");
+    header("time ms").click(); seen.descending = column("time ms");
     header("module").click(); seen.modules = column("module");
     document.body.setAttribute("data-seen", JSON.stringify(seen));
     </script></body>"""

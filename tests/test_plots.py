@@ -248,7 +248,7 @@ def test_plots_option_writes_the_trace_pngs(tmp_path):
     names = ["gpu-time-per-rank.png", "time-per-step.png", "gemm-tflops.png"]
     assert sorted(p.name for p in out.iterdir()) == sorted(names)
     assert all((out / name).read_bytes().startswith(PNG) for name in names)
-    assert f"gemmscope: plots in {out}: {', '.join(names)}" in done.stderr
+    assert f"gemmscope: wrote plots into {out}: {', '.join(names)}" in done.stderr
     again = gemmscope("verify", "--trace", EXAMPLE_TRACE, "--quiet", "--plots", tmp_path / "example")
     assert again.returncode == 1  # the example's fallbacks
     assert sorted(p.name for p in (tmp_path / "example").iterdir()) == ["gemm-tflops.png", "gpu-time-per-rank.png"]

@@ -98,14 +98,20 @@ def _environment() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("command", RUN, ids=[c.line for c in RUN])
-def test_readme_command_runs_as_written(command: Command, scratch: Path):
-    done = subprocess.run(["bash", "-c", command.line], cwd=scratch, env=_environment(), capture_output=True,
-                          text=True, timeout=300)
+def test_readme_command_runs_as_written(command: Command, scratch: Path, tmp_path: Path):
+    """Each command exits as README says and prints what it shows; what it writes goes into a
+    scratch folder of the reader's (`mktemp -d`: here under TMPDIR), never into the folder it runs
+    in (a clone, where it would lie untracked)."""
+    env = _environment() | {"TMPDIR": str(tmp_path)}
+    done = subprocess.run(["bash", "-c", command.line], cwd=scratch, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == command.exit_code, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     printed = [line.rstrip() for line in done.stdout.splitlines()]
     assert printed[:len(command.shown)] == [line.rstrip() for line in command.shown], \
         "README shows other lines than the command prints: paste its output again"
+    left = sorted(p.name for p in scratch.iterdir())
+    assert left == ["gemmscope", "tests"], f"the command left {left} in the folder it ran in"
 
 
 def test_blocks_not_run_here_are_what_ci_or_a_gpu_runs():

@@ -154,7 +154,11 @@ def test_a_run_that_used_no_cuda_writes_no_trace(program, tmp_path, monkeypatch)
                                                  "it wrote a torch.profiler trace): no GEMM ran at bf16")
     assert "gemmscope: [2/3] 0 torch.profiler traces written" in done.stderr
     assert _pids(done.stderr, "program")  # the program's own output reaches the user
-    assert not _KINETO_LINE.search(done.stderr) and done.stdout == ""
+    assert not _KINETO_LINE.search(done.stderr)
+    # its report still printed, saying so: what a job parsing --format json reads too
+    assert done.stdout.startswith("MISMATCHES\n")
+    assert ("Ran: the command used no CUDA (no process of it wrote a torch.profiler trace): no GEMM ran at bf16"
+            in " ".join(done.stdout.split()))
     assert not list((tmp_path / "out").iterdir())
 
 
@@ -192,7 +196,8 @@ def test_a_failed_command_exits_3_with_its_stderr_first(program, tmp_path):
         assert said[1] == then
         tail = done.stderr.split(said[0] + "\n", 1)[1].splitlines()
         assert re.fullmatch(r"    program pid \d+", tail[0])
-        assert done.stdout == ""
+        assert done.stdout.startswith("MISMATCHES\n")  # its report, saying the command failed and what ran
+        assert "Ran: the command failed (exit 5); the command " in " ".join(done.stdout.split())
     assert len(list((tmp_path / "after").glob("trace.*.json.gz"))) == 1
     assert not list((tmp_path / "before").iterdir())
 

@@ -273,7 +273,8 @@ def test_without_a_gpu_lists_the_groups_and_the_command(tmp_path):
     done = _cli(str(FIRST_LAST), "--out", str(tmp_path / "out"), "--no-redact")
     assert done.returncode == 0, done.stderr
     command = f"gemmscope whatif {FIRST_LAST} --out {tmp_path / 'out'}"
-    assert done.stderr.strip() == f"gemmscope: no CUDA GPU here: nothing measured; on a GPU machine run: {command}"
+    assert done.stderr.splitlines() == [f"gemmscope: no CUDA GPU here: nothing measured; on a GPU machine run: {command}",
+                                        f"gemmscope: wrote whatif.html, whatif.json into {tmp_path / 'out'}"]
     assert "NOT MEASURED" in done.stdout and "decoder.layers.{0,3}.mlp.linear_fc1" in done.stdout
     document = json.loads((tmp_path / "out" / "whatif.json").read_text())
     assert_valid(document, "whatif")

@@ -228,7 +228,7 @@ class LoadedTrace:
     """One trace read and attributed, or why it could not be."""
 
     path: Path
-    trace: Trace | None = None
+    trace: Trace | None = None  # None where it could not be read; with no_kernels, read and holding no kernel
     launches: pd.DataFrame | None = None
     ranges: EnclosingRanges | None = None  # the NVTX ranges around each of `launches`
     error: str | None = None
@@ -243,7 +243,8 @@ def attribute(trace: Trace) -> LoadedTrace:
         error = (trace.meta.get("no_kernels")  # a reader that can tell why says so (a CPU-only torch.profiler trace)
                  or (f"{trace.path} ran no GPU kernel: its CUDA calls were captured, and none launched one"
                      if cuda_traced else f"{trace.path} holds no GPU kernels: was it captured with --trace=cuda, on a GPU?"))
-        return LoadedTrace(trace.path, error=error, no_kernels=True, cuda_traced=cuda_traced)
+        # kept: what it records of the run (its GPU, the hook's records) says what ran nothing
+        return LoadedTrace(trace.path, trace, error=error, no_kernels=True, cuda_traced=cuda_traced)
     frame, ranges = launches_with_ranges(trace)
     # `frame` holds every kernel with the call that launched it: the trace's own frames of them
     # are let go (a long trace's are hundreds of MB), their columns kept. The ranges' names are

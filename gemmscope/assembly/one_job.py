@@ -38,7 +38,7 @@ def one_job(loaded: Sequence[LoadedTrace]) -> tuple[list[LoadedTrace], list[dict
         if identity is not None:
             first_of[identity] = item
         kept.append(item)
-    read = [item for item in kept if item.trace is not None]
+    read = [item for item in kept if item.error is None]  # attributed: launches to compare
     _refuse_other_commands(read)
     _refuse_repeated_ranks(read)
     _refuse_far_apart(read)

@@ -332,6 +332,13 @@ def note(text: str) -> None:
     click.echo(text, err=True)
 
 
+def wrote(what: str | Path) -> None:
+    """What a command wrote, said the one way every command says it: `gemmscope: wrote WHAT` on
+    stderr, as every other note, so that stdout holds only what the command prints (`report -o -`:
+    the page itself)."""
+    note(f"gemmscope: wrote {what}")
+
+
 def detail_level(quiet: bool, verbose: bool) -> str:
     if quiet and verbose:
         raise InputError("--quiet and --verbose contradict each other: give one")

@@ -16,6 +16,7 @@ from gemmscope.cli.group import (
     format_option,
     main,
     with_options,
+    wrote,
 )
 from gemmscope.errors import ExitCode, InputError
 from gemmscope.judging.recipes import RECIPES
@@ -147,4 +148,4 @@ def profile_cmd(precisions, modes, iters, warmup, no_nsys, out, quiet, verbose, 
                                  warmup=warmup, out=out, use_nsys=not no_nsys, shipped=shipped, **fields)
     emit(profiled.render("table", detail_level(quiet, verbose)))
     if not shipped:
-        click.echo(f"gemmscope: run directory {profiled.run_dir} ({profiled.wall_s:.1f} s)", err=True)
+        wrote(f"the run directory {profiled.run_dir} ({profiled.wall_s:.1f} s)")

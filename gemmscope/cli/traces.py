@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 import click
 
@@ -35,13 +35,11 @@ from gemmscope.cli.group import (
     say_redacted,
     trace_options,
     with_options,
+    wrote,
 )
 from gemmscope.common.atomic import written_whole
 from gemmscope.errors import ExitCode, InputError, NoGpuKernels, State
 from gemmscope.running.capturing import PROFILERS, Captured, CaptureWindow, capture, check_profiler, progress
-
-if TYPE_CHECKING:
-    from gemmscope.judging.judgement import Judgement
 
 
 @main.command()
@@ -59,8 +57,7 @@ def analyze(traces: tuple[Path, ...], options: Options, output: Output) -> None:
         click.echo(f"(no trace given: analyzing the bundled example {EXAMPLE_TRACE.name})", err=True)
     output.make_plots_folder()
     analysis = Analysis(traces, options, say=note)
-    with _exit_if_no_kernel_ran(options.expect):
-        _emit(analysis, output, "analysis")
+    _emit(analysis, output, "analysis")  # a run that launched no GPU kernel too: its document says so
     _exit_as_checked(analysis.check)
 
 
@@ -77,14 +74,18 @@ def _emit(analysis: Analysis, output: Output, kind: str) -> None:
         from gemmscope.report import plots
 
         written = plots.write(analysis.plots(), output.plots)
-        note(f"gemmscope: plots in {output.plots}: {', '.join(p.name for p in written) or 'none'}")
+        wrote(f"plots into {output.plots}: {', '.join(p.name for p in written)}" if written
+              else f"no plot into {output.plots}: nothing to draw")
 
 
-def _exit_as_checked(result: CheckResult) -> NoReturn:
-    """The exit code of the check's state (errors.EXIT_CODES); where GEMMs went unchecked, what to
-    give to check them, on stderr."""
+def _exit_as_checked(result: CheckResult, said: bool = False) -> NoReturn:
+    """The exit code of the check's state (errors.EXIT_CODES); on stderr, where the run launched no
+    GPU kernel, that nothing ran (unless `said` already), and where GEMMs went unchecked, what to
+    give to check them."""
     state = result.state
-    if state is State.NOT_CHECKED:
+    if result.judgement is None and not said:
+        note(f"gemmscope: {result.note}")
+    elif state is State.NOT_CHECKED:
         note("gemmscope: no recipe to check against: the run recorded no GEMM's request and no enabled "
              "te.autocast recipe; pass --expect RECIPE (e.g. --expect bf16)")
     elif state is State.NOT_FULLY_CHECKED:
@@ -93,23 +94,23 @@ def _exit_as_checked(result: CheckResult) -> NoReturn:
     sys.exit(state.exit_code)
 
 
-def _exit_no_gemm_ran(said: str, expect: str | None) -> NoReturn:
+def _no_gemm_ran(said: str, expect: str | None) -> None:
     """A run that launched no GPU kernel (captured with CUDA tracing): nothing ran at any recipe,
     which fails a check (exit 1), unlike a capture blind to kernels (bad input, exit 2)."""
     note(f"gemmscope: {said}: no GEMM ran{f' at {expect}' if expect else ''}")
-    sys.exit(ExitCode.MISMATCH)
 
 
 @contextmanager
 def _exit_if_no_kernel_ran(expect: str | None) -> Iterator[None]:
-    """Traces whose run launched no GPU kernel end the command (_exit_no_gemm_ran); a capture
-    blind to kernels is bad input."""
+    """Traces whose run launched no GPU kernel end a command that has nothing to say of them
+    (compare): said in one line, exit 1; a capture blind to kernels is bad input."""
     try:
         yield
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise
-        _exit_no_gemm_ran(str(exc), expect)
+        _no_gemm_ran(str(exc), expect)
+        sys.exit(ExitCode.MISMATCH)
 
 
 class _VerifyCommand(click.Command):
@@ -209,23 +210,22 @@ def verify_cmd(trace_args: tuple[Path, ...], capturing: _CaptureArgs, options: O
     captured = None
     if trace_args:
         analysis = Analysis(trace_args, options, say=note)
-        with _exit_if_no_kernel_ran(options.expect):
-            result: Judgement | None = analysis.judgement
+        checked: CheckResult | None = analysis.check  # a capture blind to GPU kernels: bad input, raised here
     else:
         captured = capture(command, capturing.out, profiler=capturing.profiler or "nsys", window=window,
                            echo=output.detail == "verbose", redact=options.redact, keep=options.keep, say=note)
         progress(3, "checking the GEMMs", note)
         analysis = Analysis(captured, options, say=note)
-        result = _checked_capture(analysis, captured)
-    if result is not None:
+        checked = _checked_capture(analysis, captured)
+    if checked is not None:  # a run that launched no GPU kernel too: its document says so
         _emit(analysis, output, "verification")
     if captured is not None and captured.failed:
-        if result is not None:  # after a long report, the reason for the exit status once more
+        if checked is not None:  # after a long report, the reason for the exit status once more
             note(f"gemmscope: the command failed (exit {captured.exit_code}): a failed run is never a pass, "
                  "whatever ran before it")
         sys.exit(ExitCode.COMMAND_FAILED)
-    assert result is not None  # without a failed command, the traces were checked (none: exited above)
-    _exit_as_checked(analysis.check)
+    assert checked is not None  # without a failed command, the traces were checked (none: exited above)
+    _exit_as_checked(checked, said=captured is not None)
 
 
 def _audit(command: tuple[str, ...], capturing: _CaptureArgs, options: Options, output: Output) -> NoReturn:
@@ -266,26 +266,29 @@ def _traces_or_command(trace_args: tuple[Path, ...], command: tuple[str, ...],
     return trace_args, command
 
 
-def _checked_capture(analysis: Analysis, captured: Captured) -> Judgement | None:
-    """The check of what a command left; a run that launched no GPU kernel ends verify (exit 1).
-    None where a failed command left nothing to check (said why)."""
+def _checked_capture(analysis: Analysis, captured: Captured) -> CheckResult | None:
+    """The check of what a command left; a run that launched no GPU kernel (or left no trace) is
+    said here, in one line, and fails the check (exit 1, its document printed). None where a failed
+    command left nothing that could be read (said why)."""
     expect = analysis.options.expect
-    if not captured.traces and not captured.failed:  # torch.profiler: no process of the command used CUDA
-        _exit_no_gemm_ran("the command exited 0 and used no CUDA (no process of it wrote a torch.profiler trace)",
-                          expect)
-    if not captured.traces:
-        return None
-    try:
-        return analysis.judgement
-    except NoGpuKernels:
+    if not captured.traces:  # torch.profiler: no process of the command used CUDA (a failed one: said already)
         if not captured.failed:
-            _exit_no_gemm_ran("the command exited 0 and ran no GPU kernel", expect)
-        note("gemmscope: it ran no GPU kernel before it ended")
+            _no_gemm_ran("the command exited 0 and used no CUDA (no process of it wrote a torch.profiler trace)",
+                         expect)
+        return analysis.check
+    try:
+        checked = analysis.check
     except InputError as exc:
         if not captured.failed:
             raise
         note(f"gemmscope: nothing to check in what it ran: {exc}")
-    return None
+        return None
+    if checked.judgement is None:
+        if captured.failed:
+            note("gemmscope: it ran no GPU kernel before it ended")
+        else:
+            _no_gemm_ran("the command exited 0 and ran no GPU kernel", expect)
+    return checked
 
 
 @main.command("diagnose")
@@ -298,8 +301,7 @@ def diagnose_cmd(traces: tuple[Path, ...], options: Options) -> None:
     same (--format json: `breakdown` and `findings`); compare BASE NEW sets two runs side by side.
     Exit codes as analyze's: the verdict's."""
     analysis = Analysis(traces, options, say=note)
-    with _exit_if_no_kernel_ran(options.expect):
-        emit(analysis.render("table", "diagnosis"))
+    emit(analysis.render("table", "diagnosis"))  # a run that launched no GPU kernel too: it says so
     _exit_as_checked(analysis.check)
 
 
@@ -337,25 +339,27 @@ def report_cmd(targets: tuple[Path, ...], out: Path, fmt: str | None, options: O
     as Markdown. TARGETS: a `gemmscope profile` run directory, or traces as for analyze. Without
     TARGETS: the H200 run shipped with gemmscope. Made from the traces scrubbed, and redacted as
     scrub and bundle are (stderr says what was taken out). Exit 0 once written, whatever the
-    verdict (it is in the file); traces that ran no GPU kernel: 1, as analyze, nothing written."""
+    verdict (it is in the file); traces that ran no GPU kernel: 1, as analyze, the file written saying so."""
     make_dir(tables_dir, "--tables")
     if not targets:
         targets = (EXAMPLE_RUN,)
         click.echo(f"(nothing given: reporting the bundled run {EXAMPLE_RUN.name})", err=True)
-    with _exit_if_no_kernel_ran(options.expect):
-        shared = api.report(targets, options)
+    shared = api.report(targets, options)  # a run that launched no GPU kernel too: the page says so
     text = shared.render(fmt or ("markdown" if out.suffix.lower() in (".md", ".markdown") else "html"))
     if str(out) == "-":
         emit(text)
     else:
         _write_whole(out, text)
-        click.echo(f"wrote {out}", err=True)
+        wrote(out)
     if tables_dir is not None:
         from gemmscope.report.tables import write_tables
 
         written = write_tables(shared.tables, tables_dir)
-        click.echo(f"wrote {len(written)} tables (CSV) into {tables_dir}", err=True)
+        wrote(f"{len(written)} tables (CSV) into {tables_dir}")
     say_redacted(shared.redactor)
+    if shared.nothing_ran is not None:  # written, and as analyze: nothing ran fails (exit 1)
+        note(f"gemmscope: {shared.nothing_ran}")
+        sys.exit(ExitCode.MISMATCH)
 
 
 def _write_whole(out: Path, text: str) -> None:
@@ -382,7 +386,7 @@ def bundle_cmd(inputs: tuple[Path, ...], out: Path, options: Options) -> None:
     if made.analysis_error:
         note(f"gemmscope: note: the traces could not be analyzed ({made.analysis_error}); the bundle "
              "holds them, the environment and this reason")
-    click.echo(f"wrote {made.path}")
+    wrote(made.path)
     say_redacted(made.redactor)
 
 
@@ -395,5 +399,5 @@ def scrub_cmd(trace: Path, out: Path, keep: tuple[str, ...]) -> None:
     and with every text in it redacted (docs/redaction.md; stderr says what was taken out). Exit 0
     once written: scrub checks nothing."""
     written, redactor = api.scrub(trace, out, keep)
-    click.echo(f"wrote {written}")
+    wrote(written)
     say_redacted(redactor)

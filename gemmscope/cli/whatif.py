@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from gemmscope.cli.group import TRACE_PATH, emit, format_option, main, note, reading_options
+from gemmscope.cli.group import TRACE_PATH, emit, format_option, main, note, reading_options, wrote
 from gemmscope.errors import ExitCode
 from gemmscope.options import Options
 
@@ -48,4 +48,6 @@ def whatif_cmd(traces: tuple[Path, ...], out: Path | None, measured: Path | None
         sys.exit(ExitCode.MISMATCH)
     for line in found.said:
         click.echo(line, err=True)
+    if found.out is not None and found.files:
+        wrote(f"{', '.join(sorted(found.files))} into {found.out}")
     emit(render(found.report, fmt))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gemmscope.diagnosing.diagnosis import CATEGORIES, breakdown, categorize_modules, findings, within_steps
+from gemmscope.diagnosing.findings import AFTER_FIRST_STEP
 from gemmscope.diagnosing.steps import find_steps
 from gemmscope.judging.judgement import Judgement
 
@@ -15,10 +16,12 @@ def compare(base: Judgement, new: Judgement, step_range: str | None = None) -> d
     """Two runs of one program side by side: per category and per module/pass, each run's time
     and NEW − BASE. The differences add up: window = busy + idle, and busy = the categories'
     kernel time − overlap."""
-    cut = []
+    cut, scopes = [], []
     for result in (base, new):
         steps = find_steps(result, step_range)
-        cut.append(within_steps(result, steps)[0] if len(steps) > 1 else result)
+        window = within_steps(result, steps)[0] if len(steps) > 1 else result
+        cut.append(window)
+        scopes.append(AFTER_FIRST_STEP if window is not result else None)
     base, new = cut
     b, n = breakdown(base), breakdown(new)
     totals = {}
@@ -36,7 +39,7 @@ def compare(base: Judgement, new: Judgement, step_range: str | None = None) -> d
     modules = modules.reset_index().sort_values("difference", key=abs, ascending=False)
     kernels_changed = _kernels_changed(base, new)
     return {"statement": _comparison_statement(totals), "totals": totals, "by_module": modules,
-            "kernels_changed": kernels_changed, "base_findings": findings(base, b), "new_findings": findings(new, n)}
+            "kernels_changed": kernels_changed, "base_findings": findings(base, b, scopes[0]), "new_findings": findings(new, n, scopes[1])}
 
 
 def _comparison_statement(totals: dict) -> str:

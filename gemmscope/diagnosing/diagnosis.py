@@ -30,7 +30,7 @@ from pandas.api.types import union_categoricals
 
 from gemmscope.assembly.job import launched_by_te, module_labels
 from gemmscope.common.jsonable import frame_records, plain
-from gemmscope.diagnosing.findings import Finding, findings, uneven_steps
+from gemmscope.diagnosing.findings import AFTER_FIRST_STEP, Finding, findings, uneven_steps
 from gemmscope.diagnosing.steps import NO_OPTIMIZER_STEP, NO_STEPS, launching_step, located_steps, watched_without_steps
 from gemmscope.judging.judgement import Judgement
 from gemmscope.traces.model import process_id
@@ -244,7 +244,7 @@ def diagnose(result: Judgement, step_range: str | None = None) -> Diagnosis:
         return Diagnosis(breakdown=times, findings=findings(window, times), steps=per_step, step_range=None,
                          no_steps=NO_OPTIMIZER_STEP if watched_without_steps(result) else NO_STEPS)
     step_times = step_breakdown(window, steps, activity)
-    found = sorted(findings(window, times) + uneven_steps(step_times), key=lambda f: -f["explains_ns"])
+    found = sorted(findings(window, times, AFTER_FIRST_STEP) + uneven_steps(step_times), key=lambda f: -f["explains_ns"])
     return Diagnosis(breakdown=times, findings=found, steps=per_step, step_range=step_range, step_times=step_times)
 
 

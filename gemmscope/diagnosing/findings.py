@@ -11,10 +11,15 @@ checked run and its time breakdown (diagnosis.breakdown), `uneven_steps` from it
 - ``quantize-overhead``: quantization kernels against the low-precision GEMM time they feed;
 - ``small-gemm``: GEMMs far below their precision's dense peak (the hook's shape record needed);
 - ``tails``: split-K reduce and bias-gradient kernels;
-- ``gemms-healthy``: GEMMs ran at the requested precision near their expected throughput;
+- ``gemms-healthy``: GEMMs ran as requested near their expected throughput: what each asked and
+  its share of their time (several: a run whose first and last layers asked BF16 on purpose);
 - ``unsupported``: the requested recipe cannot run on this GPU;
 - ``unknown-device``: the GPU is not in gemmscope's device table, so no share of a peak is computed;
 - ``slow-steps``, ``rank-lag``: steps that differ (`uneven_steps`), where steps are found.
+
+Where the breakdown covers the steps after the first (diagnosis.within_steps), each statement
+that counts GEMMs or times kernels says so (`scope`, AFTER_FIRST_STEP): the verdict above it counts
+every step, and a count on the same screen that differs says why.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from gemmscope.devices import lookup
 from gemmscope.diagnosing.throughput import device_name, gemm_throughput
 from gemmscope.judging.figures import ASSUMED_SPEEDUP
 from gemmscope.judging.judgement import Judgement
-from gemmscope.judging.recipes import RECIPE_MIN_SM
+from gemmscope.judging.recipes import RECIPE_MIN_SM, RECIPES
 from gemmscope.traces.model import gpu_sm
 
 # Where a finding's time is: a layer, module and pass, and its time there.
@@ -61,9 +66,15 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms" if ns < 1e9 else f"{ns / 1e9:.2f} s"
 
 
-def findings(result: Judgement, times: pd.DataFrame) -> list[Finding]:
-    """The findings (module docstring) over all ranks, most time at stake first."""
+# What a statement says of its figures where the window is the steps after the first (module docstring).
+AFTER_FIRST_STEP = "after the first step"
+
+
+def findings(result: Judgement, times: pd.DataFrame, scope: str | None = None) -> list[Finding]:
+    """The findings (module docstring) over all ranks, most time at stake first; `scope`: the
+    part of the run `result` and `times` cover, where it is not the whole (AFTER_FIRST_STEP)."""
     out: list[Finding] = []
+    within = f" {scope}" if scope else ""
     window, busy, idle = (int(times[c].sum()) for c in ("window_ns", "busy_ns", "idle_ns"))
     gemm_ns = int(times["gemm_ns"].sum() + times["gemm-fallback_ns"].sum())
     share = gemm_ns / window if window else 0.0
@@ -84,7 +95,7 @@ def findings(result: Judgement, times: pd.DataFrame) -> list[Finding]:
                         "figures": {"sm": sm, "min_sm": RECIPE_MIN_SM[recipe], "recipe": recipe}, "concerns": []})
     if window and idle / window >= 0.3:
         out.append({"code": "gpu-idle", "explains_ns": idle,
-                    "statement": f"the GPU is idle {_pct(idle / window)} of its {_ms(window)} window; GEMMs are "
+                    "statement": f"the GPU is idle {_pct(idle / window)} of its {_ms(window)} window{within}; GEMMs are "
                                  f"{_pct(share)} of it, so faster GEMMs cannot pay much ({bound_text})",
                     "figures": {"window_ns": window, "busy_ns": busy, "idle_ns": idle, "gemm_ns": gemm_ns,
                                 "gemm_share": share, "amdahl": bounds}, "concerns": []})
@@ -92,7 +103,7 @@ def findings(result: Judgement, times: pd.DataFrame) -> list[Finding]:
         median_kernel, median_launch = result.job.kernels["duration_ns"].median(), launch.median()
         if pd.notna(median_launch) and median_kernel < median_launch:
             out.append({"code": "launch-bound", "explains_ns": int(idle * 0.99),
-                        "statement": f"the median kernel runs {median_kernel / 1e3:.1f} µs, less than the "
+                        "statement": f"the median kernel{within} runs {median_kernel / 1e3:.1f} µs, less than the "
                                      f"{median_launch / 1e3:.1f} µs the CPU takes to launch one: the GPU waits on the CPU",
                         "figures": {"median_kernel_ns": float(median_kernel), "median_launch_ns": float(median_launch),
                                     "kernel_launches": int(times["kernel_launches"].sum()),
@@ -100,10 +111,10 @@ def findings(result: Judgement, times: pd.DataFrame) -> list[Finding]:
                         "concerns": []})
     if gemm_ns:
         out.append({"code": "gemm-share", "explains_ns": max(busy - gemm_ns, 0),
-                    "statement": f"GEMMs are {_pct(share)} of the GPU window ({_ms(gemm_ns)}): {bound_text}",
+                    "statement": f"GEMMs are {_pct(share)} of the GPU window{within} ({_ms(gemm_ns)}): {bound_text}",
                     "figures": {"gemm_ns": gemm_ns, "gemm_share": share, "amdahl": bounds,
                                 "measured_gemm_speedup": measured_speedup}, "concerns": []})
-    out += _verdict_findings(result, times, throughput)
+    out += _verdict_findings(result, times, throughput, within)
     if device is not None and lookup(device) is None:
         out.append({"code": "unknown-device", "explains_ns": 0,
                     "statement": f"{device} is not in gemmscope's device table: no TFLOP/s share of a peak "
@@ -131,7 +142,7 @@ def _top(frame: pd.DataFrame, n: int = 3) -> list[Concern]:
              "time_ns": int(v)} for k, v in g.sort_values(ascending=False).head(n).items()]
 
 
-def _verdict_findings(result: Judgement, times: pd.DataFrame, throughput: pd.DataFrame) -> list[Finding]:
+def _verdict_findings(result: Judgement, times: pd.DataFrame, throughput: pd.DataFrame, within: str) -> list[Finding]:
     out: list[Finding] = []
     g = result.gemms
     gemm_ns = int(g["duration_ns"].sum())
@@ -140,11 +151,14 @@ def _verdict_findings(result: Judgement, times: pd.DataFrame, throughput: pd.Dat
         if len(fallback):
             t = int(fallback["duration_ns"].sum())
             causes = fallback.groupby("cause")["duration_ns"].sum().sort_values(ascending=False)
+            # what these GEMMs were checked against: --expect's recipe, or each one's own request
+            asked = " / ".join(dict.fromkeys(asked_labels(fallback)))
             out.append({"code": "fallback", "explains_ns": int(t * (1 - 1 / ASSUMED_SPEEDUP)),
-                        "statement": f"{_pct(t / gemm_ns)} of GEMM time ({_ms(t)}, {len(fallback)} launches) ran at "
-                                     f"another precision than {' / '.join(result.expected_recipes)} ("
+                        "statement": f"{_pct(t / gemm_ns)} of GEMM time{within} ({_ms(t)}, {len(fallback)} launches) "
+                                     f"ran at another precision than {asked} ("
                                      + ", ".join(f"{c}: {_ms(v)}" for c, v in causes.items()) + ")",
                         "figures": {"fallback_ns": t, "gemm_ns": gemm_ns, "share": t / gemm_ns,
+                                    "launches": len(fallback),
                                     "by_cause_ns": {c: int(v) for c, v in causes.items()}},
                         "concerns": _top(fallback)})
     quantize_ns = int(times["quantize_ns"].sum())
@@ -155,8 +169,8 @@ def _verdict_findings(result: Judgement, times: pd.DataFrame, throughput: pd.Dat
         quant = k[k["role"] == "quantize"]
         by_module = quant.groupby(quant["te_module"].fillna("(module unknown)"))["duration_ns"].sum()
         out.append({"code": "quantize-overhead", "explains_ns": quantize_ns,
-                    "statement": f"quantization kernels take {_ms(quantize_ns)}, {quantize_ns / low_ns:.2f}× the "
-                                 f"{_ms(low_ns)} of low-precision GEMMs they feed",
+                    "statement": f"quantization kernels take {_ms(quantize_ns)}{within}, {quantize_ns / low_ns:.2f}× "
+                                 f"the {_ms(low_ns)} of low-precision GEMMs they feed",
                     "figures": {"quantize_ns": quantize_ns, "low_precision_gemm_ns": low_ns,
                                 "ratio": quantize_ns / low_ns,
                                 "by_module_ns": {m: int(v) for m, v in by_module.sort_values(ascending=False).items()}},
@@ -164,7 +178,7 @@ def _verdict_findings(result: Judgement, times: pd.DataFrame, throughput: pd.Dat
     tails_ns = int(times["gemm-tail_ns"].sum())
     if tails_ns and gemm_ns:
         out.append({"code": "tails", "explains_ns": tails_ns,
-                    "statement": f"split-K reduce and bias-gradient kernels add {_ms(tails_ns)}, "
+                    "statement": f"split-K reduce and bias-gradient kernels add {_ms(tails_ns)}{within}, "
                                  f"{_pct(tails_ns / gemm_ns)} of GEMM time",
                     "figures": {"tails_ns": tails_ns, "gemm_ns": gemm_ns}, "concerns": []})
     rated = throughput[throughput["share_of_peak"].notna()]
@@ -176,26 +190,60 @@ def _verdict_findings(result: Judgement, times: pd.DataFrame, throughput: pd.Dat
             shapes = (small.assign(shape=[f"{m}×{n}×{k}" for m, n, k in zip(small["gemm_m"], small["gemm_n"], small["gemm_k"])])
                       .groupby("shape")["share_of_peak"].median().sort_values().head(5))
             out.append({"code": "small-gemm", "explains_ns": lost,
-                        "statement": f"{len(small)} GEMM launches run below {_pct(SMALL_SHARE_OF_PEAK)} of their "
-                                     f"precision's dense peak (M×N×K, median share: "
+                        "statement": f"{len(small)} GEMM launches{within} run below {_pct(SMALL_SHARE_OF_PEAK)} of "
+                                     f"their precision's dense peak (M×N×K, median share: "
                                      + ", ".join(f"{s} {_pct(v)}" for s, v in shapes.items()) + ")",
                         "figures": {"launches": len(small), "time_ns": int(small["duration_ns"].sum()),
                                     "time_above_peak_ns": lost}, "concerns": _top(small)})
-        # the GEMMs that ran as asked; with --expect-map their recipes, and so their peaks, differ:
-        # each launch's time is weighed against its own precision's peak
-        at_request = rated[rated["verdict"] == "OK"] if "verdict" in rated else rated.iloc[0:0]
-        wanted = set(at_request["precision"])
-        if len(at_request):
-            weighted = float(at_request["call_flops"].astype("float64").sum()
-                             / (at_request["duration_ns"] * 1e3 * at_request["peak_tflops"]).sum())
-            if weighted >= HEALTHY_SHARE_OF_PEAK:
-                t = int(at_request["duration_ns"].sum())
-                out.append({"code": "gemms-healthy", "explains_ns": t,
-                            "statement": f"GEMMs ran at {' / '.join(result.expected_recipes)} as requested, at "
-                                         f"{_pct(weighted)} of the "
-                                         f"GPU's dense {', '.join(sorted(wanted))} peak ({_ms(t)})",
-                            "figures": {"share_of_peak": weighted, "time_ns": t}, "concerns": []})
+        healthy = _healthy(g, rated, within)
+        if healthy is not None:
+            out.append(healthy)
     return out
+
+
+def asked_labels(gemms: pd.DataFrame) -> pd.Series:
+    """What each GEMM was checked against, as a finding names it: its `expected` (--expect's or
+    --expect-map's recipe, or the precision its own request named: bf16, fp8), the precision
+    named by the recipe of the operands TE was handed where the hook recorded one (fp8-current)."""
+    expected = gemms["expected"].astype(str)
+    recipe = gemms["requested_a"].where(gemms["requested_a"].isin(RECIPES) & ~expected.isin(RECIPES))
+    return recipe.where(recipe.notna(), expected).astype(str)
+
+
+def _healthy(gemms: pd.DataFrame, rated: pd.DataFrame, within: str) -> Finding | None:
+    """gemms-healthy: the GEMMs that ran as asked, when those whose shapes the hook recorded run
+    near their peak, each weighed against its own precision's (with --expect-map, or each GEMM
+    against its own request, their precisions differ). The statement names what they asked, each
+    with its share of their time where they asked several (a run that keeps its first and last
+    layers in BF16 on purpose), and their share of all GEMM time where others ran otherwise: never
+    one precision for GEMMs that ran another."""
+    if "verdict" not in gemms:
+        return None
+    at_request = rated[rated["verdict"] == "OK"]
+    if not len(at_request):
+        return None
+    weighted = float(at_request["call_flops"].astype("float64").sum()
+                     / (at_request["duration_ns"] * 1e3 * at_request["peak_tflops"]).sum())
+    if weighted < HEALTHY_SHARE_OF_PEAK:
+        return None
+    ok = gemms[gemms["verdict"] == "OK"]
+    ok_ns, gemm_ns, t = int(ok["duration_ns"].sum()), int(gemms["duration_ns"].sum()), int(at_request["duration_ns"].sum())
+    by_request = ok["duration_ns"].groupby(asked_labels(ok)).sum().sort_values(ascending=False)
+    subject = (f"GEMMs ran as requested ({_ms(ok_ns)}{within})" if ok_ns >= gemm_ns else
+               f"The GEMMs that ran as requested ({_pct(ok_ns / gemm_ns)} of GEMM time{within}, {_ms(ok_ns)})")
+    if len(by_request) == 1:
+        what = f"all at {by_request.index[0]}; {_pct(weighted)} of the GPU's dense peak at that precision"
+    else:
+        shares = ", ".join(f"{label} {100 * ns / ok_ns:.1f} %" for label, ns in by_request.items())
+        what = (f"each at what it asked, {shares} of their time; {_pct(weighted)} of the GPU's dense peak at "
+                "those precisions")
+    if t < ok_ns:
+        what += f" (over the {_ms(t)} of them whose shapes were recorded)"
+    return {"code": "gemms-healthy", "explains_ns": t,
+            "statement": f"{subject}: {what}",
+            "figures": {"share_of_peak": weighted, "time_ns": t, "requested_ns": ok_ns, "gemm_ns": gemm_ns,
+                        "by_request_ns": {label: int(ns) for label, ns in by_request.items()}},
+            "concerns": []}
 
 
 # A step this much slower than its rank's median step is named (slow-steps), and a rank whose

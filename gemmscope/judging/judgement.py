@@ -209,6 +209,12 @@ class Judgement:
         return any(t.range_names_starting(te_ranges.HOOK_PREFIXES) for t in self.job.traces)
 
     @property
+    def requests_recorded(self) -> bool:
+        """Gemmscope's hook recorded what some GEMM asked; else each GEMM was checked against the
+        run's recipe (or --expect's), or nothing."""
+        return bool(len(self.gemms)) and bool(self.gemms["requested"].notna().any())
+
+    @property
     def unpatched(self) -> list[dict[str, str | None]]:
         """What gemmscope's hook could not patch in the run (a torch or TE release that moved an
         entry point: te_ranges.recorded_unpatched), so the records its traces lack; GEMMs left

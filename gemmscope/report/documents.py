@@ -4,7 +4,7 @@ schemas in gemmscope/schemas hold them), and the values in them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,8 +29,14 @@ _GEMM_FIELDS = ("kernel", "role", "precision", "start_ns", "duration_ns", "trace
 
 
 def gemm_fields(result: Judgement) -> list[str]:
-    return (list(_GEMM_FIELDS) + (["expected", "verdict", "cause", "allowed", "asked_high"] if result.checked else [])
-            + (["expect_range"] if result.expect_map else []))
+    return launch_fields(result.checked, bool(result.expect_map))
+
+
+def launch_fields(checked: bool, mapped: bool) -> list[str]:
+    """The fields of a GEMM launch's record: its check's where it was `checked`, its mapped
+    range's under --expect-map (`mapped`)."""
+    return (list(_GEMM_FIELDS) + (["expected", "verdict", "cause", "allowed", "asked_high"] if checked else [])
+            + (["expect_range"] if mapped else []))
 
 
 # How a range without a name (no text, no registered string) is listed: every format lists names as text.
@@ -124,10 +130,10 @@ def _trace_meta(trace: Trace) -> dict:
     }
 
 
-def _meta(result: Judgement, command: dict | None) -> dict:
+def _meta(traces: Sequence[Trace], command: dict | None) -> dict:
     """The first trace's meta at the top level (one trace: as before), every trace under
     `traces`, and the profiled command's outcome when gemmscope ran it."""
-    metas = [_trace_meta(t) for t in result.job.traces]
+    metas = [_trace_meta(t) for t in traces]
     meta = dict(metas[0]) if metas else {}
     meta["traces"] = metas
     if command is not None:
@@ -156,7 +162,7 @@ def analysis_document(result: Judgement, command: dict | None = None, diagnosis:
     """`gemmscope analyze --format json`: meta, summary (GEMMs grouped per layer, module, pass and
     kernel), the breakdown and findings; with `per_launch`, one object per GEMM launch too (a
     long job has hundreds of thousands)."""
-    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result, command)}
+    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result.job.traces, command)}
     if per_launch:
         doc["gemms"] = gemm_records(result.gemms, result)
     doc["summary"] = summary_document(result)
@@ -168,12 +174,39 @@ def verification_document(result: Judgement, command: dict | None = None,
     """`gemmscope verify --format json`: summary (mismatches grouped in its `groups`), the
     breakdown and findings; with `per_launch`, the non-allowed and the allowed mismatches one
     object per launch too."""
-    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result, command), "summary": summary_document(result)}
+    doc = {"schema_version": SCHEMA_VERSION, "meta": _meta(result.job.traces, command), "summary": summary_document(result)}
     if per_launch:
         records = gemm_records(result.gemms[result.gemms["verdict"] == "FALLBACK"], result) if result.checked else []
         doc["mismatches"] = [r for r in records if not r["allowed"]]
         doc["allowed"] = [r for r in records if r["allowed"]]
     return doc | (diagnosis_document(diagnosis) if diagnosis else {})
+
+
+def nothing_ran_document(kind: str, traces: Sequence[Trace], expected: str | None, expect_given: bool,
+                         expect_map: Sequence[tuple[str, str]], note: str, without_kernels: list[dict],
+                         unpatched: list[dict], command: dict | None = None, per_launch: bool = False) -> dict:
+    """The document of `kind` ("analysis": analyze's, else verify's) of a run that launched no GPU
+    kernel: the same keys as any run's, state fail, every count zero, no breakdown and no findings,
+    `note` saying why (`traces`: those read, none where the command left none)."""
+    summary: dict[str, Any] = {
+        "state": "fail", "expected": expected, "mode": "recipe" if expect_given else "none",
+        "gemm_launches": 0, "gemm_time_ns": 0, "gemm_tail_time_ns": 0, "by_precision": {}, "by_module_pass": [],
+        "groups": [], "ranks": [], "rank_comparison": [], "unreadable_traces": [],
+        "traces_without_kernels": plain(without_kernels), "autotuning_gemm_launches": 0,
+        "autotuning_gemm_time_ns": 0,
+    }
+    if expect_map:
+        summary["expect_map"] = [{"pattern": p, "recipe": r} for p, r in expect_map]
+    if expected is not None or expect_map:
+        summary |= {"verdicts": {}, "expected_time_share": None, "unchecked_gemm_launches": 0,
+                    "unjudged_gemm_launches": 0, "mismatches": 0, "allowed": 0}
+    summary["note"] = note
+    if unpatched:
+        summary["unpatched"] = unpatched
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "meta": _meta(traces, command)}
+    if per_launch:
+        doc |= {"gemms": []} if kind == "analysis" else {"mismatches": [], "allowed": []}
+    return doc | {"summary": summary, "breakdown": {"step_range": None, "per_rank": [], "steps": []}, "findings": []}
 
 
 def comparison_document(comparison: dict) -> dict:

@@ -11,11 +11,22 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Mapping
 
 import pandas as pd
 
 from gemmscope.common.jsonable import plain
-from gemmscope.report.model import STATUS_WORDS, Block, Figure, Report, Table, cell, page_sections, table_parts
+from gemmscope.report.model import (
+    STATUS_WORDS,
+    Block,
+    Figure,
+    Report,
+    Table,
+    cell,
+    page_header,
+    page_sections,
+    table_parts,
+)
 
 # A table cell's text up to this long is kept on one line (names, precisions, kernel names are
 # one word anyway); longer text is a sentence that may wrap.
@@ -129,7 +140,7 @@ def _html_block(block: Block, section_title: str) -> str:
         for part in table_parts(block):
             shown += [f"<h3>{e(part.heading)}</h3>"] if part.heading is not None else []
             shown += [f"<p>{e(part.lead)}.</p>"] if part.lead is not None else []
-            shown.append(_html_table(part.frame, sortable=True))
+            shown.append(_html_table(part.frame, sortable=True, headers=block.headers))
             if part.legend:
                 shown.append("<dl class=\"legend\">" + "".join(f"<dt>{e(code)}</dt><dd>{e(meaning)}</dd>"
                                                                for code, meaning in part.legend) + "</dl>")
@@ -147,11 +158,11 @@ def _html_block(block: Block, section_title: str) -> str:
     return f"<details><summary>{e(block.summary)}</summary>{body}</details>"
 
 
-def _html_table(frame: pd.DataFrame, sortable: bool) -> str:
+def _html_table(frame: pd.DataFrame, sortable: bool, headers: Mapping[str, str] | None = None) -> str:
     e = html.escape
     if frame.empty:
         return '<p class="empty">(none)</p>'
-    head = "".join(f"<th>{e(str(c))}</th>" for c in frame.columns)
+    head = "".join(f"<th>{e(page_header(c, headers))}</th>" for c in frame.columns)
     rows = []
     for row in frame.itertuples(index=False):
         cells = []

@@ -6,17 +6,30 @@ data: URI)."""
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 
 import pandas as pd
 
-from gemmscope.report.model import STATUS_WORDS, Details, Figure, Report, Table, cell, page_sections, table_parts
+from gemmscope.report.model import (
+    STATUS_WORDS,
+    Details,
+    Figure,
+    Report,
+    Table,
+    cell,
+    page_header,
+    page_sections,
+    table_parts,
+)
 
 
-def markdown_table(frame: pd.DataFrame) -> str:
+def markdown_table(frame: pd.DataFrame, headers: Mapping[str, str] | None = None) -> str:
+    """`frame` as a Markdown table under its header words (model.page_header: `headers`, a table's
+    own, else HEADER_WORDS')."""
     if frame.empty:
         return "_(none)_\n"
     cells = [[cell(v) for v in row] for row in frame.itertuples(index=False)]
-    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    header = "| " + " | ".join(page_header(c, headers) for c in frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     body = ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
     return "\n".join([header, rule, *body]) + "\n"
@@ -37,7 +50,7 @@ def to_markdown(report: Report) -> str:
                 for part in table_parts(block):
                     parts += [f"### {part.heading}\n"] if part.heading is not None else []
                     parts += [f"{part.lead}.\n"] if part.lead is not None else []
-                    parts.append(markdown_table(part.frame))
+                    parts.append(markdown_table(part.frame, block.headers))
                     parts += [f"- `{code}`: {meaning}" for code, meaning in part.legend] + ([""] if part.legend else [])
             elif isinstance(block, Figure):
                 if block.plot is not None:

@@ -50,6 +50,19 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+_FLOP_UNITS = ("FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP", "EFLOP")
+
+
+def flop_text(flops: float) -> str:
+    """A count of floating-point operations in a unit a person reads, to three significant digits:
+    "103 GFLOP", "1.23 TFLOP", "15.4 PFLOP"."""
+    value, unit = float(flops), 0
+    while abs(value) >= 999.5 and unit < len(_FLOP_UNITS) - 1:
+        value, unit = value / 1000, unit + 1
+    digits = 0 if abs(value) >= 99.95 or unit == 0 else 1 if abs(value) >= 9.995 else 2
+    return f"{value:.{digits}f} {_FLOP_UNITS[unit]}"
+
+
 # How a long value is cut where a line is short: a kernel name in its middle, a layer's attribute
 # path keeping its index and its end (terminal.shorten_middle, shorten_layer).
 Shorten = Literal["name", "layer"]
@@ -94,7 +107,6 @@ class Fit:
 
     hide: tuple[str, ...] = ()  # columns left out
     zeros: tuple[str, ...] = ()  # counts left out where zero in every row
-    labels: Mapping[str, str] = field(default_factory=dict)  # column -> a shorter heading (two lines)
     shorten: Mapping[str, Shorten] = field(default_factory=dict)  # column -> how a long name is cut
     wrap: tuple[str, ...] = ()  # columns of prose, which wrap before any name is cut
     missing: Mapping[str, str] = field(default_factory=dict)  # column -> what a blank cell reads
@@ -131,11 +143,42 @@ class Groups:
     totals: Callable[[pd.DataFrame], str] | None = None
 
 
+# What a table's header says over a column, in every format a person reads (terminal, Markdown,
+# HTML), where the frame's own name (snake_case, as CSV and JSON keep it) is not words already; any
+# other name is said with its underscores as spaces (window_ms: "window ms"). The one place they
+# are written (`header`).
+HEADER_WORDS = {
+    "gemms": "GEMMs",
+    "gemm_time_ms": "time ms",
+    "expected_time_share": "time at expected",
+    "expected-substitution": "substituted",
+    "a_dtype": "A dtype",
+    "b_dtype": "B dtype",
+    "flops": "FLOPs",
+    "total_flops": "total FLOPs",
+    "peak_mib": "peak MiB",
+}
+
+
+def header(column: object, own: Mapping[str, str] | None = None) -> str:
+    """The words over `column` in a table's header: the table's `own` (Table.headers) where it has
+    them, else HEADER_WORDS'; a heading of two lines (the terminal's) keeps its line break here."""
+    name = str(column)
+    if own and name in own:
+        return own[name]
+    return HEADER_WORDS.get(name, name.replace("_", " "))
+
+
+def page_header(column: object, own: Mapping[str, str] | None = None) -> str:
+    """`header` on one line, as a page (Markdown, HTML) says it."""
+    return " ".join(header(column, own).split("\n"))
+
+
 @dataclass
 class Table:
     """A table under its title (a section's only table under the section's own title has none of
-    its own), with a sentence about every row (`lead`), its codes' meanings, its grouping and how
-    the terminal fits it."""
+    its own), with a sentence about every row (`lead`), its codes' meanings, its grouping, the
+    header words that are its own and how the terminal fits it."""
 
     title: str
     frame: pd.DataFrame
@@ -143,6 +186,9 @@ class Table:
     codes: Codes | None = None
     groups: Groups | None = None
     fit: Fit = field(default_factory=Fit)
+    # column -> its header words in this table where they are its own ("time at\nfp8-current": on the
+    # terminal, a heading of two lines); every other column's are HEADER_WORDS' (`header`)
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -243,7 +289,7 @@ def redacted(report: Report, redactor: Redactor) -> Report:
         if isinstance(item, Table):
             codes = item.codes and Codes(item.codes.column, {code: r(text) for code, text in item.codes.meanings.items()})
             return Table(r(item.title), r.frame(item.frame), None if item.lead is None else r(item.lead), codes,
-                         item.groups, item.fit)
+                         item.groups, item.fit, item.headers)
         if isinstance(item, Figure):
             plot = item.plot
             return Figure(lambda: None if plot is None else replace(

@@ -77,10 +77,11 @@ def _sections(run: ProfileRun, detail: str) -> list[Section]:
                 ("op", "precision"), shown=detail == "verbose")
     fit = Fit(gather="op", repeats=("op",), listed=("M×K×N", "op", "shape (MxKxN)"),
               once={"verdict": lambda verdict: f"Every entry's verdict: {verdict}"},
-              more=more, labels=_PASS_LABELS, wrap=("speedup reason",))
+              more=more, wrap=("speedup reason",))
     for i, (title, frame) in enumerate(profile_pass_tables(run)):
         listed = frame[ran.loc[frame.index].to_numpy()]
-        sections.append(Section(title, blocks=[Table(title, listed, fit=fit)], notes=skipped if i == 0 else []))
+        sections.append(Section(title, blocks=[Table(title, listed, fit=fit, headers=_PASS_LABELS)],
+                                notes=skipped if i == 0 else []))
     sections.append(_run_details(run))
     kernels = Table(KERNELS_TITLE, profile_kernel_table(run), groups=Groups("mode"),
                     fit=Fit(repeats=("precision", "pass"), shorten={"kernel": "name"}, wrap=("ops",)))

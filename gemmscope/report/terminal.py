@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +16,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from gemmscope.report.model import Fit, Part, Report, Section, cell, table_parts, verdict_text
+from gemmscope.report.model import Fit, Part, Report, Section, cell, header, table_parts, verdict_text
 from gemmscope.report.model import Table as ReportTable
 
 # `table` output fits this many columns: the verdict block wraps at it, and the tables after it are
@@ -30,8 +30,8 @@ GAP = 2
 # a name is never shortened below _NAME_WIDTH (a kernel name keeps its family, arch and layout).
 _PROSE_WIDTH = 24
 _NAME_WIDTH = 21
-# A cell that reads as a number ("12", "0.4521", "1.73x", "45.6 %"): its column is right-aligned.
-_NUMBER_CELL = re.compile(r"[-+]?\d[\d.]*(?:e[-+]?\d+)?(?: ?[x×%])?")
+# A cell that reads as a number ("12", "0.4521", "1.73x", "45.6 %", "1.23 TFLOP"): its column is right-aligned.
+_NUMBER_CELL = re.compile(r"[-+]?\d[\d.]*(?:e[-+]?\d+)?(?: ?(?:[x×%]|[kMGTPE]?FLOP))?")
 # The indent (and diff sign) before a name on a cell's second and later lines.
 _INDENT = re.compile(r"^(\s*(?:[−+] )?)(.*)$")
 
@@ -182,11 +182,16 @@ def terminal_text(*parts: str | Table | TextSection) -> str:
     return "".join(line.rstrip() + "\n" for line in console.export_text().splitlines())
 
 
+def headed(frame: pd.DataFrame, own: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """`frame` under its header words (model.header: the table's `own`, else HEADER_WORDS')."""
+    return frame.rename(columns={c: header(c, own) for c in frame.columns})
+
+
 def table_section(title: str, frame: pd.DataFrame, wrap: Collection[str] = ()) -> TextSection:
-    """A titled table; for an empty frame, the title says "none"."""
+    """A titled table under its header words (model.header); for an empty frame, the title says "none"."""
     if frame.empty:
         return TextSection(f"{title}: none")
-    return TextSection(title, terminal_table(frame, wrap=wrap))
+    return TextSection(title, terminal_table(headed(frame), wrap={header(c) for c in wrap}))
 
 
 def table_text(title: str, frame: pd.DataFrame, wrap: Collection[str] = ()) -> str:
@@ -199,7 +204,7 @@ def kernels_text(decoded: pd.DataFrame) -> str:
     the table, where each has the width of the terminal."""
     numbered = decoded.drop(columns="name").rename_axis("#").reset_index()
     numbered["#"] += 1
-    return terminal_text(TextSection("kernels", terminal_table(numbered)), "",
+    return terminal_text(TextSection("kernels", terminal_table(headed(numbered))), "",
                          legend(numbered["#"].astype(str), decoded["name"])).lstrip("\n")
 
 
@@ -277,11 +282,11 @@ def _part_text(table: ReportTable, part: Part) -> list[TextSection]:
         after += ["", legend([f"K{i}" for i in range(1, len(names) + 1)], list(names))]
     if part.legend:
         after += ["", legend([f"{code}:" for code, _ in part.legend], [meaning for _, meaning in part.legend])]
-    shown = [TextSection(title, _fitted_table(frame, fit), before=before, after=after)]
+    shown = [TextSection(title, _fitted_table(frame, table), before=before, after=after)]
     if fit.more is not None and fit.more.shown:
         keys = blank_repeats(more, fit.repeats)[list(fit.more.keys)]
         shown.append(TextSection(f"{title}: {fit.more.title}",
-                                 _fitted_table(pd.concat([keys, more[list(fit.more.columns)]], axis=1), fit)))
+                                 _fitted_table(pd.concat([keys, more[list(fit.more.columns)]], axis=1), table)))
     return shown
 
 
@@ -301,9 +306,11 @@ def _shown_rows(frame: pd.DataFrame, fit: Fit) -> tuple[pd.DataFrame, list[str]]
 _SHORTENERS: dict[str, Shortener] = {"name": shorten_middle, "layer": shorten_layer}
 
 
-def _fitted_table(frame: pd.DataFrame, fit: Fit) -> Table:
-    """`frame` under its shorter headings, its names cut and its prose wrapped as `fit` says."""
-    label = {c: fit.labels.get(c, c) for c in frame.columns}
+def _fitted_table(frame: pd.DataFrame, table: ReportTable) -> Table:
+    """`frame` (rows of `table`) under its header words (model.header), its names cut and its prose
+    wrapped as the table's Fit says."""
+    fit = table.fit
+    label = {c: header(c, table.headers) for c in frame.columns}
     shorten = {label[c]: _SHORTENERS[kind] for c, kind in fit.shorten.items() if c in frame}
     if fit.stack is not None and fit.stack.label in frame:
         shorten[fit.stack.label] = shorten_gemm_cell
@@ -333,7 +340,7 @@ def _transposed(table: ReportTable, section_title: str) -> list[TextSection]:
     """A table whose rows are few and whose columns are many (a rank's figures), turned: a row per
     column, a column per row, headed by `fit.transpose`'s values (numbers in order); columns beyond
     what fits in TERMINAL_WIDTH continue in a further table."""
-    fit, key = table.fit, table.fit.transpose
+    key = table.fit.transpose
     frame = table.frame
     if frame.empty:
         return [TextSection(f"{table.title}: none")]
@@ -342,21 +349,21 @@ def _transposed(table: ReportTable, section_title: str) -> list[TextSection]:
     labels = frame[key].astype(str)
     headers = labels.map(lambda label: f"{key} {label}" if label.isdigit() else label)
     if len(headers) > 1:
-        headers = headers.map(lambda header: shorten_middle(header, 24))
+        headers = headers.map(lambda heading: shorten_middle(heading, 24))
     figures = frame.drop(columns=key).astype(object).T
     figures.columns = list(headers)
-    names = pd.Series([fit.labels.get(c, c) for c in figures.index])
+    names = pd.Series([header(c, table.headers) for c in figures.index])
     figures = figures.reset_index(drop=True)
     label_width = max(cell_len(n) for n in names)
     chunks: list[list[str]] = []
     chunk: list[str] = []
     used = label_width + 1
-    for header in figures.columns:
-        column_width = max(cell_len(header), *(len(cell(v)) for v in figures[header])) + GAP
+    for heading in figures.columns:
+        column_width = max(cell_len(heading), *(len(cell(v)) for v in figures[heading])) + GAP
         if chunk and used + column_width > TERMINAL_WIDTH:
             chunks.append(chunk)
             chunk, used = [], label_width + 1
-        chunk.append(header)
+        chunk.append(heading)
         used += column_width
     chunks.append(chunk)
     return [TextSection(table.title if i == 0 else f"{section_title}, continued",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from gemmscope.assembly import te_ranges
@@ -10,6 +12,7 @@ from gemmscope.diagnosing.findings import Finding
 from gemmscope.judging.figures import Coverage, verdict_figures
 from gemmscope.judging.judgement import Judgement, recorded_recipes
 from gemmscope.report.model import count
+from gemmscope.traces.model import Trace
 
 
 def shares_by_precision(time_by_precision: dict[str, int]) -> str:
@@ -26,19 +29,25 @@ def top_findings(findings: list[Finding]) -> str:
 
 
 def trace_environment(result: Judgement) -> list[tuple[str, str]]:
-    gpus = dict.fromkeys(f"{gpu['name']} ({gpu['sm']})" for t in result.job.traces for gpu in t.meta["gpus"])
-    nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in result.job.traces)
-    profilers = dict.fromkeys(t.meta["profiler"] for t in result.job.traces)
-    ranks = verdict_figures(result).ranks
-    traces = count(len(result.job.traces), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
-    software = next((v for t in result.job.traces
+    return traces_environment(result.job.traces, verdict_figures(result).ranks)
+
+
+def traces_environment(read: Sequence[Trace], ranks: list[int]) -> list[tuple[str, str]]:
+    """What the traces `read` say of the machine and software, and the `ranks` their GEMMs ran on."""
+    if not read:
+        return [("traces", "none: the command left no trace")]
+    gpus = dict.fromkeys(f"{gpu['name']} ({gpu['sm']})" for t in read for gpu in t.meta["gpus"])
+    nsys = dict.fromkeys(str(t.meta["nsys_version"]) for t in read)
+    profilers = dict.fromkeys(t.meta["profiler"] for t in read)
+    traces = count(len(read), "file") + (f", ranks {', '.join(map(str, ranks))}" if ranks else "")
+    software = next((v for t in read
                      if (v := te_ranges.recorded_software(t.range_names_starting(te_ranges.SOFTWARE_PREFIX)))), None)
     if software is None:
         versions = "not recorded (nsys records none; gemmscope verify's hook does)"
     else:
         versions = ", ".join(f"{label} {software.get(key) or 'unknown'}" for key, label in
                              (("torch", "torch"), ("cuda", "CUDA"), ("transformer_engine", "TE"), ("cublaslt", "cuBLASLt")))
-    made_by = ("nsys", ", ".join(nsys)) if all(t.made_by_nsys for t in result.job.traces) else ("profiler", ", ".join(profilers))
+    made_by = ("nsys", ", ".join(nsys)) if all(t.made_by_nsys for t in read) else ("profiler", ", ".join(profilers))
     return [("GPU", ", ".join(gpus) or "unknown"), made_by, ("traces", traces),
             ("software", versions)]
 
@@ -63,13 +72,15 @@ def verdict_block(result: Judgement, diagnosis: Diagnosis) -> tuple[str, list[tu
     if result.checked or result.expect_map:
         asked = _asked_recipes(result)
         share = figures.expected_time_share
-        at = ("the recipe asked of each" if result.expect_map else result.expected if result.expect_given
-              else "the precision each asked")
-        at_precision = ((f"{share * 100:.1f} % of GEMM time" if share is not None else "no GEMM time")
+        at = ("the recipe asked of each" if result.expect_map
+              else result.expected if result.expect_given or not result.requests_recorded else "the precision each asked")
+        # the share is of the GEMM time checked: where some GEMMs had nothing to be judged against, said so
+        checked = "checked GEMM time" if figures.unchecked_gemm_launches else "GEMM time"
+        at_precision = ((f"{share * 100:.1f} % of {checked}" if share is not None else "no GEMM time")
                         + f" at {at}; "
                           f"{count(figures.mismatches, 'mismatch', 'mismatches')}, {figures.allowed} allowed")
         if figures.coverage is not None:
-            at_precision += "; " + coverage_line(figures.coverage)
+            at_precision += "; " + coverage_line(figures.coverage, result)
         if result.expect_map:
             at_precision += "; ranges: " + _ranges_verdicts(result.ranges_checked)
         if unchecked := unchecked_line(result):
@@ -83,6 +94,30 @@ def verdict_block(result: Judgement, diagnosis: Diagnosis) -> tuple[str, list[tu
     unrecorded = [("Not recorded", unpatched_line(result.unpatched))] if result.unpatched else []
     return status, [("Asked", asked), ("Ran", ran), ("At the requested precision", at_precision), *unrecorded,
                     ("Top findings", top_findings(diagnosis.findings)), ("Environment", environment)]
+
+
+def nothing_ran_block(read: Sequence[Trace], expected: str | None, expect_given: bool,
+                      expect_map: Sequence[tuple[str, str]], note: str,
+                      unpatched: list[dict[str, str | None]], command: dict | None = None) -> list[tuple[str, str]]:
+    """The verdict block's lines of a run that launched no GPU kernel (its state: fail): what was
+    asked, that nothing ran and why (`note`; a `command` gemmscope ran that failed: its exit
+    status first), and the environment the traces `read` record."""
+    recorded = recorded_recipes(read)
+    if expect_given:
+        asked = f"{expected} (--expect)"
+    elif recorded:
+        asked = f"{', '.join(recorded)} (the recipe{'s' * (len(recorded) > 1)} the run's te.autocast recorded)"
+    else:
+        asked = "no recipe: no --expect, and the run recorded no enabled te.autocast"
+    if expect_map:
+        asked = f"by NVTX range (--expect-map): {', '.join(f'{p}={r}' for p, r in expect_map)}; elsewhere {asked}"
+    unrecorded = [("Not recorded", unpatched_line(unpatched))] if unpatched else []
+    code = (command or {}).get("exit_code")
+    ran = f"the command failed (exit {code}); {note}" if code else note
+    return [("Asked", asked), ("Ran", ran),
+            ("At the requested precision", "no GEMM ran, so none at any precision"), *unrecorded,
+            ("Top findings", "none (nothing ran)"),
+            ("Environment", environment_line(traces_environment(read, [])))]
 
 
 def unpatched_line(unpatched: list[dict[str, str | None]]) -> str:
@@ -118,10 +153,18 @@ def unchecked_line(result: Judgement) -> str:
     return "; ".join(parts)
 
 
-def coverage_line(coverage: Coverage) -> str:
-    """Coverage in one line: the share of GEMM time asked for high precision and where most of it is."""
+def coverage_line(coverage: Coverage, result: Judgement) -> str:
+    """Coverage in one line: the share of GEMM time asked for high precision and where most of it is;
+    where none did, of the GEMMs whose request the hook recorded (the others asked nothing it saw)."""
     if not coverage.gemm_launches:
-        return "coverage: every GEMM asked for low precision"
+        g = result.gemms
+        recorded = int(g["requested"].notna().sum())
+        if recorded == len(g):
+            return "coverage: every GEMM asked for low precision"
+        if not recorded:
+            return "coverage: not known (no GEMM's request recorded)"
+        return (f"coverage: every GEMM whose request was recorded ({recorded} of {count(len(g), 'launch', 'launches')})"
+                " asked for low precision")
     groups = coverage.groups
     numbers = groups["layer_number"].dropna().astype(int).unique().tolist()
     other = groups.loc[groups["layer_number"].isna(), "layer"].dropna().unique().tolist()
@@ -136,7 +179,7 @@ def _asked_recipes(result: Judgement) -> str:
     """What each GEMM was checked against: "fp8-current (--expect)", each GEMM's own request, or
     the map and what holds outside it."""
     default = None
-    if not result.expect_given and result.checked:
+    if not result.expect_given and result.checked and result.requests_recorded:
         recorded = recorded_recipes(result.job.traces)
         default = "what each GEMM asked (gemmscope's hook records)" + (
             f"; te.autocast recipes recorded: {', '.join(recorded)}" if recorded else "")

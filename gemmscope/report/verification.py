@@ -9,6 +9,7 @@ tables.TABLE_FILES.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -16,9 +17,10 @@ from gemmscope import kernels
 from gemmscope.common.jsonable import plain
 from gemmscope.diagnosing.diagnosis import Diagnosis
 from gemmscope.diagnosing.findings import Finding
+from gemmscope.errors import State
 from gemmscope.judging.judgement import Judgement
 from gemmscope.report import plots
-from gemmscope.report.documents import gemm_fields, gemm_records, range_lists
+from gemmscope.report.documents import gemm_fields, gemm_records, launch_fields, nothing_ran_document, range_lists
 from gemmscope.report.frames import (
     ALLOWED_TITLE,
     FINDINGS_TITLE,
@@ -63,7 +65,8 @@ from gemmscope.report.model import (
     Table,
     count,
 )
-from gemmscope.report.verdict import trace_environment, verdict_block
+from gemmscope.report.verdict import nothing_ran_block, trace_environment, traces_environment, verdict_block
+from gemmscope.traces.model import Trace
 
 # Kernel names (templated CUTLASS ones run to hundreds of characters) are cut to this in a
 # one-line summary; the full name is inside.
@@ -97,6 +100,23 @@ def diagnosis_report(result: Judgement, diagnosis: Diagnosis) -> Report:
                   verdict=verdict, sections=diagnosis_sections(diagnosis), environment=trace_environment(result))
 
 
+def nothing_ran_report(kind: str, read: Sequence[Trace], names: list[str], expected: str | None, expect_given: bool,
+                       expect_map: Sequence[tuple[str, str]], note: str, without_kernels: list[dict],
+                       unpatched: list[dict], command: dict | None = None, per_launch: bool = False) -> Report:
+    """The report of `kind` (analysis.REPORT_KINDS) of a run that launched no GPU kernel, in every
+    format what any run's is, its state fail: the verdict block saying so (`note`: why), the
+    environment the traces `read` record, the JSON document with every count zero (no breakdown,
+    no findings) and CSV's header alone (`names`: the traces', none where the command left none)."""
+    verdict = nothing_ran_block(read, expected, expect_given, expect_map, note, unpatched, command)
+    document = None if kind in ("page", "diagnosis") else nothing_ran_document(
+        kind, read, expected, expect_given, expect_map, note, without_kernels, unpatched, command, per_launch)
+    fields = launch_fields(expected is not None or bool(expect_map), bool(expect_map))
+    title = "gemmscope diagnose" if kind == "diagnosis" else "gemmscope report"
+    return Report(title=f"{title}: {', '.join(names) or 'no trace'}", status=State.FAIL.value, verdict=verdict,
+                  sections=[], environment=traces_environment(read, []) if read else [], document=document,
+                  rows=lambda: pd.DataFrame(columns=fields))
+
+
 def launch_rows(result: Judgement) -> pd.DataFrame:
     """Every GEMM launch, a row each (`--format csv`), its NVTX ranges joined outermost first."""
     frame = pd.DataFrame(gemm_records(result.gemms, result), columns=gemm_fields(result))
@@ -128,8 +148,7 @@ def _check_sections(result: Judgement) -> list[Section]:
             coverage = Table(title, coverage_frame(result),
                              lead="GEMMs that asked for high precision ran as asked (not a failure): what low "
                                   "precision does not cover",
-                             fit=Fit(stack=Stack("layer · module"), once={"asked": lambda asked: f"all asked {asked}"},
-                                     labels={"time_ms": "time ms"}))
+                             fit=Fit(stack=Stack("layer · module"), once={"asked": lambda asked: f"all asked {asked}"}))
             sections.append(Section(title, blocks=[coverage]))
     if not result.rank_comparison.empty:
         sections.append(Section(RANKS_TITLE, blocks=[Table(RANKS_TITLE, ranks_frame(result), fit=Fit(
@@ -144,11 +163,11 @@ def _check_sections(result: Judgement) -> list[Section]:
 def _summary_table(result: Judgement) -> Table:
     """Per module and pass: launches, the share at the expected precision, verdict counts (the
     terminal leaves out those zero in every row) and kernel time."""
-    at = "expected" if result.expect_map else result.expected if result.expect_given else "as asked"
+    at = ("time at\nexpected" if result.expect_map
+          else f"time at\n{result.expected}" if result.expect_given or not result.requests_recorded else "time as\nasked")
     return Table(SUMMARY_TITLE, summary_frame(result), fit=Fit(
-        zeros=("ok", "fallback", "expected-substitution", "unknown", "allowed"), shorten={"module": "name"},
-        labels={"gemms": "launches", "gemm_time_ms": "time ms", "expected-substitution": "substituted",
-                "expected_time_share": f"time at\n{at}"}))
+        zeros=("ok", "fallback", "expected-substitution", "unknown", "allowed"), shorten={"module": "name"}),
+        headers={"gemms": "launches", "expected_time_share": at})
 
 
 def _mismatch_table(result: Judgement, allowed: bool) -> Table:
@@ -164,8 +183,7 @@ def _mismatch_table(result: Judgement, allowed: bool) -> Table:
                  fit=Fit(stack=Stack("layer · module\n  kernel", under=(("kernel", ""),)),
                          hide=("requested",) + (() if several_ranks(result) else ("ranks",)), missing={"pass": "?"},
                          once={"expected": None, "precision": lambda precision: f"all ran as {precision}",
-                               "ranks": lambda ranks: f"on {count(ranks, 'rank')}"},
-                         labels={"time_ms": "time ms"}))
+                               "ranks": lambda ranks: f"on {count(ranks, 'rank')}"}))
 
 
 def _launches_section(result: Judgement) -> Section:
@@ -257,10 +275,10 @@ def _breakdown_section(diagnosis: Diagnosis) -> Section:
     """Where the GPU time went, a row per rank; the terminal turns it, a row per figure and a
     column per rank."""
     frame = breakdown_frame(diagnosis.breakdown)
-    labels = {c: c.replace("_ms", " ms") for c in frame.columns} | {"launches": "kernel launches"}
     intro = ["Window = busy + idle; category times are kernel durations, which add up to more than the busy time "
              "where streams overlap."]
-    blocks: list[Block] = [Table(breakdown_title(diagnosis), frame, fit=Fit(transpose="rank", labels=labels)),
+    blocks: list[Block] = [Table(breakdown_title(diagnosis), frame, fit=Fit(transpose="rank"),
+                                 headers={"launches": "kernel launches"}),
                            Figure(lambda: plots.breakdown_plot(diagnosis)), Figure(lambda: plots.steps_plot(diagnosis))]
     return Section("Where the GPU time went", intro=intro, blocks=blocks)
 

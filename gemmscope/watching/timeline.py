@@ -130,7 +130,11 @@ class Timeline:
                   "traces": [Path(t).name for t in traces]}
         options = Options.of(self.options, steps=steps, redact=True)
         try:
-            document = Analysis(list(traces), options).report("analysis").document
+            analysis = Analysis(list(traces), options)
+            checked = analysis.check
+            if checked.judgement is None:  # no GPU kernel in the window: nothing to judge
+                raise NoGpuKernels(checked.note or "no GPU kernel ran", cuda_traced=True)
+            document = analysis.report("analysis").document
             assert document is not None  # an analysis report carries its JSON document
             record = window_record(document, window)
         except (InputError, NoGpuKernels) as exc:
