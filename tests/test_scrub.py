@@ -208,7 +208,7 @@ def test_cli_scrub(cpu_export, tmp_path):
     out = tmp_path / "shared.sqlite"
     result = CliRunner().invoke(main, ["scrub", str(cpu_export), "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert str(out) in result.stdout
+    assert f"wrote {out}" in result.stderr and str(out) not in result.stdout
     assert_no_environment_left(out)
 
 
