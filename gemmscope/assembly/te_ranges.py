@@ -30,6 +30,7 @@ import pandas as pd
 from gemmscope.autocast_hook.gemmscope_protocol import (
     AUTOCAST_PREFIX,
     BACKWARD_OVERRIDE,
+    FIELD_SEPARATOR,
     GEMM_PREFIX,
     MEMBERS_FIELD,
     OVERRIDE_FROM,
@@ -252,7 +253,7 @@ def recorded_backward_overrides(names: Iterable[str]) -> list[str]:
     found: dict[str, None] = {}
     for name in names:
         m = _AUTOCAST_RANGE.match(name)
-        fields = dict(field.split("=") for field in m["fields"].split("|")[1:]) if m else {}
+        fields = dict(field.split("=") for field in m["fields"].split(FIELD_SEPARATOR)[1:]) if m else {}
         if BACKWARD_OVERRIDE in fields:
             source = fields.get(OVERRIDE_FROM)
             found[f"{BACKWARD_OVERRIDE}={fields[BACKWARD_OVERRIDE]}" + (f" ({source})" if source else "")] = None

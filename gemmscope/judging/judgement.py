@@ -382,10 +382,16 @@ def ranges_checked(gemms: pd.DataFrame, ranges: EnclosingRanges, traces: Sequenc
 def _request_causes(gemms: pd.DataFrame, backward_overrides: list[str]) -> pd.Series:
     """Why a GEMM asked the high precision it asked, where the run recorded why: the backward
     GEMMs (dgrad, wgrad) of a run whose recipe set a backward_override (one override for the run:
-    TE's autocast regions do not say which forward a backward GEMM belongs to). None elsewhere."""
+    TE's autocast regions do not say which forward a backward GEMM belongs to), of a module whose
+    forward GEMMs asked low precision (a layer left outside autocast asks high precision in both
+    passes, for another reason). None elsewhere."""
     cause = pd.Series(None, index=gemms.index, dtype="object")
     if len(backward_overrides) == 1:
-        backward_high = gemms["te_pass"].isin(("dgrad", "wgrad")) & gemms["requested"].isin(HIGH_PRECISIONS)
+        module = gemms["layer"].astype(str) + "|" + gemms["module"].astype(str)
+        forward_low = (gemms["te_pass"] == "fprop") & gemms["requested"].notna() & ~gemms["requested"].isin(
+            HIGH_PRECISIONS)
+        backward_high = (gemms["te_pass"].isin(("dgrad", "wgrad")) & gemms["requested"].isin(HIGH_PRECISIONS)
+                         & module.isin(module[forward_low]))
         cause[backward_high] = backward_overrides[0]
     return cause
 
@@ -402,7 +408,7 @@ def _causes(gemms: pd.DataFrame) -> np.ndarray:
     operand_recipe = gemms["requested_a"].where(gemms["requested_a"].isin(RECIPES), requested)
     other_recipe = (gemms["requested_a"].isin(RECIPES) & gemms["expected"].isin(RECIPES)
                     & (gemms["requested_a"] != gemms["expected"]))
-    overridden = gemms["request_cause"].notna() if "request_cause" in gemms else False
+    overridden = gemms["request_cause"].notna()
     cause = np.select(
         [requested.isna() & (gemms["origin"] == "outside-te"), requested.isna(), overridden & ~requested_wanted,
          ~requested_wanted | other_recipe],
