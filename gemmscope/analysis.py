@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gemmscope.errors import InputError, NoGpuKernels, State
+from gemmscope.judging.check_result import GEMM_COLUMNS, VERDICT_COLUMNS, CheckResult, public_table
 from gemmscope.options import Options
 
 if TYPE_CHECKING:
@@ -41,17 +42,8 @@ if TYPE_CHECKING:
     from gemmscope.redaction.policy import Redactor
     from gemmscope.report.model import Report
     from gemmscope.report.plots import Plot
-    from gemmscope.running.capturing import Captured
+    from gemmscope.running.capturing import Captured, CaptureWindow
     from gemmscope.traces.model import Trace
-
-# The GEMM tables' columns: public name <- the column of verify's frame it is. Times are ns.
-GEMM_COLUMNS = {
-    "trace": "trace", "rank": "rank", "kernel": "name", "precision": "precision", "pass": "te_pass",
-    "module": "module", "layer": "layer", "requested": "requested", "m": "gemm_m", "n": "gemm_n", "k": "gemm_k",
-    "thread": "thread", "start_ns": "start", "duration_ns": "duration_ns",
-}
-# What a check adds to each GEMM: the recipe it was checked against, its verdict and why.
-VERDICT_COLUMNS = {"expected": "expected", "verdict": "verdict", "cause": "cause", "allowed": "allowed"}
 
 # The reports an Analysis makes (`Analysis.report`): analyze's (its JSON document analyze's),
 # verify's (its JSON document verify's), the page `report` writes (no JSON document) and diagnose's.
@@ -91,62 +83,6 @@ class Traces:
         """Every GEMM launch: GEMM_COLUMNS, whatever was asked for (none where the run launched no
         GPU kernel); checked once, a new frame each time."""
         return self._check.gemms[list(GEMM_COLUMNS)]
-
-
-@dataclass(eq=False)
-class CheckResult:
-    """A check of traces against a recipe (`check`): every GEMM launch with its verdict, and the
-    state the CLI would say (its exit code: `state.exit_code`)."""
-
-    state: State  # PASS, FAIL, NOT_CHECKED (nothing to check against) or NOT_FULLY_CHECKED (README: Exit codes)
-    expected: list[str]  # the recipes GEMMs were checked against (none: each against its own recorded request)
-    unreadable: list[dict]  # traces that could not be read: trace, rank, error
-    # traces whose process launched no GPU kernel beside traces that did (torch.compile's
-    # workers ...): trace, rank; nothing in them to check, no failure
-    without_kernels: list[dict]
-    gemms: pd.DataFrame = field(repr=False)  # GEMM_COLUMNS, and VERDICT_COLUMNS where something was checked
-    # every verdict and what it was judged on (the CLI's reports read it); None where the run launched no GPU kernel
-    judgement: Judgement | None = field(repr=False)
-    note: str | None = field(default=None, repr=False)  # why nothing was checked: the run launched no GPU kernel
-    # what gemmscope's hook could not patch in the run (a torch or TE release that moved an entry
-    # point): what, version, why, misses; the records the traces lack (te_ranges.recorded_unpatched)
-    unpatched: list[dict] = field(default_factory=list, repr=False)
-
-    @property
-    def passed(self) -> bool:
-        """Every GEMM judged (or allowed) and none failed: the CLI's exit 0."""
-        return self.state is State.PASS
-
-    @property
-    def mismatches(self) -> pd.DataFrame:
-        """The GEMM launches that ran another precision than asked, not allowed (none where nothing
-        was checked)."""
-        return self._public("mismatches")
-
-    @property
-    def allowed(self) -> pd.DataFrame:
-        """The mismatches an `allow` pattern accepted (still listed)."""
-        return self._public("allowed")
-
-    @property
-    def unjudged(self) -> pd.DataFrame:
-        """The GEMM launches that had nothing to be judged against, not allowed: they make the
-        state NOT_FULLY_CHECKED (with `strict`, those of unknown precision too)."""
-        return self._public("unjudged")
-
-    def _public(self, which: str) -> pd.DataFrame:
-        if self.judgement is None:
-            return self.gemms
-        return _table(getattr(self.judgement, which), GEMM_COLUMNS | VERDICT_COLUMNS)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The result as JSON-able values: the mismatches and the unjudged GEMMs one record per launch."""
-        from gemmscope.common.jsonable import frame_records
-
-        return {"state": self.state.value, "passed": self.passed, "expected": self.expected,
-                "unreadable": self.unreadable, "without_kernels": self.without_kernels, "note": self.note,
-                "gemm_launches": len(self.gemms), "allowed_launches": len(self.allowed),
-                "mismatches": frame_records(self.mismatches), "unjudged": frame_records(self.unjudged)}
 
 
 @dataclass(frozen=True)
@@ -191,6 +127,23 @@ class Analysis:
         self._say = say
         self._shared_by: Redactor | None = None  # set on a scrubbed copy: its reports are redacted by it
         self._reports: dict[tuple[str, str, bool], Report] = {}
+
+    @classmethod
+    def of_command(cls, command: Sequence[str], out: str | Path | None = None, options: Options | None = None, /, *,
+                   profiler: str = "nsys", window: CaptureWindow | None = None, echo: bool = False,
+                   say: Callable[[str], None] | None = None, **settings: Any) -> Analysis:
+        """Run `command` under `profiler` with gemmscope's hook (running.capturing.capture: `out`,
+        `window`, `echo` as there), collecting the steps Options.steps asks, and analyse what it
+        left: `verify -- COMMAND`. Its check is `command_check`."""
+        from gemmscope.running.capturing import CaptureWindow, capture, progress, say_on_stderr
+
+        options = Options.of(options, **settings)
+        window = dataclasses.replace(window or CaptureWindow(), steps=options.steps)
+        speak = say or say_on_stderr  # what capture says of a failed command is said, as verify does
+        captured = capture(command, out, profiler=profiler, window=window, echo=echo, redact=options.redact,
+                           keep=options.keep, say=speak)
+        progress(3, "checking the GEMMs", speak)
+        return cls(captured, options, say=say)
 
     @classmethod
     def together(cls, sources: Sequence[Source], options: Options | None = None, /, *,
@@ -301,8 +254,32 @@ class Analysis:
             return self._nothing_ran(str(exc) if self.captured is None else "the command ran no GPU kernel")
         return CheckResult(state=result.state, expected=result.expected_recipes, unreadable=result.job.unreadable,
                            without_kernels=result.job.without_kernels,
-                           gemms=_table(result.gemms, GEMM_COLUMNS | VERDICT_COLUMNS), judgement=result,
+                           gemms=public_table(result.gemms, GEMM_COLUMNS | VERDICT_COLUMNS), judgement=result,
                            unpatched=result.unpatched)
+
+    @functools.cached_property
+    def command_check(self) -> CheckResult | None:
+        """The check of what a command left (`of_command`), its outcome said once: a run that
+        launched no GPU kernel or left no trace fails the check; None where a failed command left
+        nothing that could be read (said why)."""
+        assert self.captured is not None, "command_check is the check of a command: Analysis.of_command"
+        captured, expect = self.captured, self.options.expect
+        if not captured.traces:  # torch.profiler: no process of the command used CUDA (a failed one: said already)
+            if not captured.failed:
+                self._note(no_gemm_ran("the command exited 0 and used no CUDA (no process of it wrote a "
+                                       "torch.profiler trace)", expect))
+            return self.check
+        try:
+            checked = self.check
+        except InputError as exc:
+            if not captured.failed:
+                raise
+            self._note(f"gemmscope: nothing to check in what it ran: {exc}")
+            return None
+        if checked.judgement is None:
+            self._note("gemmscope: it ran no GPU kernel before it ended" if captured.failed
+                       else no_gemm_ran("the command exited 0 and ran no GPU kernel", expect))
+        return checked
 
     def _nothing_ran(self, why: str) -> CheckResult:
         """The check of a run that launched no GPU kernel (`why`: what its traces say)."""
@@ -472,6 +449,12 @@ def _new_folder(parent: Path) -> Path:
     return Path(tempfile.mkdtemp(dir=parent))
 
 
+def no_gemm_ran(said: str, expect: str | None) -> str:
+    """The line that says a run launched no GPU kernel (`said`: how that was seen): nothing ran at
+    any recipe, which fails a check (exit 1), unlike a capture blind to kernels (bad input, exit 2)."""
+    return f"gemmscope: {said}: no GEMM ran{f' at {expect}' if expect else ''}"
+
+
 def _which(names: list[str]) -> str:
     """One trace by its name, several by their count and the first name."""
     return names[0] if len(names) == 1 else f"{len(names)} traces ({names[0]}, …)"
@@ -486,10 +469,3 @@ def _spans(numbers: list[int]) -> str:
             spans.append(f"{start}-{n}" if n != start else str(n))
             start = None
     return ", ".join(spans)
-
-
-def _table(gemms: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
-    """verify's GEMM frame under the public names, in `columns`' order (a column the check did
-    not make, such as a verdict without a recipe, is left out)."""
-    present = {public: own for public, own in columns.items() if own in gemms}
-    return gemms[list(present.values())].set_axis(list(present), axis=1).reset_index(drop=True)

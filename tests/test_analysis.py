@@ -234,3 +234,21 @@ def test_a_captures_steps_are_the_steps_its_analysis_checks(torch_cpu, tmp_path)
     assert captured.traces
     assert gs.Analysis(captured).options.steps == (3, 4)
     assert gs.Analysis(captured, steps=(4, 4)).options.steps == (4, 4)
+
+
+def test_an_analysis_of_a_command_runs_it_with_the_steps_its_options_ask(torch_cpu, tmp_path):
+    """`Analysis.of_command` is verify's one call: it runs the command under torch.profiler with the
+    steps Options.steps asks as the capture's window (a real CPU training loop), and its
+    command_check says once that nothing ran on a GPU: FAIL, never a pass on nothing."""
+    program = ("import torch\nm = torch.nn.Linear(8, 8); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+               "for _ in range(6):\n    m(torch.randn(4, 8)).sum().backward(); o.step(); o.zero_grad()\n")
+    said: list[str] = []
+    analysis = gs.Analysis.of_command([sys.executable, "-c", program], tmp_path, profiler="torch", steps=(2, 3),
+                                      expect="bf16", say=said.append)
+    assert analysis.captured is not None and analysis.captured.window.steps == (2, 3)
+    assert analysis.captured.exit_code == 0
+    result = analysis.command_check
+    assert result is not None and result.state is gs.State.FAIL
+    nothing_ran = "gemmscope: the command exited 0 and ran no GPU kernel: no GEMM ran at bf16"
+    assert said.count(nothing_ran) == 1 and said[-1] == nothing_ran and analysis.notes == [nothing_ran]
+    assert said[0].startswith("gemmscope: [1/3]") and "gemmscope: [3/3] checking the GEMMs" in said

@@ -17,7 +17,7 @@ from typing import NoReturn
 import click
 
 from gemmscope import api
-from gemmscope.analysis import Analysis, CheckResult, Options
+from gemmscope.analysis import Analysis, CheckResult, Options, no_gemm_ran
 from gemmscope.cli.group import (
     COMPARISON_FORMATS,
     EXAMPLE_RUN,
@@ -39,7 +39,7 @@ from gemmscope.cli.group import (
 )
 from gemmscope.common.atomic import written_whole
 from gemmscope.errors import ExitCode, InputError, NoGpuKernels, State
-from gemmscope.running.capturing import PROFILERS, Captured, CaptureWindow, capture, check_profiler, progress
+from gemmscope.running.capturing import PROFILERS, CaptureWindow, check_profiler
 
 
 @main.command()
@@ -94,12 +94,6 @@ def _exit_as_checked(result: CheckResult, said: bool = False) -> NoReturn:
     sys.exit(state.exit_code)
 
 
-def _no_gemm_ran(said: str, expect: str | None) -> None:
-    """A run that launched no GPU kernel (captured with CUDA tracing): nothing ran at any recipe,
-    which fails a check (exit 1), unlike a capture blind to kernels (bad input, exit 2)."""
-    note(f"gemmscope: {said}: no GEMM ran{f' at {expect}' if expect else ''}")
-
-
 @contextmanager
 def _exit_if_no_kernel_ran(expect: str | None) -> Iterator[None]:
     """Traces whose run launched no GPU kernel end a command that has nothing to say of them
@@ -109,7 +103,7 @@ def _exit_if_no_kernel_ran(expect: str | None) -> Iterator[None]:
     except NoGpuKernels as exc:
         if not exc.cuda_traced:
             raise
-        _no_gemm_ran(str(exc), expect)
+        note(no_gemm_ran(str(exc), expect))
         sys.exit(ExitCode.MISMATCH)
 
 
@@ -204,21 +198,18 @@ def verify_cmd(trace_args: tuple[Path, ...], capturing: _CaptureArgs, options: O
     trace_args, command = _traces_or_command(trace_args, command, capturing)
     if capturing.window.audit is not None:
         _audit(command, capturing, options, output)
-    window = dataclasses.replace(capturing.window, steps=options.steps if command else None)
-    check_profiler(capturing.profiler or "nsys", window)
+    check_profiler(capturing.profiler or "nsys", capturing.window)  # before any folder is made
     output.make_plots_folder()
-    captured = None
     if trace_args:
         analysis = Analysis(trace_args, options, say=note)
         checked: CheckResult | None = analysis.check  # a capture blind to GPU kernels: bad input, raised here
     else:
-        captured = capture(command, capturing.out, profiler=capturing.profiler or "nsys", window=window,
-                           echo=output.detail == "verbose", redact=options.redact, keep=options.keep, say=note)
-        progress(3, "checking the GEMMs", note)
-        analysis = Analysis(captured, options, say=note)
-        checked = _checked_capture(analysis, captured)
+        analysis = Analysis.of_command(command, capturing.out, options, profiler=capturing.profiler or "nsys",
+                                       window=capturing.window, echo=output.detail == "verbose", say=note)
+        checked = analysis.command_check
     if checked is not None:  # a run that launched no GPU kernel too: its document says so
         _emit(analysis, output, "verification")
+    captured = analysis.captured
     if captured is not None and captured.failed:
         if checked is not None:  # after a long report, the reason for the exit status once more
             note(f"gemmscope: the command failed (exit {captured.exit_code}): a failed run is never a pass, "
@@ -264,31 +255,6 @@ def _traces_or_command(trace_args: tuple[Path, ...], command: tuple[str, ...],
     if not trace_args and not command:
         raise InputError("nothing to verify: give a command after -- or --trace FILE")
     return trace_args, command
-
-
-def _checked_capture(analysis: Analysis, captured: Captured) -> CheckResult | None:
-    """The check of what a command left; a run that launched no GPU kernel (or left no trace) is
-    said here, in one line, and fails the check (exit 1, its document printed). None where a failed
-    command left nothing that could be read (said why)."""
-    expect = analysis.options.expect
-    if not captured.traces:  # torch.profiler: no process of the command used CUDA (a failed one: said already)
-        if not captured.failed:
-            _no_gemm_ran("the command exited 0 and used no CUDA (no process of it wrote a torch.profiler trace)",
-                         expect)
-        return analysis.check
-    try:
-        checked = analysis.check
-    except InputError as exc:
-        if not captured.failed:
-            raise
-        note(f"gemmscope: nothing to check in what it ran: {exc}")
-        return None
-    if checked.judgement is None:
-        if captured.failed:
-            note("gemmscope: it ran no GPU kernel before it ended")
-        else:
-            _no_gemm_ran("the command exited 0 and ran no GPU kernel", expect)
-    return checked
 
 
 @main.command("diagnose")

@@ -44,11 +44,11 @@ _NOT_OPENED = ("the command ended before the capture window opened ({delay:g} s 
                "collected; give a shorter --delay")
 
 
-def _stderr(line: str) -> None:
+def say_on_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def progress(stage: int, what: str, say: Callable[[str], None] = _stderr) -> None:
+def progress(stage: int, what: str, say: Callable[[str], None] = say_on_stderr) -> None:
     say(f"gemmscope: [{stage}/{STAGES}] {what}")
 
 
@@ -156,7 +156,7 @@ class Captured:
 
 def capture(command: Sequence[str], out: str | Path | None = None, *, profiler: str = "nsys",
             window: CaptureWindow | None = None, echo: bool = False, redact: bool = True, keep: Sequence[str] = (),
-            say: Callable[[str], None] = _stderr, on_trace: Callable[[Path], None] | None = None) -> Captured:
+            say: Callable[[str], None] = say_on_stderr, on_trace: Callable[[Path], None] | None = None) -> Captured:
     """Run `command` under `profiler` (PROFILERS) with gemmscope's hook, collecting `window`
     (default: the whole run); the capture kept in `out` (default: a private temporary folder,
     removed when gemmscope exits). `echo`: also show the profiler's own output. A command that

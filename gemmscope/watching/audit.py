@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 from gemmscope.autocast_hook.gemmscope_protocol import trace_steps
 from gemmscope.errors import ExitCode
 from gemmscope.options import Options
-from gemmscope.running.capturing import Captured, CaptureWindow, capture
+from gemmscope.running.capturing import Captured, CaptureWindow, capture, say_on_stderr
 from gemmscope.watching.timeline import Timeline
 
 
@@ -43,12 +42,8 @@ def node_folder(out: Path) -> Path:
     return out / f"{socket.gethostname()}-{os.getpid()}"
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def audit(command: Sequence[str], out: str | Path, every: int | str, window: int = 3, options: Options | None = None, *,
-          echo: bool = False, say: Callable[[str], None] = _stderr, keep_windows: int | None = None) -> Audited:
+          echo: bool = False, say: Callable[[str], None] = say_on_stderr, keep_windows: int | None = None) -> Audited:
     """Runs `command` with `window` steps captured every `every` steps, or every `every` of wall
     time ("30m"), in each of its processes, each window judged against `options` as it lands,
     into OUT/NODE/timeline.jsonl beside the windows' traces (node_folder: one per verify process,
