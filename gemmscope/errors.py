@@ -69,8 +69,9 @@ EXIT_CODES = (
     ExitRow(ExitCode.MISMATCH, "MISMATCHES",
             "a GEMM ran another precision than asked (not named by --allow); a recipe was asked for and no GEMM "
             "ran; a run launched no GPU kernel at all (a command that exited 0 having skipped its work, a trace "
-            "whose CUDA calls were captured and that holds no kernel: said in one line, and report writes "
-            "nothing); an --expect-map range failed; a trace could not be read (the others are checked); "
+            "whose CUDA calls were captured and that holds no kernel: said in one line; every format prints its "
+            "document, JSON's summary.state \"fail\" with summary.note, and report writes its page saying "
+            "so); an --expect-map range failed; a trace could not be read (the others are checked); "
             "doctor --canary: the planted fallback went unflagged; verify --every, timeline: any window's fallback "
             "(each exits with its worst window's state)."),
     ExitRow(ExitCode.BAD_INPUT, "error",
