@@ -130,3 +130,25 @@ def test_an_autocast_range_says_its_recipes_backward_override_and_where_it_came_
         "Float8CurrentScaling", "Float8CurrentScaling", "Float8BlockScaling", "DelayedScaling"]
     assert te_ranges.recorded_backward_overrides(names) == [
         "backward_override=high_precision (NVTE_BACKWARD_OVERRIDE)", "backward_override=dequantized"]
+
+
+def test_an_autocast_range_says_the_per_module_recipe_that_entered_it():
+    """Megatron-Core's per-module recipe: the range a module's own te.autocast writes names the
+    YAML's config key, the matcher that chose it and the layer, whatever characters the user's
+    YAML holds (no separator, no ")" survives into the range); the reader gives per layer what
+    asked, an evaluation recipe said apart, and a layer that asked two ways says both."""
+    proj = "decoder.layers.1.self_attention.linear_proj"
+    names = [format_autocast("disabled", None, False, {"quant_config": "bf16", "matcher": "*linear_proj*",
+                                                       "layer": proj}),
+             format_autocast("Float8BlockScaling", "high_precision", True,
+                             {"quant_config": "block|odd)", "matcher": "*fc2*", "layer": "decoder.layers.0.mlp.linear_fc2"}),
+             format_autocast("Float8CurrentScaling", None, False, {"quant_config": "eval", "matcher": "*linear_proj*",
+                                                                   "layer": proj, "phase": "evaluation"}),
+             format_autocast("Float8CurrentScaling", None, False)]
+    assert [te_ranges.parse(n)["recipe_class"] for n in names] == [
+        "disabled", "Float8BlockScaling", "Float8CurrentScaling", "Float8CurrentScaling"]
+    assert te_ranges.recorded_module_recipes(names) == {
+        proj: 'quant_recipe config "bf16" (matcher "*linear_proj*"); '
+              'quant_recipe config "eval" (matcher "*linear_proj*"), its evaluation recipe',
+        "decoder.layers.0.mlp.linear_fc2": 'quant_recipe config "block/odd]" (matcher "*fc2*")'}
+    assert te_ranges.recorded_backward_overrides(names) == ["backward_override=high_precision (NVTE_BACKWARD_OVERRIDE)"]

@@ -30,6 +30,7 @@ import pandas as pd
 from gemmscope.autocast_hook.gemmscope_protocol import (
     AUTOCAST_PREFIX,
     BACKWARD_OVERRIDE,
+    EVALUATION_PHASE,
     FIELD_SEPARATOR,
     GEMM_PREFIX,
     MEMBERS_FIELD,
@@ -87,7 +88,7 @@ _TE_MODULE_RANGE = re.compile(
     rf"^(?:(?P<fwd>{_CLASSES}) forward|_(?P<bwd>{_CLASSES})_backward|_(?P<wgrad>{_CLASSES})_wgrad)$")
 _TE_ATTENTION_RANGE = re.compile(
     r"^(?:transformer_engine\.)?(?P<fn>(?:FusedAttnFunc|AttnFuncWithCP\w*))\.(?P<direction>forward|backward)$")
-_AUTOCAST_RANGE = re.compile(r"^" + re.escape(AUTOCAST_PREFIX) + r"(?P<cls>\w+)(?P<fields>(?:\|\w+=\w+){0,4})\)$")
+_AUTOCAST_RANGE = re.compile(r"^" + re.escape(AUTOCAST_PREFIX) + r"(?P<cls>\w+)(?P<fields>(?:\|\w+=[^|]*){0,8})\)$")
 
 # Operand types the hook records -> the kernel precision (kernels.PRECISIONS) that runs them.
 PRECISION_OF_OPERAND = {
@@ -245,24 +246,52 @@ def recorded_unpatched(names: Iterable[str]) -> list[dict[str, str | None]]:
     return list(found.values())
 
 
+def _autocast_fields(name: str) -> dict[str, str]:
+    """The fields after the recipe of a te.autocast range the hook wrote (none for any other name)."""
+    m = _AUTOCAST_RANGE.match(name)
+    if not m or not m["fields"]:
+        return {}
+    return dict(field.partition("=")[::2] for field in m["fields"].split(FIELD_SEPARATOR)[1:])
+
+
 def recorded_backward_overrides(names: Iterable[str]) -> list[str]:
     """The backward_override of every te.autocast region's recipe the hook recorded among these
     NVTX names, as the run said it ("backward_override=high_precision (NVTE_BACKWARD_OVERRIDE)"
     where that variable set it), each once, in the order met: the backward GEMMs of such a recipe
     run on high-precision or dequantized operands, as asked."""
     found: dict[str, None] = {}
-    for name in names:
-        m = _AUTOCAST_RANGE.match(name)
-        fields = dict(field.split("=") for field in m["fields"].split(FIELD_SEPARATOR)[1:]) if m else {}
+    for fields in map(_autocast_fields, names):
         if BACKWARD_OVERRIDE in fields:
             source = fields.get(OVERRIDE_FROM)
             found[f"{BACKWARD_OVERRIDE}={fields[BACKWARD_OVERRIDE]}" + (f" ({source})" if source else "")] = None
     return list(found)
 
 
+def recorded_module_recipes(names: Iterable[str]) -> dict[str, str]:
+    """Per layer path, the per-module recipe that asked its GEMMs' precision (Megatron-Core's
+    quant_recipe, gemmscope_protocol.MODULE_RECIPE_FIELDS), as reports say it: 'quant_recipe
+    config "bf16" (matcher "*linear_proj*")', its evaluation recipe said apart; a layer whose
+    regions said several, all of them."""
+    found: dict[str, dict[str, None]] = {}
+    for fields in map(_autocast_fields, names):
+        if fields.get("quant_config") and fields.get("layer"):
+            why = f'quant_recipe config "{fields["quant_config"]}"'
+            if fields.get("matcher"):
+                why += f' (matcher "{fields["matcher"]}")'
+            if fields.get("phase") == EVALUATION_PHASE:
+                why += ", its evaluation recipe"
+            found.setdefault(fields["layer"], {})[why] = None
+    return {layer: "; ".join(whys) for layer, whys in found.items()}
+
+
 def backward_overrides_in(traces: Iterable[Trace]) -> list[str]:
     """recorded_backward_overrides over every trace of a run."""
     return recorded_backward_overrides(name for trace in traces for name in trace.range_names_starting(AUTOCAST_PREFIX))
+
+
+def module_recipes_in(traces: Iterable[Trace]) -> dict[str, str]:
+    """recorded_module_recipes over every trace of a run."""
+    return recorded_module_recipes(name for trace in traces for name in trace.range_names_starting(AUTOCAST_PREFIX))
 
 
 def unpatched_in(traces: Iterable[Trace]) -> list[dict[str, str | None]]:

@@ -8,6 +8,7 @@ import importlib.abc
 import importlib.util
 import sys
 
+from gemmscope_megatron import QUANT_CONFIG_MODULE, TE_EXTENSIONS_MODULE, patch_quant_config, patch_te_extensions
 from gemmscope_records import guarded, unpatched
 from gemmscope_steps import watch_steps
 from gemmscope_te import GEMM_MODULE, QUANTIZATION_MODULE, patch_gemm, patch_quantization
@@ -22,7 +23,8 @@ def _patch_and_profile_torch(torch) -> None:
 
 
 # What each module's import patches; emptied as they are.
-_PATCHES = {"torch": _patch_and_profile_torch, QUANTIZATION_MODULE: patch_quantization, GEMM_MODULE: patch_gemm}
+_PATCHES = {"torch": _patch_and_profile_torch, QUANTIZATION_MODULE: patch_quantization, GEMM_MODULE: patch_gemm,
+            QUANT_CONFIG_MODULE: patch_quant_config, TE_EXTENSIONS_MODULE: patch_te_extensions}
 
 
 def _patched(module, patch) -> None:

@@ -62,6 +62,13 @@ AUTOCAST_PREFIX = "gemmscope.autocast(recipe="
 BACKWARD_OVERRIDE = "backward_override"
 BACKWARD_OVERRIDE_ENV = "NVTE_BACKWARD_OVERRIDE"
 OVERRIDE_FROM = "from"
+# Megatron-Core's per-module recipe (TransformerConfig.quant_recipe: --te-precision-config-file's
+# glob matchers -> configs): the te.autocast a module enters for its own recipe carries the config
+# key that asked, the matcher's pattern that chose it, the module's layer path and, where its
+# evaluation recipe ran, the phase:
+# ``gemmscope.autocast(recipe=disabled|quant_config=bf16|matcher=*linear_proj*|layer=decoder.layers.1.self_attention.linear_proj)``.
+MODULE_RECIPE_FIELDS = ("quant_config", "matcher", "layer", "phase")
+EVALUATION_PHASE = "evaluation"
 GEMM_PREFIX = "gemmscope.te_gemm|"
 TORCH_GEMM_PREFIX = "gemmscope.torch_gemm|"
 PROCESS_PREFIX = "gemmscope.process|"
@@ -241,14 +248,20 @@ def trace_steps(name: str) -> tuple[int, int] | None:
 TORCH_TRACE_GLOB = "trace.*.json.gz"
 
 
-def format_autocast(recipe: str, backward_override: str | None, from_environment: bool) -> str:
+def format_autocast(recipe: str, backward_override: str | None, from_environment: bool,
+                    module_recipe: dict | None = None) -> str:
     """The range around a te.autocast region: its recipe's class and, where set, its
-    backward_override (BACKWARD_OVERRIDE) and whether BACKWARD_OVERRIDE_ENV set it."""
+    backward_override (BACKWARD_OVERRIDE) and whether BACKWARD_OVERRIDE_ENV set it, and the
+    per-module recipe that entered it (MODULE_RECIPE_FIELDS)."""
     fields = [recipe]
     if backward_override:
         fields.append(f"{BACKWARD_OVERRIDE}={backward_override}")
         if from_environment:
             fields.append(f"{OVERRIDE_FROM}={BACKWARD_OVERRIDE_ENV}")
+    for key, value in (module_recipe or {}).items():
+        if key in MODULE_RECIPE_FIELDS and value:
+            # a user's YAML names these: no separator, and no ")" that would end the range early
+            fields.append(f"{key}={str(value).replace(FIELD_SEPARATOR, '/').replace(')', ']')}")
     return AUTOCAST_PREFIX + FIELD_SEPARATOR.join(fields) + ")"
 
 

@@ -4,8 +4,10 @@ its pass, the operand types TE was handed and its shape, as a range on the launc
 
 import inspect
 import os
+import sys
 import threading
 
+from gemmscope_megatron import module_recipe
 from gemmscope_modules import await_backward_node, calling_module
 from gemmscope_protocol import (
     BACKWARD_OVERRIDE,
@@ -53,7 +55,8 @@ def patch_quantization(quantization_module) -> None:
             name = (te_base_class(type(recipe)) or type(recipe).__name__) if recipe is not None else "disabled"
             override = getattr(recipe, BACKWARD_OVERRIDE, None)
             push(torch, format_autocast(name, override, override is not None
-                                        and os.environ.get(BACKWARD_OVERRIDE_ENV) == override))
+                                        and os.environ.get(BACKWARD_OVERRIDE_ENV) == override,
+                                        module_recipe(sys._getframe(1))))
             thread.autocast_regions = thread.__dict__.get("autocast_regions", 0) + 1
         return enter
 

@@ -13,6 +13,8 @@ gemmscope_protocol.py beside this file):
   forward and backward, with the module and place that called it and what it was asked
   (operand types, float8 scaling), once torch is imported;
 - the process's rank, once;
+- where Megatron-Core's per-module recipe (``quant_recipe``) chose a module's precision, which of
+  its configs asked and the matcher that chose it, in the ``te.autocast`` region that module enters;
 - every optimizer step, numbered by training iteration (gemmscope_steps.py), and where
   ``verify --steps`` asks, the capture of those steps alone.
 
@@ -33,7 +35,8 @@ on stderr and marked in the trace, whose check then names the records it lacks. 
 own sitecustomize, if any, is still run afterwards.
 
 This file only installs the patches (gemmscope_install.py); what they record is written by its siblings:
-gemmscope_te.py (TE's autocast and GEMM calls), gemmscope_torch_gemms.py (GEMMs outside TE),
+gemmscope_te.py (TE's autocast and GEMM calls), gemmscope_megatron.py (Megatron-Core's per-module
+recipe), gemmscope_torch_gemms.py (GEMMs outside TE),
 gemmscope_modules.py (which module made a GEMM), gemmscope_records.py (writing records, per-thread
 state) and gemmscope_torch_profiler.py (capturing with torch.profiler).
 """

@@ -35,7 +35,9 @@ the run, unless `strict_unknown` (``--strict``): then it too leaves the run not 
 Where gemmscope's hook recorded what TE was handed, a FALLBACK says why (``cause``): TE was handed
 operands of another precision (``requested-bf16``: a layer outside autocast, or a recipe that
 keeps this GEMM in high precision; ``backward-override``: a backward GEMM of a recipe whose
-``backward_override`` runs it on high-precision operands, `request_cause` says which), TE was
+``backward_override`` runs it on high-precision operands, `request_cause` says which;
+``module-recipe``: a module whose own recipe asked another, Megatron-Core's quant_recipe, whose
+config and matcher `request_cause` names), TE was
 handed the requested precision and the kernel still ran another (``kernel-differs``), the GEMM ran
 outside TE (``outside-te``), or nothing recorded it (``no-record``).
 
@@ -56,6 +58,7 @@ import pandas as pd
 from gemmscope.assembly import te_ranges
 from gemmscope.assembly.attribution import EnclosingRanges, LoadedTrace, first_matching_pattern, name_matches
 from gemmscope.assembly.job import Job, assemble
+from gemmscope.autocast_hook.gemmscope_protocol import BACKWARD_OVERRIDE
 from gemmscope.errors import InputError, State
 from gemmscope.judging.recipes import (
     EXPECTED_SUBSTITUTIONS,
@@ -294,7 +297,8 @@ def judge(traces: Job | Trace | LoadedTrace | Sequence[Trace | LoadedTrace], exp
         if expect_map:
             own &= gemms["expect_range"].isna().to_numpy()
         gemms["asked_high"] = own & gemms["expected"].isin(HIGH_PRECISIONS).to_numpy()
-        gemms["request_cause"] = _request_causes(gemms, te_ranges.backward_overrides_in(read_traces))
+        gemms["request_cause"] = _request_causes(gemms, te_ranges.backward_overrides_in(read_traces),
+                                                 te_ranges.module_recipes_in(read_traces))
         _judge(gemms, gpu_sm(read_traces), allow, job.ranges, strict_unknown)
     result = Judgement(expected=expected, gemms=gemms, job=job, expect_map=expect_map,
                        expect_given=expect is not None, strict_unknown=strict_unknown)
@@ -379,13 +383,15 @@ def ranges_checked(gemms: pd.DataFrame, ranges: EnclosingRanges, traces: Sequenc
     return out.sort_values(["position", "range"], ignore_index=True)[columns]
 
 
-def _request_causes(gemms: pd.DataFrame, backward_overrides: list[str]) -> pd.Series:
-    """Why a GEMM asked the high precision it asked, where the run recorded why: the backward
-    GEMMs (dgrad, wgrad) of a run whose recipe set a backward_override (one override for the run:
-    TE's autocast regions do not say which forward a backward GEMM belongs to), of a module whose
-    forward GEMMs asked low precision (a layer left outside autocast asks high precision in both
-    passes, for another reason). None elsewhere."""
-    cause = pd.Series(None, index=gemms.index, dtype="object")
+def _request_causes(gemms: pd.DataFrame, backward_overrides: list[str], module_recipes: dict[str, str]) -> pd.Series:
+    """Why a GEMM asked what it asked, where the run recorded why: every GEMM of a layer whose own
+    per-module recipe asked (Megatron-Core's quant_recipe: `module_recipes`, by layer path); the
+    backward GEMMs (dgrad, wgrad) asked high precision by a run whose recipe set a
+    backward_override (one override for the run: TE's autocast regions do not say which forward a
+    backward GEMM belongs to), of a module whose forward GEMMs asked low precision (a layer left
+    outside autocast asks high precision in both passes, for another reason). None elsewhere."""
+    cause = gemms["layer"].map(module_recipes).astype("object") if module_recipes else pd.Series(
+        None, index=gemms.index, dtype="object")
     if len(backward_overrides) == 1:
         module = gemms["layer"].astype(str) + "|" + gemms["module"].astype(str)
         forward_low = (gemms["te_pass"] == "fprop") & gemms["requested"].notna() & ~gemms["requested"].isin(
@@ -408,11 +414,14 @@ def _causes(gemms: pd.DataFrame) -> np.ndarray:
     operand_recipe = gemms["requested_a"].where(gemms["requested_a"].isin(RECIPES), requested)
     other_recipe = (gemms["requested_a"].isin(RECIPES) & gemms["expected"].isin(RECIPES)
                     & (gemms["requested_a"] != gemms["expected"]))
-    overridden = gemms["request_cause"].notna()
+    why = gemms["request_cause"].astype("object")
+    backward_override = why.str.startswith(BACKWARD_OVERRIDE, na=False)
     cause = np.select(
-        [requested.isna() & (gemms["origin"] == "outside-te"), requested.isna(), overridden & ~requested_wanted,
+        [requested.isna() & (gemms["origin"] == "outside-te"), requested.isna(),
+         backward_override & ~requested_wanted, why.notna() & (~requested_wanted | other_recipe),
          ~requested_wanted | other_recipe],
-        ["outside-te", "no-record", "backward-override", "requested-" + operand_recipe.fillna("").astype(str)],
+        ["outside-te", "no-record", "backward-override", "module-recipe",
+         "requested-" + operand_recipe.fillna("").astype(str)],
         default="kernel-differs",
     )
     # numpy's stubs take no None for where's `y` (an object array's missing value) and fall back to its one-argument form

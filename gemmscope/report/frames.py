@@ -129,6 +129,10 @@ _BACKWARD_OVERRIDE = ("these backward GEMMs asked for high precision, not {expec
                       "backward GEMMs on high-precision or dequantized operands")
 
 
+# `module-recipe`: a module whose own recipe asked another (Megatron-Core's quant_recipe; its `request_cause`).
+_MODULE_RECIPE = "these GEMMs asked for what their module's own recipe asked, not {expected}: {why}"
+
+
 def cause_meaning(cause: str, expected: str | None, hook_recorded: bool, why: str | None = None) -> str:
     """What a FALLBACK's cause says, for GEMMs expected to run `expected` (`why`: their
     request_cause, where the run recorded one)."""
@@ -136,6 +140,8 @@ def cause_meaning(cause: str, expected: str | None, hook_recorded: bool, why: st
         return _NO_RECORD_WITH_HOOK
     if cause == "backward-override":
         return _BACKWARD_OVERRIDE.format(expected=expected, why=why or "backward_override")
+    if cause == "module-recipe":
+        return _MODULE_RECIPE.format(expected=expected, why=why or "a per-module recipe")
     handed = cause.removeprefix("requested-")
     if handed == cause:
         return CAUSES.get(cause, cause)
