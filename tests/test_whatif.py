@@ -538,8 +538,9 @@ def test_whatif_is_a_library_call_as_the_command_is(tmp_path):
 def test_the_te_debug_file_names_the_layers_as_the_debug_api_names_them(torch_cpu, tmp_path):
     """The debug-API file's pattern matches exactly the modules it names, under the names
     nvdlfw_inspect's own infer_and_assign_layer_names gives them: a Hugging Face tree (layers by
-    index)."""
+    index), one of them with a quote and a newline in its name."""
     import nvdlfw_inspect.api as debug_api
+    import yaml
     from nvdlfw_inspect.logging import initialize_logger
 
     nn = torch_cpu.nn
@@ -554,10 +555,12 @@ def test_the_te_debug_file_names_the_layers_as_the_debug_api_names_them(torch_cp
     root.model = nn.Module()
     root.model.layers = nn.ModuleList([layer() for _ in range(3)])
     root.lm_head = nn.Linear(2, 2)
-    paths = ["model.layers.1.mlp.down_proj", "lm_head"]
+    root.add_module("it's\n: #", nn.Linear(2, 2))  # a name from a trace may hold YAML's syntax
+    paths = ["model.layers.1.mlp.down_proj", "lm_head", "it's\n: #"]
     initialize_logger(str(tmp_path))
     debug_api.infer_and_assign_layer_names(root)
-    pattern = re.search(r"layer_name_regex_pattern: '(.*)'", changes.te_debug_yaml(paths)).group(1)
+    config = yaml.safe_load(changes.te_debug_yaml(paths))  # as nvdlfw_inspect's config manager loads it
+    pattern = config["gemmscope_whatif_bf16"]["layers"]["layer_name_regex_pattern"]
     named = {path: module.name for path, module in root.named_modules() if path and hasattr(module, "name")}
     assert {path for path, name in named.items() if re.fullmatch(pattern, name)} == set(paths)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gemmscope.common.yaml_text import quoted
 from gemmscope.whatif.advice import Advice
 from gemmscope.whatif.groups import RunGroups
 from gemmscope.whatif.megatron_recipe import (
@@ -258,7 +259,8 @@ def debug_api_names(paths: list[str]) -> list[str]:
 
 def te_debug_yaml(paths: list[str]) -> str:
     """A TE debug-API config keeping the layers at `paths` out of low precision, named as
-    debug_api.infer_and_assign_layer_names names them (debug_api_names)."""
+    debug_api.infer_and_assign_layer_names names them (debug_api_names); the pattern quoted and
+    escaped (yaml_text), as a module name from a trace may hold a quote or a newline."""
     pattern = "^(" + "|".join(re.escape(p) for p in debug_api_names(paths)) + ")$"
     return ("# Written by gemmscope whatif: these TE layers run their GEMMs in high precision.\n"
             "# Needs nvdlfw_inspect, and in the program, before its first TE module is built:\n"
@@ -271,7 +273,7 @@ def te_debug_yaml(paths: list[str]) -> str:
             "gemmscope_whatif_bf16:\n"
             "  enabled: True\n"
             "  layers:\n"
-            f"    layer_name_regex_pattern: '{pattern}'\n"
+            f"    layer_name_regex_pattern: {quoted(pattern)}\n"
             "  transformer_engine:\n"
             "    DisableQuantizationLayer:\n"
             "      enabled: True\n")
