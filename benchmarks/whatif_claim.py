@@ -79,8 +79,9 @@ def gemmscope(*args: str, ok=(0, 1, 4, 5)) -> subprocess.CompletedProcess:
 def applied(whatif_dir: Path, program: Program) -> list[str] | None:
     """The change as whatif wrote it, as the program's own arguments; None where it wrote only a
     te.autocast region, which the program's code must take."""
-    if (whatif_dir / "megatron_args.txt").exists():
-        return shlex.split((whatif_dir / "megatron_args.txt").read_text(), comments=True)
+    if (whatif_dir / "megatron_args.txt").exists():  # the files it names (the per-module recipe) are beside it
+        args = shlex.split((whatif_dir / "megatron_args.txt").read_text(), comments=True)
+        return [str(whatif_dir / arg) if (whatif_dir / arg).is_file() else arg for arg in args]
     if (whatif_dir / "module_filter.py").exists():
         return ["--module-filter", str(whatif_dir / "module_filter.py")]
     if (whatif_dir / "te_debug_bf16.yaml").exists():

@@ -5,7 +5,6 @@ advice from a measured-results table."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import re
@@ -18,7 +17,7 @@ import pandas as pd
 import pytest
 
 import gemmscope as gs
-from gemmscope.whatif import advice, answer, changes, measure
+from gemmscope.whatif import advice, answer, changes, measure, megatron_recipe
 from gemmscope.whatif.groups import group_gemms
 
 from fixture_paths import CORPUS, GPU, STEPS
@@ -131,12 +130,13 @@ def test_accelerate_te_groups_count_every_linear():
     assert run.recipes == ["fp8-delayed"]
 
 
-def _results(run, factor) -> pd.DataFrame:
+def _results(run, factor, quant_share: float | None = None) -> pd.DataFrame:
     """A measured-results table as measure.read_measurement returns it: per planned shape and
     recipe, a time (`factor(row, recipe)` × a 500 TFLOP/s forward+backward), or unsupported. A
     low-precision recipe's time is split between GEMMs and quantization as the group's is in the run
-    (a runner that quantizes as the program does)."""
-    quant_share = (run.groups["quant_ms"] / run.groups["now_ms"]).set_axis(run.groups["group"])
+    (a runner that quantizes as the program does), or with `quant_share` of it quantization."""
+    run_share = (run.groups["quant_ms"] / run.groups["now_ms"]).set_axis(run.groups["group"])
+    quant_share = run_share if quant_share is None else run_share * 0 + quant_share
     rows = []
     for p in measure.plan(run).itertuples():
         for recipe in p.recipes:
@@ -227,20 +227,34 @@ def test_megatron_change_parses_with_megatron_gpt_and_keeps_whole_layers(all_fp8
         ~low & layers, "now_ms"].sum() * 0.5 + groups.loc[~layers, "now_ms"].sum())
 
 
-def test_megatron_change_finer_than_layers_is_said(all_fp8):
-    """Said, and done per module by a TE debug-API file, unless its host work would cost more than it
-    saves: this run's small steps leave its GPU idle ~90 % of each; the same run GPU-bound gets the file."""
-    advised = advice.advise(all_fp8, _results(all_fp8, _slow_small_fp8), {})
-    written = changes.write_changes(all_fp8, advised)
-    assert any("finer than whole layers" in note for note in written.notes)
-    assert all_fp8.busy_ms < all_fp8.step_ms / 5 and changes.TE_DEBUG_YAML not in written.files
-    assert any(note.startswith(f"{changes.TE_DEBUG_YAML} not written") for note in written.notes)
-    written = changes.write_changes(dataclasses.replace(all_fp8, busy_ms=all_fp8.step_ms), advised)
-    yaml_text = written.files[changes.TE_DEBUG_YAML]
-    # named as the debug API names Megatron's layers: from 1
-    assert "    DisableQuantizationLayer:" in yaml_text
-    assert "model\\.decoder\\.layers\\.4\\.self_attention\\.linear_proj" in yaml_text
-    assert "layers\\.0\\." not in yaml_text
+def test_megatron_change_finer_than_layers_is_a_per_module_recipe(all_fp8):
+    """Every layer's linear_proj slower in FP8, its other modules faster: no layer switch says it, so
+    whatif writes Megatron's per-module recipe file naming exactly the four linear_proj, passed as the
+    corpus program's own parser takes it (the run had no layer in BF16: no switch beside it)."""
+    written = changes.write_changes(all_fp8, advice.advise(all_fp8, _results(all_fp8, _slow_small_fp8), {}))
+    args = written.files[changes.MEGATRON_ARGS].split()
+    parsed = _program("megatron_gpt").parse_args(args)
+    assert not parsed.first_last_bf16 and parsed.te_precision_config_file == megatron_recipe.MEGATRON_RECIPE_YAML
+    patterns = re.findall(r'"pattern": "(.*)"', written.files[megatron_recipe.MEGATRON_RECIPE_YAML])
+    assert patterns == [f"decoder.layers.{n}.self_attention.linear_proj" for n in range(4)]
+    assert changes.TE_DEBUG_YAML not in written.files and not any("debug API" in n for n in written.notes)
+
+
+def test_the_per_module_prediction_scales_gemms_and_quantization_apart(all_fp8):
+    """A runner whose FP8 time is 15 % quantization where the run's linear_proj spent 54 % of it
+    there: the four linear_proj the per-module file moves to BF16 take their GEMM time now times the
+    runner's BF16 / FP8 GEMM ratio (its BF16 has no quantization), never their whole time now times
+    the ratio of totals; every other module stays as it ran."""
+    runner_share = 0.15
+    written = changes.write_changes(all_fp8, advice.advise(all_fp8, _results(all_fp8, _slow_small_fp8, runner_share),
+                                                          {}))
+    groups = all_fp8.groups.set_index("name")
+    proj = groups.loc["decoder.layers.*.self_attention.linear_proj"]
+    assert proj["quant_ms"] / proj["now_ms"] > runner_share + 0.3  # the run's split is not the runner's
+    bf16_ms = proj["gemm_ms"] / (1.4 * (1 - runner_share))  # BF16 GEMM 1, FP8 GEMM 1.4 × 0.85 of the base
+    others = groups.drop(index=proj.name)["now_ms"].sum()
+    assert written.predicted_ms == pytest.approx(others + bf16_ms)
+    assert written.predicted_ms - others != pytest.approx(proj["now_ms"] / 1.4, rel=0.2)  # one ratio for both
 
 
 def test_torchao_filter_file_returns_the_advised_booleans(tmp_path):
@@ -447,7 +461,10 @@ def test_moe_grouped_gemms_are_said_unmeasurable_and_the_router_has_no_switch():
     written = changes.write_changes(run, advised)
     router_name = router_group["name"].iat[0]
     assert any(note.startswith(f"{router_name} (Megatron's, not a TE module): no switch") for note in written.notes)
-    assert pd.isna(written.predicted_ms)  # the experts were not measured: no prediction, never a partial sum
+    # nothing the change reaches moves (the experts unmeasured, attention faster in FP8): every module
+    # as it ran, the experts at their time in the trace, never a time of zero
+    assert written.files == {changes.MEGATRON_ARGS: "# no layer in BF16: leave out --first-last-layers-bf16\n"}
+    assert written.predicted_ms == pytest.approx(run.groups["now_ms"].sum())
 
 
 MEASURED_H200 = GPU / "whatif" / "megatron_first-last-bf16_h200"
@@ -518,39 +535,32 @@ def test_whatif_is_a_library_call_as_the_command_is(tmp_path):
         answer.answer([GPU / "request_mxfp8.sqlite.xz"])
 
 
-@pytest.mark.parametrize("framework", ["hf-accelerate-te", "megatron-core"])
-def test_the_te_debug_file_names_the_layers_as_the_debug_api_names_them(framework, torch_cpu, tmp_path):
+def test_the_te_debug_file_names_the_layers_as_the_debug_api_names_them(torch_cpu, tmp_path):
     """The debug-API file's pattern matches exactly the modules it names, under the names
     nvdlfw_inspect's own infer_and_assign_layer_names gives them: a Hugging Face tree (layers by
-    index), and Megatron-Core's (its transformer layers carry a layer_number from 1, wrapped as its
-    trainer wraps the model)."""
+    index), one of them with a quote and a newline in its name."""
     import nvdlfw_inspect.api as debug_api
+    import yaml
     from nvdlfw_inspect.logging import initialize_logger
 
     nn = torch_cpu.nn
 
-    def layer(number: int | None) -> object:
+    def layer() -> object:
         block = nn.Module()
         block.mlp = nn.Module()
         block.mlp.linear_fc1, block.mlp.down_proj = nn.Linear(2, 2), nn.Linear(2, 2)
-        if number is not None:
-            block.layer_number = number
         return block
 
     root = nn.Module()
-    if framework == "megatron-core":
-        root.module = nn.Module()
-        root.module.decoder = nn.Module()
-        root.module.decoder.layers = nn.ModuleList([layer(i + 1) for i in range(3)])
-        paths = ["module.decoder.layers.0.mlp.linear_fc1", "module.decoder.layers.2.mlp.linear_fc1"]
-    else:
-        root.model = nn.Module()
-        root.model.layers = nn.ModuleList([layer(None) for _ in range(3)])
-        root.lm_head = nn.Linear(2, 2)
-        paths = ["model.layers.1.mlp.down_proj", "lm_head"]
+    root.model = nn.Module()
+    root.model.layers = nn.ModuleList([layer() for _ in range(3)])
+    root.lm_head = nn.Linear(2, 2)
+    root.add_module("it's\n: #", nn.Linear(2, 2))  # a name from a trace may hold YAML's syntax
+    paths = ["model.layers.1.mlp.down_proj", "lm_head", "it's\n: #"]
     initialize_logger(str(tmp_path))
     debug_api.infer_and_assign_layer_names(root)
-    pattern = re.search(r"layer_name_regex_pattern: '(.*)'", changes.te_debug_yaml(paths, framework)).group(1)
+    config = yaml.safe_load(changes.te_debug_yaml(paths))  # as nvdlfw_inspect's config manager loads it
+    pattern = config["gemmscope_whatif_bf16"]["layers"]["layer_name_regex_pattern"]
     named = {path: module.name for path, module in root.named_modules() if path and hasattr(module, "name")}
     assert {path for path, name in named.items() if re.fullmatch(pattern, name)} == set(paths)
 
@@ -581,7 +591,9 @@ def test_the_prediction_holds_against_the_run_with_the_change_applied(program, t
     naming exactly the modules that ran float8 after it). On accelerate's TE backend the run
     applied the TE debug-API file an earlier whatif wrote, which named exactly the modules that ran
     in high precision after it; its host work made the step slower than the GEMM time it saved, and
-    today's whatif writes no such file for that run."""
+    today's whatif writes no such file for that run. The small Megatron GPT's run applied whole-layer
+    switches an earlier whatif wrote; today's writes Megatron's per-module file instead
+    (test_whatif_megatron.py), its figures checked here against what that run ran."""
     found = answer.answer([CLAIM / f"{program}_before.sqlite.xz"], measured=CLAIM / f"{program}_measurement",
                           out=tmp_path)
     document = found.report.document
@@ -602,6 +614,15 @@ def test_the_prediction_holds_against_the_run_with_the_change_applied(program, t
         assert saved > 0 and after.step_ms - before.step_ms > 10 * saved and before.busy_ms < before.step_ms / 2
         assert changes.TE_DEBUG_YAML not in found.files and changes.TE_AUTOCAST in found.files
         assert any(f"{changes.TE_DEBUG_YAML} not written" in line for line in document["changes"]["lines"])
+        return
+    if program == "megatron_gpt":
+        # the after-run applied the whole-layer switches an earlier whatif wrote (every layer BF16, to
+        # move groups of layers 1 and 2); today's writes Megatron's per-module file moving only those
+        # groups beside the run's own switches, whose run is to come
+        assert (CLAIM / f"{program}_applied.txt").read_text().split()[2::2] == ["4", "0"]
+        assert shlex.split(found.files[changes.MEGATRON_ARGS], comments=True) == [
+            "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "1", "--num-layers-at-end-in-bf16", "1",
+            megatron_recipe.PRECISION_FLAG, megatron_recipe.MEGATRON_RECIPE_YAML]
         return
     assert document["changes"]["predicted_ms"] == pytest.approx(measured, rel=0.10)
     if program == "megatron_gpt_4096":  # its BF16 first and last layers gain in FP8, named with the gain

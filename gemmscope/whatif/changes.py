@@ -1,10 +1,11 @@
 """The recommendations written out as the change the run's framework takes, as files to apply.
 
 - Megatron-Core: its arguments `--first-last-layers-bf16 --num-layers-at-start-in-bf16 N
-  --num-layers-at-end-in-bf16 M`. They act on whole transformer layers at the start and the end:
-  a layer goes BF16 where its modules together are faster in BF16; a recommendation finer than
-  that, or for a middle layer, is said, with a TE debug-API file that does it per module. Its
-  output layer is not a TE module: no switch moves it to low precision, which is said.
+  --num-layers-at-end-in-bf16 M` where they say exactly the recommended change (they act on whole
+  transformer layers at the start and the end); else its per-module recipe file
+  (`--te-precision-config-file`, megatron_recipe.py) naming only the modules that change, passed
+  beside the run's own layer switches as they were. Its output layer and routers are not TE
+  modules: nothing moves them to low precision, which is said.
 - torchao (and accelerate's torchao backend), plain torch: a Python file defining
   `module_filter_fn(module, fqn)`, true for the FQNs to run in float8, for
   `convert_to_float8_training(model, module_filter_fn=...)` or
@@ -19,13 +20,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
+from gemmscope.common.yaml_text import quoted
 from gemmscope.whatif.advice import Advice
 from gemmscope.whatif.groups import RunGroups
+from gemmscope.whatif.megatron_recipe import (
+    MEGATRON_RECIPE_YAML,
+    MEGATRON_RECIPES,
+    PER_MODULE_CLASSES,
+    PRECISION_FLAG,
+    recipe_file,
+)
 
-# A Megatron transformer layer's path up to its index, and the index.
-_MEGATRON_LAYER = re.compile(r"^((?:module\.)*decoder\.layers\.)(\d+)(?=\.)")
+# A Megatron transformer layer's index in its module path.
+_MEGATRON_LAYER = re.compile(r"^(?:module\.)*decoder\.layers\.(\d+)(?=\.)")
 MEGATRON_ARGS = "megatron_args.txt"
 MODULE_FILTER = "module_filter.py"
 TE_DEBUG_YAML = "te_debug_bf16.yaml"
@@ -42,8 +52,9 @@ class Changes:
     files: dict[str, str] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)  # the change, said in the report
     notes: list[str] = field(default_factory=list)  # where the framework cannot do what is recommended
-    # GEMM + quantization ms per step with the files applied as written (they may act on more or
-    # less than the recommendations: Megatron's whole layers); NaN where a module was not measured
+    # GEMM + quantization ms per step with the files applied as written (they may act on less than
+    # the recommendations: a module the framework's change does not reach, such as Megatron's
+    # output layer, stays as it ran); NaN where a module it changes was not measured
     predicted_ms: float = float("nan")
 
 
@@ -62,7 +73,7 @@ def module_states(run: RunGroups, advice: Advice) -> pd.DataFrame:
     per_module = pd.DataFrame({
         "group": groups["group"], "name": groups["name"], "layers": groups["layers"],
         "module_class": groups["module_class"],
-        "low_now": groups["low_precision"], "low_after": groups["low_precision"] ^ moved,
+        "low_now": groups["low_precision"], "low_after": groups["low_precision"] ^ moved, "target": groups["target"],
         "bf16_ms": groups["now_ms"].where(~groups["low_precision"], groups["target_ms"]) / groups["modules"],
         "low_ms": groups["target_ms"].where(~groups["low_precision"], groups["now_ms"]) / groups["modules"],
     }).explode("layers").rename(columns={"layers": "path"})
@@ -78,57 +89,85 @@ def write_changes(run: RunGroups, advice: Advice) -> Changes:
     return _te(run, modules)
 
 
-def _megatron(run: RunGroups, modules: pd.DataFrame) -> Changes:
-    changes = Changes(run.framework)
-    number = modules["path"].str.extract(_MEGATRON_LAYER)[1].astype("Int64")
-    # what Megatron's switches reach: the TE modules of its transformer layers (not the output
-    # layer, nor a router, which run BF16 whatever the layer's precision)
-    switchable = (modules["module_class"].str.split("/").map(lambda c: set(c) <= TE_CLASSES).to_numpy()
-                  & number.notna().to_numpy())
-    number = number.where(switchable)
-    in_layers = modules[switchable].assign(layer=number[switchable])
-    per_layer = in_layers.groupby("layer").agg(bf16_ms=("bf16_ms", "sum"), low_ms=("low_ms", "sum"),
-                                               low_now=("low_now", "all"), mixed_after=("low_after", "nunique"))
-    measured = per_layer[["bf16_ms", "low_ms"]].notna().all(axis=1)
-    faster_bf16 = per_layer["bf16_ms"] < per_layer["low_ms"]
-    bf16_after = (faster_bf16 & measured) | (~per_layer["low_now"] & ~measured)
-    layers = per_layer.index.max() + 1 if len(per_layer) else 0
-    wanted = sorted(int(n) for n in per_layer.index[bf16_after])
-    start = next((i for i in range(layers + 1) if i not in wanted), layers)
-    end = next((i for i in range(layers + 1) if layers - 1 - i not in wanted), layers)
+def _layer_switches(number: pd.Series, bf16: pd.Series) -> tuple[int, int, bool]:
+    """Megatron's `--num-layers-at-start-in-bf16` and `--num-layers-at-end-in-bf16` for the modules
+    of its transformer layers (`number`: each one's layer) that run BF16 (`bf16`): the leading and
+    trailing layers whose modules all do, and whether those switches say exactly that set."""
+    all_bf16 = bf16.groupby(number.to_numpy()).all()
+    layers = int(all_bf16.index.max()) + 1 if len(all_bf16) else 0
+    start = next((i for i in range(layers + 1) if not all_bf16.get(i, False)), layers)
+    end = next((i for i in range(layers + 1) if not all_bf16.get(layers - 1 - i, False)), layers)
     end = min(end, layers - start)
-    args = (f"--first-last-layers-bf16 --num-layers-at-start-in-bf16 {start} --num-layers-at-end-in-bf16 {end}"
+    switched = (number < start) | (number >= layers - end)
+    return start, end, bool((switched.to_numpy() == bf16.to_numpy()).all())
+
+
+def _switch_args(start: int, end: int) -> str:
+    return (f"--first-last-layers-bf16 --num-layers-at-start-in-bf16 {start} --num-layers-at-end-in-bf16 {end}"
             if start or end else "")
-    changes.files[MEGATRON_ARGS] = (args or "# no layer in BF16: leave out --first-last-layers-bf16") + "\n"
-    said = (f"Megatron-Core arguments: {args}" if args else
-            "Megatron-Core arguments: none (every layer at the run's recipe; leave out --first-last-layers-bf16)")
-    changes.lines.append(said + f" ({MEGATRON_ARGS})")
-    changes.notes.append("Megatron's switches act on whole transformer layers (the first N and last M)")
-    middle = [n for n in wanted if start <= n < layers - end]
-    finer = in_layers[in_layers["layer"].map(per_layer["mixed_after"]) > 1]
-    bf16_te = in_layers[~in_layers["low_after"]]
-    not_paying = debug_api_not_paying(run, bf16_te) if len(finer) or middle else None
-    per_module = "TE's debug API would do it per module (not written: below)" if not_paying else \
-        f"{TE_DEBUG_YAML} does it per module"
-    if middle:
-        changes.notes.append(f"layers {', '.join(map(str, middle))} would be faster in BF16, but Megatron keeps only "
-                             f"the first and last layers in BF16: {per_module}")
-    if len(finer):
-        changes.notes.append("a recommendation is finer than whole layers (some modules of a layer BF16, others "
-                             f"not): Megatron's arguments cannot say it; {per_module}")
-    outside = modules[~switchable]
+
+
+def _megatron(run: RunGroups, modules: pd.DataFrame) -> Changes:
+    """Megatron's layer switches where they say exactly the recommended change, else its per-module
+    recipe file naming the modules that change, beside the run's own switches as they were."""
+    changes = Changes(run.framework)
+    number = modules["path"].str.extract(_MEGATRON_LAYER)[0].astype("Int64")
+    classes = modules["module_class"].str.split("/")
+    te = classes.map(lambda c: set(c) <= TE_CLASSES).to_numpy()  # the output layer, a router: neither reaches them
+    in_layers = te & number.notna().to_numpy()
+    per_module = classes.map(lambda c: set(c) <= PER_MODULE_CLASSES).to_numpy()
+    low_now = modules["low_now"].to_numpy(dtype=bool)
+    wanted = np.where(te, modules["low_after"].to_numpy(dtype=bool), low_now)
+    start, end, switches_say_it = _layer_switches(number[in_layers], pd.Series(~wanted[in_layers]))
+    if switches_say_it and (wanted == low_now)[te & ~in_layers].all():
+        args = _switch_args(start, end)
+        changes.files[MEGATRON_ARGS] = (args or "# no layer in BF16: leave out --first-last-layers-bf16") + "\n"
+        changes.lines.append((f"Megatron-Core arguments: {args}" if args else "Megatron-Core arguments: none (every "
+                              "layer at the run's recipe; leave out --first-last-layers-bf16)") + f" ({MEGATRON_ARGS})")
+        applied = wanted
+    else:
+        applied = _megatron_per_module(changes, modules, number, in_layers, per_module, wanted)
+    outside = modules[~te]
     stuck = outside[~outside["low_now"] & outside["low_after"]]
     for name in stuck["name"].unique():
         what = "Megatron's output layer" if name == "output_layer" else f"{name} (Megatron's, not a TE module)"
         changes.notes.append(f"{what}: no switch moves it to low precision: it stays BF16")
-    applied_bf16 = (number < start) | (number >= layers - end)
-    changes.predicted_ms = _applied_ms(modules, (modules["low_now"] & number.isna()) | (
-        number.notna() & ~applied_bf16).fillna(False))
-    if not_paying:
-        changes.notes.append(not_paying)
-    elif len(finer) or middle:
-        changes.files[TE_DEBUG_YAML] = te_debug_yaml(bf16_te["path"].tolist(), run.framework)
+    changes.predicted_ms = _applied_ms(modules, pd.Series(applied, index=modules.index))
     return changes
+
+
+def _megatron_per_module(changes: Changes, modules: pd.DataFrame, number: pd.Series, in_layers: np.ndarray,
+                         per_module: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Megatron's per-module recipe file for the modules whose precision changes (those it can move,
+    to a recipe it can name), and its flag beside the run's layer switches as they were; the
+    precision each module runs at with both applied."""
+    low_now = modules["low_now"].to_numpy(dtype=bool)
+    to_bf16 = per_module & low_now & ~wanted
+    to_low = per_module & ~low_now & wanted
+    recipes = modules.loc[to_low, "target"].unique()
+    recipe = recipes[0] if len(recipes) else None
+    if recipe is not None and (len(recipes) > 1 or recipe not in MEGATRON_RECIPES):
+        changes.notes.append(f"Megatron's per-module file takes none of {', '.join(map(str, recipes))}: "
+                             f"{', '.join(modules.loc[to_low, 'name'].unique())} stay BF16")
+        to_low[:] = False
+    unmoved = (wanted != low_now) & ~per_module
+    for name in modules.loc[unmoved, "name"].unique():
+        changes.notes.append(f"{name}: Megatron's per-module file does not reach its module class: it stays as it is")
+    start, end, _ = _layer_switches(number[in_layers], pd.Series(~low_now[in_layers]))
+    moves = bool(to_bf16.any() or to_low.any())  # else nothing the file can move: no file
+    args = " ".join(filter(None, [_switch_args(start, end), f"{PRECISION_FLAG} {MEGATRON_RECIPE_YAML}" * moves]))
+    changes.files[MEGATRON_ARGS] = (args or "# no layer in BF16: leave out --first-last-layers-bf16") + "\n"
+    if moves:
+        changes.files[MEGATRON_RECIPE_YAML] = recipe_file(modules.loc[to_bf16, "path"].tolist(),
+                                                          modules.loc[to_low, "path"].tolist(), recipe)
+        moved = [f"{to_bf16.sum()} modules to BF16 ({', '.join(modules.loc[to_bf16, 'name'].unique())})"] * bool(
+            to_bf16.any()) + [f"{to_low.sum()} to {recipe} ({', '.join(modules.loc[to_low, 'name'].unique())})"] * bool(
+            to_low.any())
+        changes.lines.append(f"Megatron-Core per-module recipe: {'; '.join(moved)}, every other module as it ran "
+                             f"({MEGATRON_RECIPE_YAML}, megatron-core 0.16 or newer)")
+    changes.lines.append(f"Megatron-Core arguments: {args or 'none'} ({MEGATRON_ARGS}: the run's own layer switches "
+                         f"as they were{', and the per-module file' * moves})")
+    return low_now ^ to_bf16 ^ to_low
 
 
 def _torchao(run: RunGroups, modules: pd.DataFrame) -> Changes:
@@ -173,7 +212,7 @@ def _te(run: RunGroups, modules: pd.DataFrame) -> Changes:
     if to_bf16 and not_paying:
         changes.lines.append(f"TE: {len(to_bf16)} modules to keep in high precision: {not_paying}")
     elif to_bf16:
-        changes.files[TE_DEBUG_YAML] = te_debug_yaml(to_bf16, run.framework)
+        changes.files[TE_DEBUG_YAML] = te_debug_yaml(to_bf16)
         changes.lines.append(f"TE debug API: {len(to_bf16)} modules kept in high precision ({TE_DEBUG_YAML}; needs "
                              "nvdlfw_inspect and debug_api.initialize(config_file=..., feature_dirs=[TE's "
                              "transformer_engine/debug/features]) in the program, and debug_api.step() after each step)")
@@ -212,20 +251,17 @@ def module_filter_file(fqns: list[str]) -> str:
             "    return fqn in FLOAT8_FQNS\n")
 
 
-def debug_api_names(paths: list[str], framework: str) -> list[str]:
+def debug_api_names(paths: list[str]) -> list[str]:
     """The layer names nvdlfw_inspect's infer_and_assign_layer_names(model) gives the modules at
-    `paths` (module paths from the model's root): "model." before the path, and, under a ModuleList
-    whose children carry a `layer_number` (Megatron-Core's transformer layers, numbered from 1), that
-    number in place of the child's index."""
-    if framework == "megatron-core":
-        paths = [_MEGATRON_LAYER.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + 1}", p) for p in paths]
+    `paths` (module paths from the model's root): "model." before the path."""
     return [f"model.{p}" for p in paths]
 
 
-def te_debug_yaml(paths: list[str], framework: str) -> str:
+def te_debug_yaml(paths: list[str]) -> str:
     """A TE debug-API config keeping the layers at `paths` out of low precision, named as
-    debug_api.infer_and_assign_layer_names names them (debug_api_names)."""
-    pattern = "^(" + "|".join(re.escape(p) for p in debug_api_names(paths, framework)) + ")$"
+    debug_api.infer_and_assign_layer_names names them (debug_api_names); the pattern quoted and
+    escaped (yaml_text), as a module name from a trace may hold a quote or a newline."""
+    pattern = "^(" + "|".join(re.escape(p) for p in debug_api_names(paths)) + ")$"
     return ("# Written by gemmscope whatif: these TE layers run their GEMMs in high precision.\n"
             "# Needs nvdlfw_inspect, and in the program, before its first TE module is built:\n"
             "#   import nvdlfw_inspect.api as debug_api\n"
@@ -237,7 +273,7 @@ def te_debug_yaml(paths: list[str], framework: str) -> str:
             "gemmscope_whatif_bf16:\n"
             "  enabled: True\n"
             "  layers:\n"
-            f"    layer_name_regex_pattern: '{pattern}'\n"
+            f"    layer_name_regex_pattern: {quoted(pattern)}\n"
             "  transformer_engine:\n"
             "    DisableQuantizationLayer:\n"
             "      enabled: True\n")
