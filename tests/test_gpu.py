@@ -121,6 +121,42 @@ def test_a_backward_override_is_the_cause_of_its_backward_gemms(tmp_path):
     assert len(mismatches) == backward and {g["cause"] for g in mismatches} == {"backward-override"}
 
 
+def test_megatron_s_per_module_recipe_is_judged_module_by_module(tmp_path):
+    """Megatron-Core GPT with the corpus's per-module YAML (every linear_proj BF16, every linear_fc2
+    FP8 block scaling, the rest the run's FP8 current scaling), counted by the program from
+    Megatron's own matcher: it passes; coverage names the linear_proj modules, with the config and
+    matcher that asked, and the output layer; linear_fc2 runs fp8-block as asked. Under --expect
+    fp8-current exactly the BF16 and block GEMMs are flagged: the matched modules' with cause
+    module-recipe, the output layer's as requested-bf16."""
+    pytest.importorskip("megatron.core", reason="megatron-core is not on this machine")
+    done = gemmscope("verify", "--profiler", "torch", "--format", "json", "--per-launch", "--out", str(tmp_path), "--",
+                     "torchrun", "--standalone", "--nproc-per-node", "1", str(CORPUS / "megatron_gpt.py"),
+                     "--fp8-recipe", "tensorwise", "--te-precision-config-file", str(CORPUS / "megatron_per_module.yaml"),
+                     "--expected-out", str(tmp_path / "expected.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    summary = json.loads(done.stdout)["summary"]
+    by_module = {m["path"]: m for m in expected["te_modules"]}
+    groups = summary["coverage"]["groups"]
+    proj = {path for path, m in by_module.items() if path.endswith(".linear_proj")}
+    assert {g["layer"] for g in groups if g["layer"] in proj} == proj
+    assert all(g["why"] == 'quant_recipe config "bf16" (matcher "*.linear_proj")' for g in groups if g["layer"] in proj)
+    assert any(g["layer"] == "output_layer" and not g.get("why") for g in groups), groups
+    launches = sum(sum(per_pass.values()) for per_pass in expected["per_precision"].values())
+    assert summary["gemm_launches"] == launches
+    trace = next(tmp_path.glob("*.json*"))
+    flagged = gemmscope("verify", "--trace", str(trace), "--expect", "fp8-current", "--format", "json", "--per-launch")
+    assert flagged.returncode == 1, flagged.stderr[-2000:]
+    mismatches = json.loads(flagged.stdout)["mismatches"]
+    not_current = sum(n for precision, per_pass in expected["per_precision"].items() if precision != "fp8-current"
+                      for n in per_pass.values())
+    assert len(mismatches) == not_current
+    matched = [g for g in mismatches if by_module.get(g["layer"], {}).get("asked_by") == "matcher"]
+    assert {g["cause"] for g in matched} == {"module-recipe"}
+    assert {g["cause"] for g in mismatches if g["layer"] == "output_layer"} == {"requested-bf16"}
+    assert {g["requested"] for g in mismatches if g["layer"].endswith(".linear_fc2")} == {"fp8-block"}
+
+
 @pytest.mark.parametrize("profiler", ["nsys", "torch"])
 def test_a_moved_entry_point_costs_its_records_not_the_program(tmp_path, profiler):
     """torch.nn.functional.linear taken away as torch imports (take_away/sitecustomize.py), as a
