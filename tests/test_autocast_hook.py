@@ -688,6 +688,35 @@ def test_torchao_rowwise_request_run_tensorwise_is_rowwise_rescaled(torch, nvtx,
     assert gemm["requested"] == ("fp8-rowwise" if scaling == "rowwise-rescaled" else "fp8")
 
 
+@pytest.mark.parametrize("recipe, asked", [("tensorwise", "fp8"), ("rowwise", "fp8-rowwise")])
+def test_a_float8_gemm_torchao_emulates_is_recorded_as_the_request_it_stands_for(torch, nvtx, recipe, asked):
+    """Real torchao float8 training with `emulate` on (an FP32 torch.mm of the dequantized float8
+    operands, on purpose): the GEMM that runs, in the forward and both backward GEMMs, is recorded
+    as the float8 request it stands for, its scaling marked emulated; without `emulate` nothing is."""
+    import dataclasses
+
+    try:  # the test extra's torchao; the torch releases .ci/run also tries may be outside its range
+        from torchao import float8
+    except Exception as exc:
+        pytest.skip(f"torchao's float8 does not import beside torch {torch.__version__}: {exc}")
+    records = {}
+    for emulate in (True, False):
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64, bias=False))
+        config = dataclasses.replace(float8.Float8LinearConfig.from_recipe_name(recipe), emulate=emulate)
+        float8.convert_to_float8_training(model, config=config)
+        nvtx.events.clear()
+        try:
+            model(torch.randn(16, 32)).sum().backward()
+        except Exception:  # torchao's real float8 GEMM, torch._scaled_mm, has no CPU kernel
+            assert not emulate
+        records[emulate] = [g for g in nvtx.torch_gemms() if (g["scale"] or "").startswith("emulated-")]
+    emulated = records[True]
+    assert [g["scale"] for g in emulated] == [f"emulated-{recipe}"] * 3
+    assert [g["requested"] for g in emulated] == [asked] * 3
+    assert sorted((g["m"], g["n"], g["k"]) for g in emulated) == sorted([(16, 64, 32), (16, 32, 64), (64, 32, 16)])
+    assert records[False] == []
+
+
 # --- operand types ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype_name, torch_type", [

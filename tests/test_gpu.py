@@ -157,6 +157,52 @@ def test_megatron_s_per_module_recipe_is_judged_module_by_module(tmp_path):
     assert {g["requested"] for g in mismatches if g["layer"].endswith(".linear_fc2")} == {"fp8-block"}
 
 
+def _every_gemm(tmp_path) -> list[dict]:
+    """Every GEMM launch of the torch.profiler trace a verify left in `tmp_path`, as analyze lists them."""
+    trace = next(tmp_path.glob("*.json*"))
+    done = gemmscope("analyze", str(trace), "--format", "json", "--per-launch")
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    return json.loads(done.stdout)["gemms"]
+
+
+def test_a_custom_recipe_s_gemms_ask_what_their_quantizers_are(tmp_path):
+    """TE's CustomRecipe picking a quantizer per module and role (fc2 FP8 block, blocks.1.proj FP8
+    forward with a BF16 backward, head BF16, the rest FP8 current): each GEMM's request is what the
+    quantizers TE holds for its module say (the program reads them itself), per pass; the run passes."""
+    done = gemmscope("verify", "--profiler", "torch", "--format", "json", "--out", str(tmp_path), "--",
+                     sys.executable, str(GPU / "te_custom_recipe.py"), "--steps", "3",
+                     "--expected-out", str(tmp_path / "expected.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    assert not expected["disagreements"]
+    asked = {(m["path"], p): m[p] for m in expected["modules"] for p in expected["passes"]}
+    gemms = [g for g in _every_gemm(tmp_path) if (g["layer"], g["te_pass"]) in asked]
+    assert len(gemms) == sum(n for per_pass in expected["per_pass"].values() for n in per_pass.values())
+    assert all(g["requested"] == asked[(g["layer"], g["te_pass"])] for g in gemms), [
+        (g["layer"], g["te_pass"], g["requested"]) for g in gemms if g["requested"] != asked[(g["layer"], g["te_pass"])]]
+    assert {g["verdict"] for g in gemms} == {"OK"}
+
+
+def test_torchao_s_emulation_is_an_expected_substitution_with_its_cause(tmp_path):
+    """torchao float8 training with `emulate` on: each float8 GEMM runs as FP32 on purpose (the
+    program counts them from each Float8Linear's config); never a pass of float8 nor a fallback:
+    each is an EXPECTED-SUBSTITUTION, cause emulated, asked fp8; the run exits 0."""
+    pytest.importorskip("torchao", reason="torchao is not on this machine")
+    done = gemmscope("verify", "--profiler", "torch", "--format", "json", "--out", str(tmp_path), "--",
+                     sys.executable, str(CORPUS / "torchao_mlp.py"), "--recipe", "tensorwise", "--emulate",
+                     "--expected-out", str(tmp_path / "expected.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    emulated = {(linear["path"], p) for linear in expected["linears"] if linear.get("emulated")
+                for p, gemm in linear["gemms"].items() if gemm["emulated"]}
+    count = sum(gemm["count"] for linear in expected["linears"] if linear.get("emulated")
+                for gemm in linear["gemms"].values() if gemm["emulated"])
+    gemms = [g for g in _every_gemm(tmp_path) if (g["layer"], g["te_pass"]) in emulated]
+    assert emulated and len(gemms) == count
+    assert {(g["verdict"], g["cause"], g["requested"]) for g in gemms} == {("EXPECTED-SUBSTITUTION", "emulated", "fp8")}
+    assert {g["precision"] for g in gemms} <= {"fp32", "tf32"}
+
+
 @pytest.mark.parametrize("profiler", ["nsys", "torch"])
 def test_a_moved_entry_point_costs_its_records_not_the_program(tmp_path, profiler):
     """torch.nn.functional.linear taken away as torch imports (take_away/sitecustomize.py), as a

@@ -30,6 +30,7 @@ import pandas as pd
 from gemmscope.autocast_hook.gemmscope_protocol import (
     AUTOCAST_PREFIX,
     BACKWARD_OVERRIDE,
+    EMULATED,
     EVALUATION_PHASE,
     FIELD_SEPARATOR,
     GEMM_PREFIX,
@@ -124,8 +125,8 @@ def scaled_precision(a: str | None, b: str | None, scale: str | None) -> str | N
     """What a torch GEMM asked: its operands' shared type, refined for float8 / float4 operands
     by how _scaled_mm was asked to scale them."""
     requested = requested_precision(a, b)
-    if requested == "fp8" and scale is not None:
-        return PRECISION_OF_FP8_SCALING.get(scale, requested)
+    if requested == "fp8" and scale is not None:  # an emulated GEMM asked what it stands for
+        return PRECISION_OF_FP8_SCALING.get(scale.removeprefix(EMULATED), requested)
     if requested == "fp4":
         return PRECISION_OF_FP4_SCALING.get(scale or "", "nvfp4")
     return requested

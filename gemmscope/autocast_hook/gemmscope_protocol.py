@@ -95,7 +95,11 @@ BACKWARD = "backward"
 # per 1x128 / 128x128 blocks, per 32-element blocks with e8m0 scales (MX), and "rowwise-rescaled":
 # a row-wise request torchao runs as a tensor-wise _scaled_mm followed by its own rescale (its
 # float8_ops.addmm_float8_unwrapped does so when use_fast_accum is off).
+# "emulated-<scaling>": a float8 GEMM torchao emulates on purpose (Float8LinearConfig.emulate:
+# an FP32 torch.mm of the dequantized operands, for CI and debugging), recorded as the float8
+# request it stands for.
 SCALINGS = ("tensorwise", "rowwise", "rowwise-rescaled", "blockwise", "mx")
+EMULATED = "emulated-"
 
 # What an operand handed to a TE GEMM can be: a plain tensor's dtype, or a quantized tensor named
 # after the quantizer that made it (the recipe), or after its storage class when it has none.

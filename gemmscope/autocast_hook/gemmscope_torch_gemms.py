@@ -11,7 +11,7 @@ import sys
 import gemmscope_modules as modules
 import gemmscope_records as records
 from gemmscope_modules import await_backward_node, compiling, owner_record, running_module
-from gemmscope_protocol import BACKWARD, TORCH_GEMM_PREFIX, format_record
+from gemmscope_protocol import BACKWARD, EMULATED, TORCH_GEMM_PREFIX, format_record
 from gemmscope_records import argument, mark_software_once, note, pop, push, recording, te_base_class, thread
 
 # The torch calls that run one GEMM, patched where Python code looks them up (F.linear,
@@ -110,6 +110,22 @@ def scaled_mm_scaling(a, b, scale_a, scale_b, caller) -> str:
     return "blockwise"
 
 
+# torchao's float8 matmuls (float8_ops.float8_mm, float8_addmm): where their config emulates,
+# they run torch.mm on the float8 operands dequantized to FP32, the operands as `a` and `b`.
+_TORCHAO_FLOAT8_MATMULS = frozenset({"float8_mm", "float8_addmm"})
+
+
+def emulated_float8(caller) -> tuple | None:
+    """The float8 operands (torchao's Float8TrainingTensor) of a GEMM torchao emulates, where
+    `caller` (the calling frame) is its float8 matmul with `emulate` on; else None."""
+    if caller is None or caller.f_code.co_name not in _TORCHAO_FLOAT8_MATMULS or "torchao" not in caller.f_code.co_filename:
+        return None
+    local = caller.f_locals
+    if not getattr(local.get("scaled_mm_config"), "emulate", False):
+        return None
+    return local.get("a"), local.get("b")
+
+
 def _backward_pass(node: dict, m: int, n: int) -> str:
     """dgrad or wgrad of a GEMM a custom autograd Function's backward runs, by its output's
     shape: the forward's activation operand (dgrad) or its weight operand, either way round
@@ -134,6 +150,10 @@ def _torch_record(torch, op: str, a, b, args: tuple, kwargs: dict) -> tuple[dict
         scale_a = argument(args, kwargs, "scale_a", 2)
         scale_b = argument(args, kwargs, "scale_b", 3)
         record["scale"] = scaled_mm_scaling(a, b, scale_a, scale_b, sys._getframe(2))
+    elif (emulated := emulated_float8(sys._getframe(2))) is not None:
+        fp8_a, fp8_b = emulated  # asked: the float8 GEMM the FP32 one stands for
+        record.update(a=tensor_type(fp8_a._data), b=tensor_type(fp8_b._data), scale=EMULATED + scaled_mm_scaling(
+            fp8_a._data, fp8_b._data, fp8_a._scale, fp8_b._scale, None))
     record.update(m=m, n=n, k=k, flops=2 * m * n * k)
     return record, (m, n, k)
 

@@ -3,8 +3,9 @@
 Verdicts:
 - ``OK``: the kernel ran at a precision the recipe asks for;
 - ``FALLBACK``: it ran at another precision (e.g. FP8 asked, a BF16 kernel ran);
-- ``EXPECTED-SUBSTITUTION``: another precision by TE's design (FP8 block scaling runs as MXFP8
-  on sm100+);
+- ``EXPECTED-SUBSTITUTION``: another precision by design: TE's (FP8 block scaling runs as MXFP8
+  on sm100+), or the program's (torchao's `emulate` runs a float8 GEMM as FP32 on dequantized
+  operands, on purpose: cause ``emulated``);
 - ``UNKNOWN``: the kernel name does not say its precision.
 A FALLBACK that matches an ``--allow`` pattern keeps its verdict and is marked ``allowed``.
 
@@ -58,7 +59,7 @@ import pandas as pd
 from gemmscope.assembly import te_ranges
 from gemmscope.assembly.attribution import EnclosingRanges, LoadedTrace, first_matching_pattern, name_matches
 from gemmscope.assembly.job import Job, assemble
-from gemmscope.autocast_hook.gemmscope_protocol import BACKWARD_OVERRIDE
+from gemmscope.autocast_hook.gemmscope_protocol import BACKWARD_OVERRIDE, EMULATED
 from gemmscope.errors import InputError, State
 from gemmscope.judging.recipes import (
     EXPECTED_SUBSTITUTIONS,
@@ -328,7 +329,12 @@ def _judge(gemms: pd.DataFrame, sm: int | None, allow: tuple[str, ...], ranges: 
     other_recipe = (operand_recipe.notna() & gemms["expected"].isin(RECIPES) & (operand_recipe != gemms["expected"])
                     & ~gemms["expected"].isin(HIGH_PRECISIONS)).to_numpy(dtype=bool)
     gemms.loc[other_recipe & (gemms["verdict"] == "OK").to_numpy(), "verdict"] = "FALLBACK"
+    # torchao's emulation: an FP32 GEMM standing, on purpose, for the float8 one that was expected
+    emulated = (gemms["requested_scale"].astype("object").str.startswith(EMULATED, na=False)
+                & gemms["precision"].isin(("fp32", "tf32")) & _asked_as_expected(gemms)).to_numpy(dtype=bool)
+    gemms.loc[emulated & (gemms["verdict"] == "FALLBACK").to_numpy(), "verdict"] = "EXPECTED-SUBSTITUTION"
     gemms["cause"] = _causes(gemms)
+    gemms.loc[emulated & (gemms["verdict"] == "EXPECTED-SUBSTITUTION").to_numpy(), "cause"] = "emulated"
     named = allowed(allow, gemms, ranges)
     gemms["allowed"] = (gemms["verdict"] == "FALLBACK").to_numpy() & named
     told = (gemms["precision"].notna() & (gemms["precision"] != "unknown")).to_numpy()
@@ -402,15 +408,21 @@ def _request_causes(gemms: pd.DataFrame, backward_overrides: list[str], module_r
     return cause
 
 
+def _asked_as_expected(gemms: pd.DataFrame) -> pd.Series:
+    """Whether a GEMM asked what it was expected to run: the recipe itself, or a precision the
+    expected recipe runs at (RECIPE_PRECISIONS)."""
+    wanted = {f"{recipe}|{precision}" for recipe, precisions in RECIPE_PRECISIONS.items() for precision in precisions}
+    expected, requested = gemms["expected"].astype(str), gemms["requested"].astype(str)
+    return (expected + "|" + requested).isin(wanted) | (expected == requested)
+
+
 def _causes(gemms: pd.DataFrame) -> np.ndarray:
     """Why a FALLBACK ran another precision than its `expected` recipe (module docstring); None
     for other verdicts. A GEMM asked what it was expected to run ran another kernel
     (`kernel-differs`, outside TE too); one asked something else says what (`requested-…`: the
     FP8 recipe of its operands where they name one)."""
     requested = gemms["requested"]
-    wanted = {f"{recipe}|{precision}" for recipe, precisions in RECIPE_PRECISIONS.items() for precision in precisions}
-    expected = gemms["expected"].astype(str)
-    requested_wanted = ((expected + "|" + requested.astype(str)).isin(wanted) | (expected == requested.astype(str)))
+    requested_wanted = _asked_as_expected(gemms)
     operand_recipe = gemms["requested_a"].where(gemms["requested_a"].isin(RECIPES), requested)
     other_recipe = (gemms["requested_a"].isin(RECIPES) & gemms["expected"].isin(RECIPES)
                     & (gemms["requested_a"] != gemms["expected"]))

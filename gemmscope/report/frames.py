@@ -114,6 +114,8 @@ CAUSES = {
     "kernel-differs": "TE was handed the requested precision and a kernel of another precision ran",
     "outside-te": "these GEMMs ran outside TE (a plain torch.nn.Linear, say)",
     "no-record": "nothing recorded what TE was handed (a trace made without gemmscope's hook)",
+    "emulated": ("torchao emulates these float8 GEMMs on purpose (Float8LinearConfig.emulate, for CI and "
+                 "debugging): an FP32 GEMM of the dequantized operands, not a fallback; no float8 speed"),
 }
 # A no-record GEMM in a run the hook did record: a call the hook does not wrap.
 _NO_RECORD_WITH_HOOK = ("gemmscope's hook recorded this run but not these GEMM calls (a TE entry point it "
