@@ -114,7 +114,7 @@ def test_a_backward_override_is_the_cause_of_its_backward_gemms(tmp_path):
     why = "backward_override=high_precision (NVTE_BACKWARD_OVERRIDE)"
     groups = json.loads(done.stdout)["summary"]["coverage"]["groups"]
     assert backward and sum(g["launches"] for g in groups if g["why"] == why) == backward
-    trace = next(tmp_path.glob("*.json*"))
+    trace = next(tmp_path.glob("trace.*.json.gz"))
     flagged = gemmscope("verify", "--trace", str(trace), "--expect", "fp8-current", "--format", "json", "--per-launch")
     assert flagged.returncode == 1, flagged.stderr[-2000:]
     mismatches = [g for g in json.loads(flagged.stdout)["gemms"] if g["verdict"] == "FALLBACK"]
@@ -144,7 +144,7 @@ def test_megatron_s_per_module_recipe_is_judged_module_by_module(tmp_path):
     assert any(g["layer"] == "output_layer" and not g.get("why") for g in groups), groups
     launches = sum(sum(per_pass.values()) for per_pass in expected["per_precision"].values())
     assert summary["gemm_launches"] == launches
-    trace = next(tmp_path.glob("*.json*"))
+    trace = next(tmp_path.glob("trace.*.json.gz"))
     flagged = gemmscope("verify", "--trace", str(trace), "--expect", "fp8-current", "--format", "json", "--per-launch")
     assert flagged.returncode == 1, flagged.stderr[-2000:]
     mismatches = json.loads(flagged.stdout)["mismatches"]
@@ -159,7 +159,7 @@ def test_megatron_s_per_module_recipe_is_judged_module_by_module(tmp_path):
 
 def _every_gemm(tmp_path) -> list[dict]:
     """Every GEMM launch of the torch.profiler trace a verify left in `tmp_path`, as analyze lists them."""
-    trace = next(tmp_path.glob("*.json*"))
+    trace = next(tmp_path.glob("trace.*.json.gz"))
     done = gemmscope("analyze", str(trace), "--format", "json", "--per-launch")
     assert done.returncode in (0, 1), done.stderr[-2000:]
     return json.loads(done.stdout)["gemms"]
