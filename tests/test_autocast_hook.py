@@ -754,13 +754,51 @@ def test_a_debug_api_operand_is_the_tensor_the_gemm_takes(hook, torch):
     weight = DebugQuantizedTensor(torch.zeros(16, 8, dtype=torch.bfloat16), torch.zeros(16, 8, dtype=torch.float16))
     grad = DebugQuantizedTensor(torch.zeros(4, 16, dtype=torch.bfloat16), torch.zeros(4, 16, dtype=torch.float32))
     x = torch.zeros(4, 8)
-    fprop = hook.te.debug_operands(weight, x, "TN")
+    fprop = hook.te.gemm_operands(weight, x, "TN")
     assert fprop[0] is weight.rowwise_gemm_tensor and fprop[1] is x
     assert hook.te.gemm_shape(*fprop, "TN") == (4, 16, 8)
-    dgrad = hook.te.debug_operands(weight, grad, "NN")
+    dgrad = hook.te.gemm_operands(weight, grad, "NN")
     assert [hook.te.operand_type(t) for t in dgrad] == ["fp16", "bf16"]
-    wgrad = hook.te.debug_operands(x, grad, "NT")
+    wgrad = hook.te.gemm_operands(x, grad, "NT")
     assert wgrad[0] is x and hook.te.operand_type(wgrad[1]) == "fp32"
+
+
+def test_a_custom_recipe_s_hybrid_and_identity_operands_are_the_tensors_the_gemm_takes(hook, torch):
+    """TE 2.20's CustomRecipe hands general_gemm a HybridQuantizedTensorStorage (one sub-storage
+    per use: FP8 rowwise for the forward, an IdentityTensorStorage columnwise for a high-precision
+    backward) and IdentityTensorStorage (a high-precision tensor general_gemm dequantizes to its
+    dtype): the record types the sub-storage that use takes, as TE's _unwrap_tensor picks it,
+    through a debug wrapper too. Before, both were typed by their class names, and every such GEMM
+    was a FALLBACK (a real CustomRecipe run on an H100)."""
+    class Float8TensorStorage:
+        def __init__(self, rows, cols):
+            self._data = torch.zeros(rows, cols, dtype=torch.uint8)
+            self.dtype = torch.bfloat16
+
+    class IdentityTensorStorage:  # holds a high-precision tensor; dequantizes to its _dtype
+        def __init__(self, dtype):
+            self._dtype = dtype
+
+    class HybridQuantizedTensorStorage:  # the interface _unwrap_tensor uses
+        def __init__(self, rowwise, columnwise):
+            self.rowwise_sub_storage, self.columnwise_sub_storage = rowwise, columnwise
+
+    class DebugQuantizedTensor:
+        def __init__(self, tensor):
+            self.tensor = tensor
+
+        def get_tensor(self, transpose: bool):
+            return self.tensor
+
+    weight = HybridQuantizedTensorStorage(Float8TensorStorage(16, 8), IdentityTensorStorage(torch.bfloat16))
+    x = HybridQuantizedTensorStorage(Float8TensorStorage(4, 8), IdentityTensorStorage(torch.bfloat16))
+    grad = IdentityTensorStorage(torch.bfloat16)
+    fprop, dgrad, wgrad = (hook.te.gemm_operands(weight, x, "TN"), hook.te.gemm_operands(weight, grad, "NN"),
+                           hook.te.gemm_operands(DebugQuantizedTensor(x), grad, "NT"))
+    assert [hook.te.operand_type(t) for t in fprop] == ["fp8", "fp8"]
+    assert [hook.te.operand_type(t) for t in dgrad] == ["bf16", "bf16"]
+    assert [hook.te.operand_type(t) for t in wgrad] == ["bf16", "bf16"]
+    assert te_ranges.requested_precision(*map(hook.te.operand_type, dgrad)) == "bf16"
 
 
 @pytest.mark.parametrize("quantizer, storage, expected", [

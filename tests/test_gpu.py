@@ -175,7 +175,9 @@ def test_a_custom_recipe_s_gemms_ask_what_their_quantizers_are(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     expected = json.loads((tmp_path / "expected.json").read_text())
     assert not expected["disagreements"]
-    asked = {(m["path"], p): m[p] for m in expected["modules"] for p in expected["passes"]}
+    from gemmscope.assembly.te_ranges import PRECISION_OF_OPERAND  # the recipe's operands -> the precision asked
+
+    asked = {(m["path"], p): PRECISION_OF_OPERAND[m[p]] for m in expected["modules"] for p in expected["passes"]}
     gemms = [g for g in _every_gemm(tmp_path) if (g["layer"], g["te_pass"]) in asked]
     assert len(gemms) == sum(n for per_pass in expected["per_pass"].values() for n in per_pass.values())
     assert all(g["requested"] == asked[(g["layer"], g["te_pass"])] for g in gemms), [

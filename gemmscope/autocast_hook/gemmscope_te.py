@@ -106,22 +106,39 @@ def operand_type(operand) -> str:
     for cls in type(operand).__mro__:
         if cls.__name__ in _BY_STORAGE:
             return _BY_STORAGE[cls.__name__]
-    dtype = str(getattr(operand, "dtype", ""))
+    # an identity storage is dequantized to the dtype it holds
+    dtype = str(getattr(operand, "_dtype" if type(operand).__name__ == _IDENTITY_TENSOR else "dtype", ""))
     return _BY_DTYPE.get(dtype, dtype or type(operand).__name__)
 
 
 _DEBUG_TENSOR = "DebugQuantizedTensor"
+# CustomRecipe's storages (TE 2.20): a hybrid holds one sub-storage per use (rowwise, columnwise),
+# and an identity storage a high-precision tensor that general_gemm dequantizes to its dtype.
+_HYBRID_TENSOR = "HybridQuantizedTensorStorage"
+_IDENTITY_TENSOR = "IdentityTensorStorage"
 
 
-def debug_operands(a, b, layout: str) -> tuple:
-    """A and B as the GEMM takes them. An operand of TE's debug API (nvdlfw_inspect) is a
+def _used(operand, columnwise: bool):
+    """The tensor general_gemm takes from `operand` for one use (cpp_extensions/gemm.py
+    _unwrap_tensor): a debug wrapper's tensor for that use, a hybrid's sub-storage for it, each
+    unwrapped in turn (a debug wrapper may hold a hybrid)."""
+    for _ in range(4):  # wrappers nest a level or two; never loop on a foreign object
+        name = type(operand).__name__
+        if name == _DEBUG_TENSOR:
+            operand = operand.get_tensor(columnwise)
+        elif name == _HYBRID_TENSOR:
+            operand = operand.columnwise_sub_storage if columnwise else operand.rowwise_sub_storage
+        else:
+            break
+    return operand
+
+
+def gemm_operands(a, b, layout: str) -> tuple:
+    """A and B as the GEMM takes them: general_gemm uses A columnwise for `not transa` and B
+    columnwise for `transb`. An operand of TE's debug API (nvdlfw_inspect) is a
     DebugQuantizedTensor holding one tensor per use, high precision where the API disables
-    quantization: general_gemm takes A's for `not transa` and B's for `transb` (get_tensor)."""
-    if type(a).__name__ == _DEBUG_TENSOR:
-        a = a.get_tensor(layout[:1] != "T")
-    if type(b).__name__ == _DEBUG_TENSOR:
-        b = b.get_tensor(layout[1:2] == "T")
-    return a, b
+    quantization; CustomRecipe's hybrid storage holds one quantized sub-storage per use."""
+    return _used(a, layout[:1] != "T"), _used(b, layout[1:2] == "T")
 
 
 _in_gemm_call = threading.local()
@@ -178,8 +195,8 @@ def _recording(entry: str, original, torch):
         mark_software_once(torch)
         try:
             layout = argument(args, kwargs, "layout", position["layout"], layout_default)
-            a, b = debug_operands(argument(args, kwargs, "A", position["A"]), argument(args, kwargs, "B", position["B"]),
-                                  layout)
+            a, b = gemm_operands(argument(args, kwargs, "A", position["A"]), argument(args, kwargs, "B", position["B"]),
+                                 layout)
             record = {"entry": entry, **calling_module(torch, function_ctx_type),
                       "pass": PASS_BY_LAYOUT.get(layout, UNKNOWN),
                       "a": operand_type(a), "b": operand_type(b)}
