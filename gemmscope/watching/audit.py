@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gemmscope.autocast_hook.gemmscope_protocol import trace_steps
+from gemmscope.common.sinks import terminal_lines
 from gemmscope.errors import ExitCode
 from gemmscope.options import Options
 from gemmscope.running.capturing import Captured, CaptureWindow, capture
@@ -44,7 +45,7 @@ def node_folder(out: Path) -> Path:
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(terminal_lines(line), file=sys.stderr, flush=True)
 
 
 def audit(command: Sequence[str], out: str | Path, every: int | str, window: int = 3, options: Options | None = None, *,
