@@ -2,10 +2,12 @@
 layer names (the hook's records) and kernel names are rewritten to terminal escape sequences,
 spreadsheet formulas, HTML and Markdown. No control character reaches the terminal, in any table
 output or on stderr; CSV cells never open as formulas and rows stay whole; Markdown renders the
-names as text; file names in error lines are escaped too."""
+names as text; file names in error lines are escaped too; the files whatif writes hold module
+names as data (a YAML scalar, a Python literal), never as lines of their own."""
 
 from __future__ import annotations
 
+import ast
 import csv
 import io
 import re
@@ -13,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from markdown_it import MarkdownIt
+
+from gemmscope.whatif import changes
 
 from cli_runner import assert_one_line_error, gemmscope, invoke
 from fixture_paths import CORPUS
@@ -116,3 +120,16 @@ def test_markdown_renders_names_as_text(hostile, tmp_path):
         # every code block (the NVTX ranges of a GEMM, under <details>) is one line per line it had
         assert all("All GEMMs PASS" not in line or line.startswith("    ") or "\\n" in line
                    for line in markdown.splitlines())
+
+
+def test_whatif_files_name_hostile_modules_as_data():
+    paths = ["decoder.layers.0.mlp.linear_fc1", "x\nimport os; os.system('id')", "a'b\x1b]0;t\x07", "c\u2028d"]
+    snippet = changes.te_autocast_snippet(paths[:2], paths[2:], ["fp8-current\nimport sys"])
+    clean = changes.te_autocast_snippet(["a", "b"], ["c", "d"], ["fp8-current"])
+    assert ast.dump(ast.parse(snippet)) == ast.dump(ast.parse(clean))  # names only in comments
+    assert len(snippet.splitlines()) == len(clean.splitlines())
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load(changes.te_debug_yaml(paths, "te"))
+    pattern = config["gemmscope_whatif_bf16"]["layers"]["layer_name_regex_pattern"]
+    assert all(re.fullmatch(pattern, name) for name in changes.debug_api_names(paths, "te"))
+    assert set(config["gemmscope_whatif_bf16"]) == {"enabled", "layers", "transformer_engine"}

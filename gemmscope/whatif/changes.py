@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from gemmscope.common.sinks import python_literal, yaml_scalar
 from gemmscope.whatif.advice import Advice
 from gemmscope.whatif.groups import RunGroups
 
@@ -237,7 +238,7 @@ def te_debug_yaml(paths: list[str], framework: str) -> str:
             "gemmscope_whatif_bf16:\n"
             "  enabled: True\n"
             "  layers:\n"
-            f"    layer_name_regex_pattern: '{pattern}'\n"
+            f"    layer_name_regex_pattern: {yaml_scalar(pattern)}\n"
             "  transformer_engine:\n"
             "    DisableQuantizationLayer:\n"
             "      enabled: True\n")
@@ -247,11 +248,11 @@ def te_autocast_snippet(to_bf16: list[str], to_low: list[str], recipes: list[str
     lines = ["# Written by gemmscope whatif: te.autocast regions around the calls of these modules.",
              "import transformer_engine.pytorch as te", ""]
     if to_bf16:
-        lines += ["# in high precision (inside the program's FP8 autocast):", *[f"#   {p}" for p in to_bf16],
+        lines += ["# in high precision (inside the program's FP8 autocast):", *[f"#   {python_literal(p)}" for p in to_bf16],
                   "with te.autocast(enabled=False):", "    out = module(x)  # a GroupedLinear: module(x, m_splits)", ""]
     if to_low:
         recipe = recipes[0] if recipes else "fp8-current"
-        lines += [f"# in low precision ({recipe}):", *[f"#   {p}" for p in to_low],
+        lines += [f"# in low precision ({python_literal(recipe)}):", *[f"#   {python_literal(p)}" for p in to_low],
                   "with te.autocast(enabled=True, recipe=recipe):", "    out = module(x)  # a GroupedLinear: module(x, m_splits)",
                   ""]
     return "\n".join(lines)
