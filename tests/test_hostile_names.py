@@ -3,13 +3,15 @@ layer names (the hook's records) and kernel names are rewritten to terminal esca
 spreadsheet formulas, HTML and Markdown. No control character reaches the terminal, in any table
 output or on stderr; CSV cells never open as formulas and rows stay whole; Markdown renders the
 names as text; file names in error lines are escaped too; the files whatif writes hold module
-names as data (a YAML scalar, a Python literal), never as lines of their own."""
+names as data (a YAML scalar, a Python literal), never as lines of their own. And a trace's file
+name holding `#`, `?` or `%` reads that file."""
 
 from __future__ import annotations
 
 import ast
 import csv
 import io
+import os
 import re
 from pathlib import Path
 
@@ -19,10 +21,11 @@ from markdown_it import MarkdownIt
 from gemmscope.whatif import changes
 
 from cli_runner import assert_one_line_error, gemmscope, invoke
-from fixture_paths import CORPUS
+from fixture_paths import CORPUS, GPU
 from trace_mutation import KERNELS, altered_sqlite
 
 MEGATRON = CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz"
+SMALL = GPU / "te_linear_bf16.sqlite.xz"
 # What a terminal acts on rather than shows (C0 but the line break, DEL, C1, separators, bidi).
 CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 # A layer name that retitles the window, clears the screen, fakes a verdict line and a heading, and
@@ -133,3 +136,13 @@ def test_whatif_files_name_hostile_modules_as_data():
     pattern = config["gemmscope_whatif_bf16"]["layers"]["layer_name_regex_pattern"]
     assert all(re.fullmatch(pattern, name) for name in changes.debug_api_names(paths, "te"))
     assert set(config["gemmscope_whatif_bf16"]) == {"enabled", "layers", "transformer_engine"}
+
+
+@pytest.mark.parametrize("name", ["a#b.sqlite", "q?mode=rw.sqlite", "p%41.sqlite"])
+def test_a_trace_name_with_uri_characters_reads_that_file(tmp_path, name):
+    trace = altered_sqlite(SMALL, tmp_path / name)
+    before = sorted(os.listdir(tmp_path))
+    done = gemmscope("analyze", trace, "--expect", "bf16", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(tmp_path)) == before  # nothing made beside it (`a`, `q`: SQLite's cut names)
+    assert gemmscope("scrub", trace, "-o", tmp_path / "s.sqlite").returncode == 0
