@@ -4,7 +4,7 @@ spreadsheet formulas, HTML and Markdown. No control character reaches the termin
 output or on stderr; CSV cells never open as formulas and rows stay whole; Markdown renders the
 names as text; file names in error lines are escaped too; the files whatif writes hold module
 names as data (a YAML scalar, a Python literal), never as lines of their own. And a trace's file
-name holding `#`, `?` or `%` reads that file."""
+name holding `#`, `?` or `%` reads that file; one that is not UTF-8 ends in one line, exit 2."""
 
 from __future__ import annotations
 
@@ -146,3 +146,13 @@ def test_a_trace_name_with_uri_characters_reads_that_file(tmp_path, name):
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(tmp_path)) == before  # nothing made beside it (`a`, `q`: SQLite's cut names)
     assert gemmscope("scrub", trace, "-o", tmp_path / "s.sqlite").returncode == 0
+
+
+def test_a_file_name_that_is_not_utf8_is_one_line(tmp_path):
+    folder = os.fsencode(tmp_path)
+    trace = altered_sqlite(SMALL, Path(os.fsdecode(folder + b"/n\xff.sqlite")))
+    for command in (["analyze", trace], ["analyze", tmp_path], ["report", trace, "-o", tmp_path / "r.html"],
+                    ["whatif", trace, "--no-measure"]):
+        done = gemmscope(*command)
+        assert_one_line_error(done)
+        assert "n\\xff.sqlite" in done.stderr and "not UTF-8" in done.stderr
