@@ -63,6 +63,7 @@ def test_no_control_character_reaches_the_terminal(hostile, command):
     said = _said(gemmscope(*command, hostile, "--no-redact"))
     assert not CONTROL.search(said), repr(CONTROL.search(said))
     assert "\\x1b]0;pwned\\x07" in said  # the name is shown, escaped
+    assert not re.search("^# All GEMMs PASS", said, re.M)  # its line break starts no line of its own
 
 
 def test_compare_shows_the_names_escaped(hostile):

@@ -341,7 +341,7 @@ def wrote(what: str | Path) -> None:
     """What a command wrote, said the one way every command says it: `gemmscope: wrote WHAT` on
     stderr, as every other note, so that stdout holds only what the command prints (`report -o -`:
     the page itself)."""
-    note(f"gemmscope: wrote {what}")
+    note(f"gemmscope: wrote {for_terminal(str(what))}")
 
 
 def detail_level(quiet: bool, verbose: bool) -> str:

@@ -227,10 +227,11 @@ def to_terminal(report: Report) -> str:
     then each section's notes and tables."""
     parts: list[str | Table | TextSection] = []
     if report.status is not None:
-        parts.append(verdict_text(report.status, report.verdict))
+        # each line one line, whatever a name in it holds (a line break would start a line of its own)
+        parts.append(verdict_text(report.status, [(label, for_terminal(text)) for label, text in report.verdict]))
         if report.intro:
             parts.append("")
-    parts += report.intro
+    parts += map(for_terminal, report.intro)
     for section in report.sections:
         parts += section_text(section)
     return terminal_text(*parts)
@@ -238,7 +239,7 @@ def to_terminal(report: Report) -> str:
 
 def section_text(section: Section) -> list[TextSection]:
     """A section as the terminal shows it: its notes, then its tables, each fitted."""
-    shown = [TextSection(note) for note in section.notes]
+    shown = [TextSection(for_terminal(note)) for note in section.notes]
     for block in section.blocks:
         if isinstance(block, ReportTable):
             shown += _transposed(block, section.title) if block.fit.transpose else [
@@ -271,7 +272,7 @@ def _part_text(table: ReportTable, part: Part) -> list[TextSection]:
         before.append(f"{label}: " + ", ".join(f"{k} {v}" for k, v in pairs))
         frame = frame.drop(columns=column)
     if part.lead is not None:
-        before.append(part.lead + (f"; {', '.join(said)}" if said else "") + ".")
+        before.append(for_terminal(part.lead) + (f"; {', '.join(said)}" if said else "") + ".")
     else:
         before += said
     more = frame
