@@ -8,9 +8,10 @@ control characters itself)."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas only where a frame is encoded: the CLI's lines need none (it starts without it)
+    import pandas as pd
 
 # What a terminal acts on rather than shows: C0 controls, DEL, the C1 controls (0x9b alone is a CSI
 # on some terminals), the line and paragraph separators, and the bidirectional overrides and
@@ -67,7 +68,9 @@ def for_csv_cell(value: Any) -> Any:
 
 def text_columns(frame: pd.DataFrame) -> list[Any]:
     """The columns of `frame` that may hold text (object or string dtype)."""
-    return [c for c in frame.columns if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c].dtype)]
+    from pandas.api.types import is_string_dtype
+
+    return [c for c in frame.columns if frame[c].dtype == object or is_string_dtype(frame[c].dtype)]
 
 
 def csv_cells(frame: pd.DataFrame) -> pd.DataFrame:
