@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import csv
 import io
+import json
 import os
 import re
 from pathlib import Path
@@ -22,7 +23,7 @@ from gemmscope.whatif import changes
 
 from cli_runner import assert_one_line_error, gemmscope, invoke
 from fixture_paths import CORPUS, GPU
-from trace_mutation import KERNELS, altered_sqlite
+from trace_mutation import KERNELS, altered_sqlite, kineto_document, write_kineto
 
 MEGATRON = CORPUS / "megatron_gpt_first-last-bf16.sqlite.xz"
 SMALL = GPU / "te_linear_bf16.sqlite.xz"
@@ -157,3 +158,34 @@ def test_a_file_name_that_is_not_utf8_is_one_line(tmp_path):
         done = gemmscope(*command)
         assert_one_line_error(done)
         assert "n\\xff.sqlite" in done.stderr and "not UTF-8" in done.stderr
+
+
+def test_the_timeline_table_shows_what_its_windows_say_escaped(hostile, tmp_path):
+    from gemmscope.watching.timeline import TIMELINE_FILE, Timeline, read_timeline
+
+    timeline = Timeline(tmp_path)
+    timeline.judge([hostile])
+    timeline.judge([hostile])
+    first, second = read_timeline(tmp_path)
+    second |= {"error": f"could not read {ESCAPES}"}  # a window not judged: its error as written
+    (tmp_path / TIMELINE_FILE).write_text("".join(json.dumps(r) + "\n" for r in (first, second)))
+    done = gemmscope("timeline", tmp_path)
+    assert "window 1: NOT JUDGED: could not read x\\x1b]0;pwned\\x07" in done.stdout, done.stdout
+    assert not CONTROL.search(done.stdout + done.stderr)
+
+
+def test_kernel_names_given_to_decode_are_shown_escaped():
+    done = gemmscope("kernel", "nvjet_sm90_tst_64x64_64x13_2x1_v_bz_TNT\x1b]0;pwned\x07\n# PASS")
+    assert done.returncode == 0, done.stderr
+    assert "\\x1b]0;pwned\\x07" in done.stdout and not CONTROL.search(done.stdout)
+
+
+def test_a_torch_profiler_traces_names_are_shown_escaped(tmp_path):
+    document = kineto_document(GPU / "kineto" / "te_ops_sequential_fp8-current.json.gz")
+    for event in document["traceEvents"]:
+        if isinstance(event, dict) and event.get("cat") in ("kernel", "user_annotation", "gpu_user_annotation"):
+            event["name"] += ESCAPES
+    trace = write_kineto(document, tmp_path / "hostile.json")
+    for fmt in ("table", "markdown"):
+        said = _said(gemmscope("analyze", trace, "--verbose", "--format", fmt, "--no-redact"))
+        assert "\\x1b]0;pwned\\x07" in said and not CONTROL.search(said)
