@@ -16,8 +16,9 @@ if TYPE_CHECKING:  # pandas only where a frame is encoded: the CLI's lines need 
 # What a terminal acts on rather than shows: C0 controls, DEL, the C1 controls (0x9b alone is a CSI
 # on some terminals), the line and paragraph separators, and the bidirectional overrides and
 # isolates that reorder what a line shows ("Trojan Source", CVE-2021-42574).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_CONTROL_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_BUT_NEWLINE_CHARS = "\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\n{_CONTROL_BUT_NEWLINE_CHARS}]")
+_CONTROL_BUT_NEWLINE = re.compile(f"[{_CONTROL_BUT_NEWLINE_CHARS}]")
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

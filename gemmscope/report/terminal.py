@@ -137,7 +137,7 @@ def terminal_table(frame: pd.DataFrame, shorten: dict[str, Shortener] | None = N
     _PROSE_WIDTH; then its `shorten` columns are cut by their shortener, the widest first, down to
     _NAME_WIDTH. Only the columns of prose wrap: names and numbers stay on their line."""
     shorten = shorten or {}
-    cells = {c: frame[c].map(cell).map(terminal_lines) for c in frame.columns}
+    cells = {c: frame[c].map(lambda value: terminal_lines(cell(value))) for c in frame.columns}
     natural = {c: max([_text_width(str(c)), *(cells[c].map(_text_width) if len(frame) else [])])
                for c in frame.columns}
     widths = dict(natural)
