@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,15 @@ def test_a_torch_profiler_traces_names_are_shown_escaped(tmp_path):
     for fmt in ("table", "markdown"):
         said = _said(gemmscope("analyze", trace, "--verbose", "--format", fmt, "--no-redact"))
         assert "\\x1b]0;pwned\\x07" in said and not CONTROL.search(said)
+
+
+def test_a_bundles_tables_and_report_hold_names_as_data(hostile, tmp_path):
+    done = gemmscope("bundle", hostile, "-o", tmp_path / "b.zip")
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(tmp_path / "b.zip") as bundle:
+        texts = {name: bundle.read(name).decode() for name in bundle.namelist() if name.endswith((".csv", ".md"))}
+    tables = {name: text for name, text in texts.items() if name.endswith(".csv")}
+    cells = [cell for text in tables.values() for row in _csv_rows(text)[1:] for cell in row]
+    assert "'" + FORMULA in cells and not any(re.match(r"[=+@\t\r]", cell) for cell in cells)
+    (report,) = [text for name, text in texts.items() if name.endswith("report.md")]
+    assert "<img" not in _rendered(report) and not CONTROL.search(report)
