@@ -47,9 +47,8 @@ def csv_text(table: pd.DataFrame) -> str:
     character of its line terminator, and a bare carriage return would otherwise end a row where
     a reader reads one: a table holding one is written with CRLF line ends (RFC 4180's)."""
     cells = sinks.csv_cells(table)
-    text = [cells[c].astype("string") for c in sinks.text_columns(cells)]
-    carriage_return = any(column.str.contains("\r", regex=False).any() for column in text) or \
-        any("\r" in str(c) for c in cells.columns)
+    text = [cells[c].astype("string") for c in sinks.text_columns(cells)] + [pd.Series(cells.columns, dtype="string")]
+    carriage_return = any(column.str.contains("\r", regex=False).any() for column in text)
     return cells.to_csv(index=False, lineterminator="\r\n" if carriage_return else "\n")
 
 

@@ -169,21 +169,24 @@ def terminal_text(*parts: str | Table | TextSection) -> str:
     line before each section, no trailing spaces."""
     console = Console(file=io.StringIO(), width=TERMINAL_WIDTH, record=True, markup=False, highlight=False,
                       emoji=False)
-    def shown(part: str | Table) -> str | Table:
-        return terminal_lines(part) if isinstance(part, str) else part
-
     for part in parts:
         if not isinstance(part, TextSection):
-            console.print(shown(part), overflow="fold")
+            console.print(_encoded(part), overflow="fold")
             continue
         console.print()
         for line in [part.title, *part.before]:
-            console.print(shown(line), overflow="fold")
+            console.print(_encoded(line), overflow="fold")
         if part.table is not None:
             console.print(part.table)
         for after in part.after:
-            console.print(shown(after), overflow="fold")
+            console.print(_encoded(after), overflow="fold")
     return "".join(line.rstrip() + "\n" for line in console.export_text().splitlines())
+
+
+def _encoded(part: str | Table) -> str | Table:
+    """A line of text as the terminal may print it (sinks.terminal_lines); a table's cells are
+    encoded as it is made (terminal_table, legend)."""
+    return terminal_lines(part) if isinstance(part, str) else part
 
 
 def headed(frame: pd.DataFrame, own: Mapping[str, str] | None = None) -> pd.DataFrame:
