@@ -318,7 +318,9 @@ class Shapes:
         if fmt == "json":
             return json.dumps(self.to_dict(), indent=2) + "\n"
         if fmt == "csv":
-            return self.frame.to_csv(index=False)
+            from gemmscope.report.tables import csv_text
+
+            return csv_text(self.frame)
         if fmt not in ("table", "markdown"):
             raise InputError(f"shapes cannot be written as {fmt}: choose from table, json, csv, markdown")
         from gemmscope.report.model import flop_text

@@ -20,6 +20,7 @@ from typing import NoReturn
 import click
 
 from gemmscope.common import scratch
+from gemmscope.common.sinks import for_terminal, terminal_lines
 from gemmscope.errors import ExitCode, InputError, exit_codes_help
 from gemmscope.judging.recipes import RECIPES
 from gemmscope.options import Options
@@ -126,6 +127,7 @@ def _internal_error(exc: _Unexpected) -> NoReturn:
         traceback.print_exception(exc.error)
     what = ", ".join(exc.inputs) if exc.inputs else "its default input"
     error = " ".join(f"{type(exc.error).__name__}: {exc.error}".split())
+    what, error = for_terminal(what), for_terminal(error)
     click.echo(f"gemmscope: internal error in `gemmscope {exc.command}` on {what} ({error}): a bug in gemmscope; "
                "please report it with this line and `gemmscope --version` (GEMMSCOPE_DEBUG=1 shows the traceback)",
                err=True)
@@ -133,7 +135,9 @@ def _internal_error(exc: _Unexpected) -> NoReturn:
 
 
 def _fail(message: str) -> NoReturn:
-    click.echo(f"gemmscope: error: {' '.join(message.split())}", err=True)
+    """One line, whatever the message holds: a file name or a trace's text in it with its control
+    characters escaped."""
+    click.echo(f"gemmscope: error: {for_terminal(' '.join(message.split()))}", err=True)
     sys.exit(ExitCode.BAD_INPUT)
 
 
@@ -328,15 +332,16 @@ def say_redacted(redactor) -> None:
 
 
 def note(text: str) -> None:
-    """A line on stderr beside the output."""
-    click.echo(text, err=True)
+    """A line on stderr beside the output, a name or a path in it with its control characters
+    escaped (sinks.terminal_lines)."""
+    click.echo(terminal_lines(text), err=True)
 
 
 def wrote(what: str | Path) -> None:
     """What a command wrote, said the one way every command says it: `gemmscope: wrote WHAT` on
     stderr, as every other note, so that stdout holds only what the command prints (`report -o -`:
     the page itself)."""
-    note(f"gemmscope: wrote {what}")
+    note(f"gemmscope: wrote {for_terminal(str(what))}")
 
 
 def detail_level(quiet: bool, verbose: bool) -> str:

@@ -18,6 +18,7 @@ from gemmscope.cli.group import (
     with_options,
     wrote,
 )
+from gemmscope.common.sinks import terminal_lines
 from gemmscope.errors import ExitCode, InputError
 from gemmscope.judging.recipes import RECIPES
 from gemmscope.plan.model_config import ACTIVATIONS, PRESETS
@@ -101,7 +102,7 @@ def doctor(canary: bool) -> None:
         if missing := doctor_checks.canary_missing(checked):
             raise InputError(f"--canary cannot run here: {missing}")
         flagged = doctor_checks.canary()
-        click.echo(flagged.message)
+        emit(terminal_lines(flagged.message) + "\n")
         sys.exit(ExitCode.OK if flagged.ok else ExitCode.MISMATCH)
 
 

@@ -62,4 +62,4 @@ def _write_page(out: Path, text: str) -> None:
             partial.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot write {out}: {exc.strerror}") from None
-    click.echo(f"wrote {out}", err=True)
+    note(f"wrote {out}")

@@ -44,10 +44,10 @@ def whatif_cmd(traces: tuple[Path, ...], out: Path | None, measured: Path | None
         found = api.what_if(list(traces), options, out=out, measured=measured, measure=not no_measure, iters=iters,
                             warmup=warmup, say=note)
     except NothingToGroup as exc:
-        click.echo(f"gemmscope: {exc}", err=True)
+        note(f"gemmscope: {exc}")
         sys.exit(ExitCode.MISMATCH)
     for line in found.said:
-        click.echo(line, err=True)
+        note(line)
     if found.out is not None and found.files:
         wrote(f"{', '.join(sorted(found.files))} into {found.out}")
     emit(render(found.report, fmt))

@@ -171,7 +171,7 @@ def _records(export: Path) -> sqlite3.Connection:
     if export.is_dir():
         tables = {table: [key, value] for table, key, value, _ in (*_REDACT, *_DELETE)}
         return nsys_tables.columnar_as_sqlite(export, tables | {"StringIds": ["id", "value"]})
-    return sqlite3.connect(f"file:{export}?mode=ro", uri=True)
+    return nsys_tables.read_only(export)
 
 
 def _local_names() -> list[str]:

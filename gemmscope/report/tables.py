@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gemmscope.common import sinks
 from gemmscope.errors import InputError
 
 # Every CSV a report's tables are written as, and what a row of it is. Names are whole (kernels,
@@ -41,8 +42,14 @@ TABLE_FILES = {
 
 
 def csv_text(table: pd.DataFrame) -> str:
-    """A table as CSV: a header, a row per row, blank where a value is missing."""
-    return table.to_csv(index=False, lineterminator="\n")
+    """A table as CSV: a header, a row per row, blank where a value is missing; every text cell as
+    a spreadsheet may open it (sinks.csv_cells). Python's CSV writer quotes a cell holding a
+    character of its line terminator, and a bare carriage return would otherwise end a row where
+    a reader reads one: a table holding one is written with CRLF line ends (RFC 4180's)."""
+    cells = sinks.csv_cells(table)
+    text = [cells[c].astype("string") for c in sinks.text_columns(cells)] + [pd.Series(cells.columns, dtype="string")]
+    carriage_return = any(column.str.contains("\r", regex=False).any() for column in text)
+    return cells.to_csv(index=False, lineterminator="\r\n" if carriage_return else "\n")
 
 
 def write_tables(tables: dict[str, pd.DataFrame], directory: Path) -> list[Path]:

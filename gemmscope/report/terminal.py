@@ -16,6 +16,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
+from gemmscope.common.sinks import for_terminal, terminal_column, terminal_lines, text_columns
 from gemmscope.report.model import Fit, Part, Report, Section, cell, header, table_parts, verdict_text
 from gemmscope.report.model import Table as ReportTable
 
@@ -136,7 +137,7 @@ def terminal_table(frame: pd.DataFrame, shorten: dict[str, Shortener] | None = N
     _PROSE_WIDTH; then its `shorten` columns are cut by their shortener, the widest first, down to
     _NAME_WIDTH. Only the columns of prose wrap: names and numbers stay on their line."""
     shorten = shorten or {}
-    cells = {c: frame[c].map(cell) for c in frame.columns}
+    cells = {c: frame[c].map(lambda value: terminal_lines(cell(value))) for c in frame.columns}
     natural = {c: max([_text_width(str(c)), *(cells[c].map(_text_width) if len(frame) else [])])
                for c in frame.columns}
     widths = dict(natural)
@@ -170,16 +171,22 @@ def terminal_text(*parts: str | Table | TextSection) -> str:
                       emoji=False)
     for part in parts:
         if not isinstance(part, TextSection):
-            console.print(part, overflow="fold")
+            console.print(_encoded(part), overflow="fold")
             continue
         console.print()
         for line in [part.title, *part.before]:
-            console.print(line, overflow="fold")
+            console.print(_encoded(line), overflow="fold")
         if part.table is not None:
             console.print(part.table)
         for after in part.after:
-            console.print(after, overflow="fold")
+            console.print(_encoded(after), overflow="fold")
     return "".join(line.rstrip() + "\n" for line in console.export_text().splitlines())
+
+
+def _encoded(part: str | Table) -> str | Table:
+    """A line of text as the terminal may print it (sinks.terminal_lines); a table's cells are
+    encoded as it is made (terminal_table, legend)."""
+    return terminal_lines(part) if isinstance(part, str) else part
 
 
 def headed(frame: pd.DataFrame, own: Mapping[str, str] | None = None) -> pd.DataFrame:
@@ -214,7 +221,7 @@ def legend(keys: Sequence[str], names: Sequence[str]) -> Table:
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
     for key, name in zip(keys, names):
-        grid.add_row(key, name)
+        grid.add_row(terminal_lines(str(key)), terminal_lines(str(name)))
     return grid
 
 
@@ -223,10 +230,11 @@ def to_terminal(report: Report) -> str:
     then each section's notes and tables."""
     parts: list[str | Table | TextSection] = []
     if report.status is not None:
-        parts.append(verdict_text(report.status, report.verdict))
+        # each line one line, whatever a name in it holds (a line break would start a line of its own)
+        parts.append(verdict_text(report.status, [(label, for_terminal(text)) for label, text in report.verdict]))
         if report.intro:
             parts.append("")
-    parts += report.intro
+    parts += map(for_terminal, report.intro)
     for section in report.sections:
         parts += section_text(section)
     return terminal_text(*parts)
@@ -234,7 +242,7 @@ def to_terminal(report: Report) -> str:
 
 def section_text(section: Section) -> list[TextSection]:
     """A section as the terminal shows it: its notes, then its tables, each fitted."""
-    shown = [TextSection(note) for note in section.notes]
+    shown = [TextSection(for_terminal(note)) for note in section.notes]
     for block in section.blocks:
         if isinstance(block, ReportTable):
             shown += _transposed(block, section.title) if block.fit.transpose else [
@@ -247,10 +255,10 @@ def _part_text(table: ReportTable, part: Part) -> list[TextSection]:
     with what every row shares said once, the table, the legend of its codes and of its numbered
     names, and the columns --verbose adds in a further table."""
     fit = table.fit
-    title = table.title if part.heading is None else f"{table.title}: {part.heading}"
+    title = table.title if part.heading is None else f"{table.title}: {for_terminal(part.heading)}"
     if part.frame.empty:
         return [TextSection(f"{title}: none")]
-    frame, before = _shown_rows(part.frame, fit)
+    frame, before = _shown_rows(_names_shown(part.frame), fit)
     frame = frame.drop(columns=[c for c in fit.hide if c in frame])
     frame = frame.assign(**{c: frame[c].fillna(text) for c, text in fit.missing.items() if c in frame})
     if fit.stack is not None:
@@ -267,7 +275,7 @@ def _part_text(table: ReportTable, part: Part) -> list[TextSection]:
         before.append(f"{label}: " + ", ".join(f"{k} {v}" for k, v in pairs))
         frame = frame.drop(columns=column)
     if part.lead is not None:
-        before.append(part.lead + (f"; {', '.join(said)}" if said else "") + ".")
+        before.append(for_terminal(part.lead) + (f"; {', '.join(said)}" if said else "") + ".")
     else:
         before += said
     more = frame
@@ -288,6 +296,15 @@ def _part_text(table: ReportTable, part: Part) -> list[TextSection]:
         shown.append(TextSection(f"{title}: {fit.more.title}",
                                  _fitted_table(pd.concat([keys, more[list(fit.more.columns)]], axis=1), table)))
     return shown
+
+
+def _names_shown(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every text of a table from a trace as the terminal shows it (for_terminal: a name's line
+    break too), before the folds below join cells with line breaks of their own."""
+    out = frame.copy()
+    for column in text_columns(frame):
+        out[column] = terminal_column(frame[column])
+    return out
 
 
 def _shown_rows(frame: pd.DataFrame, fit: Fit) -> tuple[pd.DataFrame, list[str]]:

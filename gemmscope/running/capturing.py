@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from gemmscope.autocast_hook import gemmscope_protocol
 from gemmscope.common import scratch
+from gemmscope.common.sinks import terminal_lines
 from gemmscope.errors import InputError
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ _NOT_OPENED = ("the command ended before the capture window opened ({delay:g} s 
 
 
 def say_on_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(terminal_lines(line), file=sys.stderr, flush=True)
 
 
 def progress(stage: int, what: str, say: Callable[[str], None] = say_on_stderr) -> None:

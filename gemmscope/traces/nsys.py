@@ -42,6 +42,7 @@ from gemmscope.traces.nsys_tables import (
     Export,
     SqliteExport,
     columnar_export,
+    read_only,
     refuse_non_text,
 )
 
@@ -72,7 +73,7 @@ def check_strings(export: Path, name: Path | str) -> None:
     that is not text, which nsys never writes: what redacts reads StringIds with SQL, not
     through `read`, and would otherwise meet a blob as if it were text."""
     try:
-        with closing(sqlite3.connect(f"file:{export}?mode=ro", uri=True)) as conn:
+        with closing(read_only(export)) as conn:
             if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'StringIds'").fetchone():
                 return
             found = conn.execute("SELECT rowid, value FROM StringIds WHERE typeof(value) NOT IN ('text', 'null') "
@@ -161,7 +162,7 @@ def sqlite_export(path: str | Path) -> Path:
         path = nsys_runner.export_sqlite(path, scratch.folder() / _scratch_name(str(path.resolve()), path.stem))
     _check_file(path, given)
     try:
-        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        with closing(read_only(path)) as conn:
             tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
         raise InputError(f"{given} is a damaged or truncated SQLite file ({exc})") from None

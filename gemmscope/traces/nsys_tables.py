@@ -55,12 +55,19 @@ def refuse_non_text(values: pd.Series, required: np.ndarray, column: str, rows: 
         raise DamagedTrace(f"{column} is {values.iloc[first]!r:.40} in {where}, not text")
 
 
+def read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the SQLite file at `path`, whatever its name holds: SQLite's URI
+    names the file in its path part, so a `#`, `?` or `%` in a name written raw would cut the name
+    there (opening, or making, another file) or be decoded; Path.as_uri percent-encodes them."""
+    return sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+
+
 class SqliteExport:
     """A read-only connection to an export, with table and column feature detection."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        self.conn = read_only(path)
         self.tables = {name for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
     def columns(self, table: str) -> set[str]:
@@ -394,7 +401,7 @@ def recorded_environment(export: Path) -> tuple[dict[str, str], list[list[str]]]
     """What an SQLite export records of the machine it ran on (TARGET_INFO_SYSTEM_ENV's name ->
     value: driver, CUDA, OS; empty where it lacks the table) and the command line of each process
     nsys launched (command_lines)."""
-    with closing(sqlite3.connect(f"file:{export}?mode=ro", uri=True)) as conn:
+    with closing(read_only(export)) as conn:
         system = dict(conn.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV")) \
             if "TARGET_INFO_SYSTEM_ENV" in _tables(conn) else {}
         return system, command_lines(conn)

@@ -8,6 +8,7 @@ an nsys export (traces.nsys).
 from __future__ import annotations
 
 import glob
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,7 +51,21 @@ def trace_paths(arguments: Sequence[str | Path]) -> list[Path]:
             found += matches
         else:
             found.append(argument)
+    for path in found:
+        _check_name(path)
     return list(dict.fromkeys(found))
+
+
+def _check_name(path: Path) -> None:
+    """InputError for a trace whose file name is not UTF-8 text: a trace's name is text in every
+    output (its JSON, its tables), and Python holds such a name with lone surrogates that no
+    output can encode."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", errors="backslashreplace")
+        raise InputError(f"{shown}: the file name is not UTF-8 text, which gemmscope names traces by in its "
+                         "outputs: rename the file (or link it under a UTF-8 name)") from None
 
 
 def read_trace(path: str | Path, threads: int = 2, name: Path | None = None) -> Trace:

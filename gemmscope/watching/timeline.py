@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gemmscope.common.sinks import terminal_lines
 from gemmscope.errors import InputError, NoGpuKernels, State
 from gemmscope.options import Options
 from gemmscope.watching import alerts
@@ -266,7 +267,7 @@ def timeline_table(records: list[dict[str, Any]]) -> str:
         if record.get("error"):
             said.append(f"window {record['window']}: NOT JUDGED: {record['error']}")
         said += [f"window {record['window']}: ALERT {a['code']}: {a['statement']}" for a in record.get("alerts", [])]
-    return "\n".join(said) + "\n"
+    return terminal_lines("\n".join(said) + "\n")
 
 
 def window_series(records: list[dict[str, Any]]) -> pd.DataFrame:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from gemmscope.common.yaml_text import quoted
+from gemmscope.common.sinks import python_literal, yaml_scalar
 from gemmscope.whatif.advice import Advice
 from gemmscope.whatif.groups import RunGroups
 from gemmscope.whatif.megatron_recipe import (
@@ -260,7 +260,7 @@ def debug_api_names(paths: list[str]) -> list[str]:
 def te_debug_yaml(paths: list[str]) -> str:
     """A TE debug-API config keeping the layers at `paths` out of low precision, named as
     debug_api.infer_and_assign_layer_names names them (debug_api_names); the pattern quoted and
-    escaped (yaml_text), as a module name from a trace may hold a quote or a newline."""
+    escaped (sinks.yaml_scalar), as a module name from a trace may hold a quote or a newline."""
     pattern = "^(" + "|".join(re.escape(p) for p in debug_api_names(paths)) + ")$"
     return ("# Written by gemmscope whatif: these TE layers run their GEMMs in high precision.\n"
             "# Needs nvdlfw_inspect, and in the program, before its first TE module is built:\n"
@@ -273,7 +273,7 @@ def te_debug_yaml(paths: list[str]) -> str:
             "gemmscope_whatif_bf16:\n"
             "  enabled: True\n"
             "  layers:\n"
-            f"    layer_name_regex_pattern: {quoted(pattern)}\n"
+            f"    layer_name_regex_pattern: {yaml_scalar(pattern)}\n"
             "  transformer_engine:\n"
             "    DisableQuantizationLayer:\n"
             "      enabled: True\n")
@@ -283,11 +283,11 @@ def te_autocast_snippet(to_bf16: list[str], to_low: list[str], recipes: list[str
     lines = ["# Written by gemmscope whatif: te.autocast regions around the calls of these modules.",
              "import transformer_engine.pytorch as te", ""]
     if to_bf16:
-        lines += ["# in high precision (inside the program's FP8 autocast):", *[f"#   {p}" for p in to_bf16],
+        lines += ["# in high precision (inside the program's FP8 autocast):", *[f"#   {python_literal(p)}" for p in to_bf16],
                   "with te.autocast(enabled=False):", "    out = module(x)  # a GroupedLinear: module(x, m_splits)", ""]
     if to_low:
         recipe = recipes[0] if recipes else "fp8-current"
-        lines += [f"# in low precision ({recipe}):", *[f"#   {p}" for p in to_low],
+        lines += [f"# in low precision ({python_literal(recipe)}):", *[f"#   {python_literal(p)}" for p in to_low],
                   "with te.autocast(enabled=True, recipe=recipe):", "    out = module(x)  # a GroupedLinear: module(x, m_splits)",
                   ""]
     return "\n".join(lines)

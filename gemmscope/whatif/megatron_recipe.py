@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from gemmscope.common.yaml_text import yaml_text
+from gemmscope.common.sinks import yaml_text
 
 MEGATRON_RECIPE_YAML = "megatron_precision.yaml"
 PRECISION_FLAG = "--te-precision-config-file"
