@@ -135,9 +135,9 @@ def test_whatif_files_name_hostile_modules_as_data():
     assert ast.dump(ast.parse(snippet)) == ast.dump(ast.parse(clean))  # names only in comments
     assert len(snippet.splitlines()) == len(clean.splitlines())
     yaml = pytest.importorskip("yaml")
-    config = yaml.safe_load(changes.te_debug_yaml(paths, "te"))
+    config = yaml.safe_load(changes.te_debug_yaml(paths))
     pattern = config["gemmscope_whatif_bf16"]["layers"]["layer_name_regex_pattern"]
-    assert all(re.fullmatch(pattern, name) for name in changes.debug_api_names(paths, "te"))
+    assert all(re.fullmatch(pattern, name) for name in changes.debug_api_names(paths))
     assert set(config["gemmscope_whatif_bf16"]) == {"enabled", "layers", "transformer_engine"}
 
 

@@ -235,7 +235,10 @@ def test_megatron_change_finer_than_layers_is_a_per_module_recipe(all_fp8):
     args = written.files[changes.MEGATRON_ARGS].split()
     parsed = _program("megatron_gpt").parse_args(args)
     assert not parsed.first_last_bf16 and parsed.te_precision_config_file == megatron_recipe.MEGATRON_RECIPE_YAML
-    patterns = re.findall(r'"pattern": "(.*)"', written.files[megatron_recipe.MEGATRON_RECIPE_YAML])
+    import yaml
+
+    loaded = yaml.safe_load(written.files[megatron_recipe.MEGATRON_RECIPE_YAML])
+    patterns = [matcher["pattern"] for matcher in loaded["matchers"].values()]
     assert patterns == [f"decoder.layers.{n}.self_attention.linear_proj" for n in range(4)]
     assert changes.TE_DEBUG_YAML not in written.files and not any("debug API" in n for n in written.notes)
 
