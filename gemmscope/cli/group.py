@@ -126,15 +126,24 @@ def _internal_error(exc: _Unexpected) -> NoReturn:
         traceback.print_exception(exc.error)
     what = ", ".join(exc.inputs) if exc.inputs else "its default input"
     error = " ".join(f"{type(exc.error).__name__}: {exc.error}".split())
-    click.echo(f"gemmscope: internal error in `gemmscope {exc.command}` on {what} ({error}): a bug in gemmscope; "
-               "please report it with this line and `gemmscope --version` (GEMMSCOPE_DEBUG=1 shows the traceback)",
-               err=True)
+    click.echo(_redacted(f"gemmscope: internal error in `gemmscope {exc.command}` on {what} ({error}): a bug in "
+                         "gemmscope; please report it with this line and `gemmscope --version` (GEMMSCOPE_DEBUG=1 "
+                         "shows the traceback)"), err=True)
     sys.exit(ExitCode.INTERNAL_ERROR)
 
 
 def _fail(message: str) -> NoReturn:
-    click.echo(f"gemmscope: error: {' '.join(message.split())}", err=True)
+    click.echo(_redacted(f"gemmscope: error: {' '.join(message.split())}"), err=True)
     sys.exit(ExitCode.BAD_INPUT)
+
+
+def _redacted(line: str) -> str:
+    """An error line redacted by the rules every output gemmscope writes for sharing passes
+    (docs/redaction.md): it may quote a trace's text (a token in it, what SQLite quotes of text it
+    could not decode), and it is pasted into issues as often as a report is."""
+    from gemmscope.redaction.policy import Redactor
+
+    return Redactor()(line)
 
 
 class TracePath(click.Path):

@@ -44,7 +44,7 @@ _SECRET_KEY = (r"(?i:[A-Za-z0-9_-]*?(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|PASSPHRA
                r"|[_-]PWD)S?)(?![A-Za-z0-9_-])")
 # How a name is given its value: NAME=value, --name value, --name=value, and the key/value forms
 # of configuration files and logs (key: value, "key": "value", key = value, key => value,
-# key := value); never `::` (C++ and torch's scopes).
+# key := value); never `::` (C++ and torch's scopes: cutlass::Key: 3).
 _ASSIGNS = (rf"(?:--?{SECRET_NAME}(?:=|[ \t]+)|{SECRET_NAME}="
             rf"|[\"']?{_SECRET_KEY}[\"']?[ \t]*(?::(?!:)|:?=>?|\?=)[ \t]*)")
 _IPV4_PART = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -57,16 +57,22 @@ _TLDS = ("com|net|org|edu|gov|mil|io|ai|dev|app|cloud|local|localdomain|internal
          "|uk|de|fr|jp|cn|kr|au|eu|nl|ru|br")
 # Every country's top-level domain (IANA's root zone), recognised in a host name of three labels
 # or more written in lower case (node3.hpc.cineca.it, login.ethz.ch): but those that are also file
-# suffixes (config.h.in, model.final.pt, x.tar.sh) or torch's operators (torch.sparse.mm), which
-# a dotted Python or file name ends with as often as a host does.
-_COUNTRY_TLDS = (
-    "ad ae af ag ai al ao aq ar as at au aw ax az ba bb bd be bf bg bh bi bj bm bn bo br bs bt bw by bz ca cd cf "
-    "cg ch ci ck cl cm cn co cv cw cx cy cz de dj dk dm do dz ec ee eg er es et eu fi fj fk fm fo fr ga gd gf gg "
-    "gh gi gl gm gn gp gq gr gs gu gw gy hk hm hn hr ht hu id ie il im io iq ir is it je jm jo jp ke kg kh ki km "
-    "kn kp kr kw ky kz la lb lc li lk lr ls lu lv ly ma mc me mg mh mn mo mp mq mr ms mt mu mv mw mx my mz na nc "
-    "nf ng ni nl no np nr nu nz om pa pe pf pg ph pk pn pr pw qa re ro ru rw sa sb sc sd se sg si sk sl sm sn sr "
-    "ss st su sv sx sy sz tc td tg th tj tk tl tm tn to tr tt tv tw tz ua ug uk us uy uz va vc ve vg vi vn vu wf "
-    "ws ye yt za zm zw").replace(" ", "|")
+# suffixes (config.h.in, model.final.pt, x.tar.sh, Makefile.am) or torch's operators
+# (torch.sparse.mm, torch.special.gt), which a dotted Python or file name ends with as often as a
+# host does (_NOT_HOST_TLDS).
+_ALL_COUNTRY_TLDS = (
+    "ac ad ae af ag ai al am ao aq ar as at au aw ax az ba bb bd be bf bg bh bi bj bm bn bo br bs bt bw by bz ca cc "
+    "cd cf cg ch ci ck cl cm cn co cr cu cv cw cx cy cz de dj dk dm do dz ec ee eg er es et eu fi fj fk fm fo fr ga "
+    "gd ge gf gg gh gi gl gm gn gp gq gr gs gt gu gw gy hk hm hn hr ht hu id ie il im in io iq ir is it je jm jo jp "
+    "ke kg kh ki km kn kp kr kw ky kz la lb lc li lk lr ls lt lu lv ly ma mc md me mg mh mk ml mm mn mo mp mq mr ms "
+    "mt mu mv mw mx my mz na nc ne nf ng ni nl no np nr nu nz om pa pe pf pg ph pk pl pm pn pr ps pt pw py qa re ro "
+    "rs ru rw sa sb sc sd se sg sh si sk sl sm sn so sr ss st su sv sx sy sz tc td tf tg th tj tk tl tm tn to tr tt "
+    "tv tw tz ua ug uk us uy uz va vc ve vg vi vn vu wf ws ye yt za zm zw").split()
+_NOT_HOST_TLDS = "ac am cc cr cu ge gt in lt md mk ml mm ne pl pm ps pt py rs sh so tf".split()
+_COUNTRY_TLDS = "|".join(tld for tld in _ALL_COUNTRY_TLDS if tld not in _NOT_HOST_TLDS)
+# The second-level domains under which countries register universities, firms and governments
+# (iitb.ac.in, x.com.pt, uw.edu.pl): with one of them before it, any country's domain is a host's.
+_SECOND_LEVEL = "ac|co|com|edu|gov|net|org|gob|nic|res"
 _LOWER_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 # A Windows path separator, also as JSON or a C string writes it (\\) and with forward slashes.
 _WINDOWS_SEPARATOR = r"(?:\\{1,2}|/)"
@@ -75,10 +81,11 @@ _PATH_USER = r"[^/\\\s\"'`:;,=|*?<>]+"
 # The folders that hold one folder per user, the user's name next: home directories
 # (/home/NAME, /Users/NAME, C:\Users\NAME in any case, also with / and as JSON writes it) and
 # clusters' per-user scratch and home spaces (/scratch/NAME, /scratch1/NAME, /gpfs/scratch/NAME,
-# /p/scratch/users/NAME, /lustre/fs1/users/NAME, /global/homes/NAME).
+# /p/scratch/users/NAME, /lustre/fs1/users/NAME, /global/cscratch1/sd/NAME, /global/homes/j/NAME:
+# a one-letter folder of names first).
 _HOME_ROOT = rf"/(?:home|Users)/|(?<![A-Za-z0-9])[A-Za-z]:{_WINDOWS_SEPARATOR}(?i:users){_WINDOWS_SEPARATOR}"
 _PER_USER_ROOT = (rf"(?<!{PATH_CHAR})(?<![/\\])(?:/[A-Za-z0-9_.-]+){{0,2}}"
-                  r"/(?:c?scratch[0-9]*|users?|homes)/(?:users?/)?")
+                  r"/(?:c?scratch[0-9]*|users?|homes)/(?:users?/|sd/|[a-z]/)?")
 
 # The redaction policy: every rule, by kind, applied to every text gemmscope writes for sharing
 # (docs/redaction.md). Where two rules match at one place the first listed wins (an e-mail
@@ -95,7 +102,7 @@ RULES: tuple[tuple[str, str], ...] = (
     ("authorization-header",
      r"(?P<lead>(?<![A-Za-z0-9_-])(?i:(?:proxy-)?authorization)[\"']?[ \t]*[:=][ \t]*[\"']?)[^\s\"'][^\r\n\"']*"),
     # NAME=value, --name value, --name=value, name: value, "name": "value", where the name says secret.
-    ("secret-assignment", rf"(?P<lead>(?<![A-Za-z0-9_-]){_ASSIGNS}){_VALUE}"),
+    ("secret-assignment", rf"(?P<lead>(?<![A-Za-z0-9_-])(?<!::){_ASSIGNS}){_VALUE}"),
     ("bearer-token", r"(?P<lead>(?<![A-Za-z0-9])(?i:bearer)[ \t]+)[A-Za-z0-9._~+/-]{16,}=*"),
     # HTTP Basic credentials (base64 of user:password) outside a header: a word of base64 holding a
     # digit, + or /, or a capital after a small letter (a word after "basic" is otherwise prose:
@@ -125,7 +132,9 @@ RULES: tuple[tuple[str, str], ...] = (
                    rf"|(?<![A-Za-z0-9_:])(?:(?:{_HEX4}:){{7}}{_HEX4}"
                    rf"|(?=(?:[0-9A-Fa-f]*:){{3}})(?:{_HEX4}:){{1,6}}(?::{_HEX4}){{1,6}})(?![A-Za-z0-9_:])"),
     ("host-name", rf"(?<![A-Za-z0-9_.-])(?:(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+(?i:{_TLDS})"
-                  rf"|(?:{_LOWER_LABEL}\.){{2,}}(?:{_COUNTRY_TLDS}))(?![A-Za-z0-9_-]|\.[A-Za-z0-9])"),
+                  rf"|(?:{_LOWER_LABEL}\.){{2,}}(?:{_COUNTRY_TLDS})"
+                  rf"|(?:{_LOWER_LABEL}\.)+(?:{_SECOND_LEVEL})\.(?:{'|'.join(_NOT_HOST_TLDS)}))"
+                  r"(?![A-Za-z0-9_-]|\.[A-Za-z0-9])"),
     # Home directories: the user's name and what they keep there. The path's tail stays, so a
     # warning's "/home/alice/.venv/…/torch/x.py:12" still says which file.
     ("home-path", rf"(?:{_HOME_ROOT}){_PATH_USER}|/root(?!{PATH_CHAR})"),
@@ -162,7 +171,7 @@ TRIGGERS: dict[str, tuple[str, ...]] = {
     "user-at-host": ("@",),
     # a dotted quad has a dot before a digit; an IPv6 address three colons with hex digits between
     "ip-address": (r"\.[0-9]", ":[0-9a-f]*:[0-9a-f]*:"),
-    "host-name": (rf"\.(?:{_TLDS})", rf"\.(?:{_COUNTRY_TLDS})"),
+    "host-name": (rf"\.(?:{_TLDS})", rf"\.(?:{_COUNTRY_TLDS})", rf"\.(?:{_SECOND_LEVEL})\."),
     "home-path": ("/home/", "/users/", "/root", r":(?:\\{1,2}|/)users"),
     "per-user-path": ("/scratch", "/cscratch", "/user", "/homes/"),
     "unc-path": (r"\\\\", "//"),
