@@ -28,6 +28,8 @@ CASES = {
     "google-api-key": ("AIza" + "S" * 35, REDACTED, "AIza" + "S" * 20),
     "slack-token": ("xoxb-123456789012-abcdefABCDEF", REDACTED, "xoxb-short"),
     "aws-key-id": ("id AKIAIOSFODNN7EXAMPLE;", f"id {REDACTED};", "AKIAIOSFODNN7EXAMPLEX"),
+    "vendor-token": ("publish with glpat-" + "aB3_" * 5 + " now", f"publish with {REDACTED} now",
+                     "npm_config_cache_directory and glpat-short"),
     "url-user-info": ("clone https://alice:s3cr3t@gitlab:8443/x.git", f"clone https://{REDACTED}@gitlab:8443/x.git",
                       "https://github.com/org/repo@v1.2 and torch@2.5"),
     "email": ("mail jane.smith@example-corp.com now", f"mail {REDACTED} now", "torch@2.5 and @torch.compile"),

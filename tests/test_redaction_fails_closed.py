@@ -82,6 +82,19 @@ def test_a_secret_given_to_a_name_that_says_secret_goes_whatever_its_shape(befor
     assert (key if "{key}" in form else env if "{env}" in form else option) in redacted
 
 
+# The shapes a token is known by alone (a prefix its issuer documents); the others (an AWS secret
+# key, a wandb key, a password) only by a name that says secret, or by the trace's records
+PREFIXED = sorted(name for name, shape in SHAPES.items() if isinstance(shape[0], str))
+
+
+@SETTINGS
+@given(PADDING, st.sampled_from(PREFIXED).flatmap(lambda name: secrets_of(SHAPES[name])),
+       st.sampled_from([" ", ": ", "\n", " (", "'"]), PADDING)
+def test_a_token_of_a_documented_shape_goes_alone(before, token, separator, after):
+    redacted = Redactor()(f"{before}using{separator}{token}{separator.strip('(')} {after}")
+    assert token not in redacted and REDACTED in redacted, redacted
+
+
 @SETTINGS
 @given(PADDING, st.sampled_from(["Authorization", "authorization", "Proxy-Authorization", '"Authorization"']),
        st.sampled_from([": ", ":", "="]), st.text(st.sampled_from(string.ascii_lowercase), min_size=1, max_size=12),
@@ -109,7 +122,8 @@ COUNTRIES = ("ch", "it", "se", "no", "fi", "es", "dk", "be", "at", "cz", "sg", "
 @SETTINGS
 @given(PADDING, USER, st.lists(LABEL, min_size=1, max_size=3),
        st.from_regex(r"\A(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(?:\.(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]"
-                     r"|[1-9]?[0-9])){3}\Z"), st.booleans(), st.sampled_from(["", ":~/run", ":/data/x", " ls"]), PADDING)
+                     r"|[1-9]?[0-9])){3}\Z"), st.booleans(), st.sampled_from(["", ":~/run", ":/data/x", " ls"]),
+       PADDING)
 def test_user_at_host_goes_whole(before, user, labels, address, by_address, path, after):
     host = address if by_address else ".".join(labels)
     assume(not host.startswith("v") or not host[1:2].isdigit())

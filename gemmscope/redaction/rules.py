@@ -74,6 +74,17 @@ _COUNTRY_TLDS = "|".join(tld for tld in _ALL_COUNTRY_TLDS if tld not in _NOT_HOS
 # (iitb.ac.in, x.com.pt, uw.edu.pl): with one of them before it, any country's domain is a host's.
 _SECOND_LEVEL = "ac|co|com|edu|gov|net|org|gob|nic|res"
 _LOWER_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+# The prefixes of other services' tokens, as their issuers write them (those that also start common
+# words with the shape of what follows: `npm_config_cache` is npm's setting, not a token), and in
+# lower case as triggers.
+_VENDOR_PREFIXES = (r"glpat-", r"gldt-", r"glrt-", r"glptt-", r"glsoat-", r"glcbt-", r"npm_(?=[A-Za-z0-9]{36}\b)",
+                    r"pypi-", r"do[opr]_v1_", r"[sr]k_(?:live|test|prod)_", r"shp(?:at|ca|pa|ss)_",
+                    r"SG\.(?=[A-Za-z0-9_-]{22}\.)", r"dapi(?=[a-f0-9]{32})", r"pplx-", r"pul-(?=[a-f0-9]{40})",
+                    r"pnu_", r"lin_api_", r"rubygems_", r"sntry[us]_", r"xkeysib-", r"dp\.pt\.", r"hvs\.", r"ops_eyJ")
+_VENDOR_TRIGGERS = ("glpat-", "gldt-", "glrt-", "glptt-", "glsoat-", "glcbt-", "npm_", "pypi-", "do[opr]_v1_",
+                    "sk_(?:live|test|prod)_", "rk_(?:live|test|prod)_", "shp(?:at|ca|pa|ss)_", r"sg\.", "dapi",
+                    "pplx-", "pul-", "pnu_", "lin_api_", "rubygems_", "sntry[us]_", "xkeysib-", r"dp\.pt\.", r"hvs\.",
+                    "ops_eyj")
 # A Windows path separator, also as JSON or a C string writes it (\\) and with forward slashes.
 _WINDOWS_SEPARATOR = r"(?:\\{1,2}|/)"
 # A user's folder's name in a path: up to the next separator of any system.
@@ -107,7 +118,8 @@ RULES: tuple[tuple[str, str], ...] = (
     # HTTP Basic credentials (base64 of user:password) outside a header: a word of base64 holding a
     # digit, + or /, or a capital after a small letter (a word after "basic" is otherwise prose:
     # "basic blocks", "Basic Operations")
-    ("basic-auth", r"(?P<lead>(?<![A-Za-z0-9])(?i:basic)[ \t]+)(?=[A-Za-z]*(?:[0-9+/]|[a-z][A-Z]))[A-Za-z0-9+/]{8,}={0,2}"
+    ("basic-auth", r"(?P<lead>(?<![A-Za-z0-9])(?i:basic)[ \t]+)(?=[A-Za-z]*(?:[0-9+/]|[a-z][A-Z]))"
+                   r"[A-Za-z0-9+/]{8,}={0,2}"
                    r"(?![A-Za-z0-9+/=])"),
     ("wandb-key", r"(?P<lead>wandb login[ \t]+(?:--relogin[ \t]+)?)[0-9a-f]{40}(?![0-9a-f])"
                   r"|(?<![A-Za-z0-9])local-[0-9a-f]{40}(?![0-9a-f])"),
@@ -119,6 +131,10 @@ RULES: tuple[tuple[str, str], ...] = (
     ("google-api-key", r"(?<![A-Za-z0-9])AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
     ("slack-token", r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}"),
     ("aws-key-id", r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"),  # long-term, temporary
+    # Other services' tokens by the prefix their issuers document (public secret scanners' rules):
+    # GitLab, npm, PyPI, DigitalOcean, Stripe, Shopify, SendGrid, Databricks, Perplexity, Pulumi,
+    # Prefect, Linear, RubyGems, Sentry, Brevo, Doppler, HashiCorp Vault, 1Password.
+    ("vendor-token", rf"(?<![A-Za-z0-9_.-])(?:{'|'.join(_VENDOR_PREFIXES)})[A-Za-z0-9_.=+/-]{{10,}}"),
     # The user name and password of a URL (https://user:token@host/…, git+ssh://user@host): the
     # scheme and the @ stay, and the host is a host name as any other.
     ("url-user-info", r"(?P<lead>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#@\"'<>\\]+(?=@)"),
@@ -166,6 +182,7 @@ TRIGGERS: dict[str, tuple[str, ...]] = {
     "google-api-key": ("aiza",),
     "slack-token": ("xox[abposr]-",),
     "aws-key-id": ("akia", "asia"),
+    "vendor-token": _VENDOR_TRIGGERS,
     "url-user-info": ("://",),
     "email": ("@",),
     "user-at-host": ("@",),

@@ -232,8 +232,8 @@ def _redact_table(conn: sqlite3.Connection, table: str, redactor: Redactor) -> N
     columns = [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')]
     if not columns:
         return
-    held = conn.execute("SELECT " + ", ".join(
-        f"max(typeof(\"{c}\") = 'text'), max(typeof(\"{c}\") = 'blob')" for c in columns) + f' FROM "{table}"').fetchone()
+    held = conn.execute("SELECT " + ", ".join(f"max(typeof(\"{c}\") = 'text'), max(typeof(\"{c}\") = 'blob')"
+                                              for c in columns) + f' FROM "{table}"').fetchone()
     for at, column in enumerate(columns):
         has_text, has_blob = held[2 * at], held[2 * at + 1]
         if has_blob:
