@@ -88,6 +88,34 @@ print(len(redacted))
     assert int(out) >= 1 << 20
 
 
+# What the redaction rules look for: secret words and the separators of key/value forms, user@host,
+# dotted names ending in a country's domain, per-user and Windows share paths, Authorization and Basic,
+# what SQLite quotes of undecodable text.
+REDACTION_PADDING = st.lists(st.sampled_from([
+    "a", "_", " ", ":", "=", "token", "key: ", "auth", "_pass", "@", "a@", ".it", "a.b.", ".ac.", "/scratch/", "/users/",
+    "/a", "\\\\", "//", "basic ", "Basic A1", "authorization", "-----BEGIN ", "/home/", "C:\\Users\\", "'",
+    "Could not decode to UTF-8 column 'x' with text '"]), min_size=1, max_size=4)
+
+
+@settings(max_examples=6, deadline=None)
+@given(REDACTION_PADDING)
+@example(["key: ", "a"])  # a key/value form whose value is one: each value searched once
+@example(["a.b."])  # a dotted name that never ends in a domain
+@example(["a@"])  # user@ with no host
+def test_a_1_mb_name_of_what_the_rules_look_for_is_redacted_in_linear_time(units):
+    """A 1 MB name made of what the rules look for, a secret at its end: redacted in the time a
+    linear pass takes, the secret gone (with what a rule takes to the line's end: an unclosed
+    quote's value, an Authorization header's)."""
+    out = _python(f"""
+from gemmscope.redaction.policy import Redactor
+head = ({"".join(units)!r} * (1 << 20))[:1 << 20]
+redacted = Redactor(names=["alice"], machine_names=["root"])(head + " HF_TOKEN=hf_aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC2eF4")
+assert redacted.endswith("[redacted]") and "hf_aB3dE5" not in redacted, redacted[-80:]
+print(len(redacted))
+""")
+    assert int(out) > 0
+
+
 def test_the_kernel_command_decodes_the_longest_name_a_command_line_holds():
     """Linux passes no argument longer than 128 KiB (MAX_ARG_STRLEN): a name of 100 KB."""
     name = "nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_TNT" + "_a" * 50_000

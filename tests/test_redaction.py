@@ -7,12 +7,17 @@ from gemmscope.redaction.policy import REDACTED, RULES, TRIGGERS, Redactor
 
 # kind -> (text holding one match, what is left of it, a near miss that must stay as it is)
 CASES = {
+    "undecodable-text": ("SQLite: Could not decode to UTF-8 column 'value' with text 'pw hunter2 it's \ufffd')",
+                         f"SQLite: Could not decode to UTF-8 column 'value' with text '{REDACTED}')",
+                         "Could not decode the name"),
     "private-key": ("key: -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY----- ok",
                     f"key: {REDACTED} ok", "-----BEGIN PUBLIC KEY----- MIIBIjAN"),
     "secret-assignment": ("train.py --password=hunter2 --steps 3", f"train.py --password={REDACTED} --steps 3",
                           "train.py --steps 3 TOKENIZERS_PARALLELISM"),
-    "bearer-token": ("Authorization: Bearer abcdefABCDEF0123456789", f"Authorization: Bearer {REDACTED}",
-                     "the bearer of bad news"),
+    "authorization-header": ("curl -H 'Authorization: Basic dXNlcjpwYXNzd29yZA==' x", f"curl -H 'Authorization: {REDACTED}' x",
+                             "the authorization of a run"),
+    "bearer-token": ("header Bearer abcdefABCDEF0123456789", f"header Bearer {REDACTED}", "the bearer of bad news"),
+    "basic-auth": ("auth Basic dXNlcjpwYXNz", f"auth Basic {REDACTED}", "basic blocks, Basic Operations"),
     "wandb-key": ("wandb login " + "0123456789abcdef" * 2 + "01234567", f"wandb login {REDACTED}",
                   "commit 0123456789abcdef0123456789abcdef01234567"),
     "jwt": ("token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
@@ -23,14 +28,19 @@ CASES = {
     "google-api-key": ("AIza" + "S" * 35, REDACTED, "AIza" + "S" * 20),
     "slack-token": ("xoxb-123456789012-abcdefABCDEF", REDACTED, "xoxb-short"),
     "aws-key-id": ("id AKIAIOSFODNN7EXAMPLE;", f"id {REDACTED};", "AKIAIOSFODNN7EXAMPLEX"),
+    "vendor-token": ("publish with glpat-" + "aB3_" * 5 + " now", f"publish with {REDACTED} now",
+                     "npm_config_cache_directory and glpat-short"),
     "url-user-info": ("clone https://alice:s3cr3t@gitlab:8443/x.git", f"clone https://{REDACTED}@gitlab:8443/x.git",
                       "https://github.com/org/repo@v1.2 and torch@2.5"),
-    "email": ("mail jane.smith@example-corp.com now", f"mail {REDACTED} now", "torch@2.5 and a@b"),
+    "email": ("mail jane.smith@example-corp.com now", f"mail {REDACTED} now", "torch@2.5 and @torch.compile"),
+    "user-at-host": ("ssh alice@login01:~/x", f"ssh {REDACTED}:~/x", "torch@2.5, repo@v1.2 and @torch.compile"),
     "ip-address": ("master 10.12.0.7:29500 and fe80::1ff:fe23:4567:890a", f"master {REDACTED}:29500 and {REDACTED}",
                    "cuBLASLt 12.9.1, nsys 2023.4.1.97, at 12:34:56, c10::add, 300.1.2.3"),
     "host-name": ("on gpu-node-17.corp.example.com:", f"on {REDACTED}:",
                   "torch.nn.Linear train.py libcublasLt.so.12 trace.sqlite.xz model.layers.3.self_attention"),
     "home-path": ("/home/alice/.venv/lib/x.py:12", f"{REDACTED}/.venv/lib/x.py:12", "/rootfs/usr/lib /opt/myhome/x"),
+    "per-user-path": ("cd /gpfs/scratch/alice/run1", f"cd /gpfs/scratch/{REDACTED}/run1", "/usr/share/doc /opt/scratchpad/x"),
+    "unc-path": (r"open \\\\fs01\\proj\\ckpt.pt", rf"open {REDACTED}\\ckpt.pt", "https://host/x and /usr//lib"),
 }
 
 

@@ -307,7 +307,7 @@ def test_recorded_values_paths_and_names():
     redact = Redactor(secret_values=["0123456789abcdef"], paths=["/data/alice-proj"], names=["alice", "gpu-node-7"])
     assert redact("key 0123456789abcdef, again0123456789abcdef") == "key [redacted], again[redacted]"
     assert redact("/data/alice-proj/ckpt and /data/alice-project") == "[redacted]/ckpt and /data/[redacted]-project"
-    assert redact("alice@gpu-node-7: malice gpu-node-71") == "[redacted]@[redacted]: malice gpu-node-71"
+    assert redact("alice@gpu-node-7: malice gpu-node-71") == "[redacted]: malice gpu-node-71"  # user@host whole
     assert redact.document({"alice": ["x 0123456789abcdef", 3, None]}) == {REDACTED: ["x [redacted]", 3, None]}
 
 
@@ -375,7 +375,7 @@ def test_redactor_of_torch_traces_and_an_export_learns_from_each(tmp_path):
 def test_a_recorded_secret_is_taken_whole_and_each_redaction_counted():
     # a secret whose value starts like another rule's match ("Bearer …") goes whole, counted as recorded
     redact = Redactor(secret_values=["Bearer abcdefghijklmnopqrstu"])
-    assert redact("Authorization: Bearer abcdefghijklmnopqrstu") == "Authorization: [redacted]"
+    assert redact("sent Bearer abcdefghijklmnopqrstu") == "sent [redacted]"
     assert redact("mail a@example.org and b@example.org") == "mail [redacted] and [redacted]"
     assert redact.counts == {"recorded-secret": 1, "email": 2}
     assert redact.summary() == "2 email, 1 recorded-secret"

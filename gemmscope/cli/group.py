@@ -128,17 +128,26 @@ def _internal_error(exc: _Unexpected) -> NoReturn:
     what = ", ".join(exc.inputs) if exc.inputs else "its default input"
     error = " ".join(f"{type(exc.error).__name__}: {exc.error}".split())
     what, error = for_terminal(what), for_terminal(error)
-    click.echo(f"gemmscope: internal error in `gemmscope {exc.command}` on {what} ({error}): a bug in gemmscope; "
-               "please report it with this line and `gemmscope --version` (GEMMSCOPE_DEBUG=1 shows the traceback)",
-               err=True)
+    click.echo(_redacted(f"gemmscope: internal error in `gemmscope {exc.command}` on {what} ({error}): a bug in "
+                         "gemmscope; please report it with this line and `gemmscope --version` (GEMMSCOPE_DEBUG=1 "
+                         "shows the traceback)"), err=True)
     sys.exit(ExitCode.INTERNAL_ERROR)
 
 
 def _fail(message: str) -> NoReturn:
     """One line, whatever the message holds: a file name or a trace's text in it with its control
-    characters escaped."""
-    click.echo(f"gemmscope: error: {for_terminal(' '.join(message.split()))}", err=True)
+    characters escaped, and redacted as every error line is."""
+    click.echo(_redacted(f"gemmscope: error: {for_terminal(' '.join(message.split()))}"), err=True)
     sys.exit(ExitCode.BAD_INPUT)
+
+
+def _redacted(line: str) -> str:
+    """An error line redacted by the rules every output gemmscope writes for sharing passes
+    (docs/redaction.md): it may quote a trace's text (a token in it, what SQLite quotes of text it
+    could not decode), and it is pasted into issues as often as a report is."""
+    from gemmscope.redaction.policy import Redactor
+
+    return Redactor()(line)
 
 
 class TracePath(click.Path):

@@ -1,8 +1,9 @@
 """The redaction policy: what is taken out of every text gemmscope writes for a person to paste or
 share (docs/redaction.md), and the `Redactor` that applies it.
 
-The rules are text rules only (`RULES`: tokens and keys recognisable by their shape, e-mail
-addresses, host names, IP addresses, home directories, user names in URLs), plus what a trace
+The rules are text rules only (gemmscope.redaction.rules' `RULES`: tokens and keys recognisable by
+their shape or their name, e-mail addresses, user@host, host names, IP addresses, home and
+per-user directories, Windows shares, user names in URLs), plus what a trace
 recorded (secret values, paths, user and host names), given to the Redactor by whoever read it
 (gemmscope.redaction.scrub learns them from a trace's own records). This module reads no trace: the report
 model, the CLI and the scrubber all use it.
@@ -19,95 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-REDACTED = "[redacted]"
+from gemmscope.redaction.rules import MIN_SECRET_LENGTH, PATH_CHAR, PUBLIC_HOSTS, REDACTED, RULES, TRIGGERS
 
-# Characters that continue a path name: a path matches only where none of them is just before
-# it or just after it ("/bin" is not redacted inside "/usr/bin" or "/binaries").
-PATH_CHAR = r"[A-Za-z0-9_.~+-]"
-# Names of environment variables and command-line options whose values are secrets
-# (HF_TOKEN, MY_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, --api-key, --token). The name's tail
-# is taken possessively (`*+`): nothing after a name is a name character, and giving one back
-# only made every long identifier (a kernel's name) cost a backtrack per character. Its head is
-# the first secret word found (an atomic group, never tried again): a name holding the word many
-# times was otherwise scanned to its end once per word, in time quadratic in its length.
-SECRET_NAME = r"(?i:(?>[A-Za-z0-9_-]*?(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD))[A-Za-z0-9_-]*+|AWS_[A-Za-z0-9_]++)"
-# A secret-named variable's or option's value shorter than this is a setting, not a credential
-# (TOKENIZERS_PARALLELISM=false, HF_HUB_DISABLE_TOKEN=1): redacting it wherever it appears would
-# take "1" out of every number. Where it is assigned (NAME=value) it is redacted all the same.
-MIN_SECRET_LENGTH = 6
-# The value after a secret name: quoted, or up to the next separator.
-_VALUE = r"(?:\"[^\"]*\"|'[^']*'|[^\s\"',;&|]+)"
-_IPV4_PART = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_HEX4 = r"[0-9A-Fa-f]{1,4}"
-# Top-level domains a host name is recognised by: the generic ones, the private ones clusters
-# use, and a few countries' (not those that are also file suffixes: .py, .sh, .so, .md, .cu).
-_TLDS = ("com|net|org|edu|gov|mil|io|ai|dev|app|cloud|local|localdomain|internal|intranet|lan|corp|cluster"
-         "|uk|de|fr|jp|cn|kr|au|eu|nl|ru|br")
-# A Windows path separator, also as JSON or a C string writes it (\\) and with forward slashes.
-_WINDOWS_SEPARATOR = r"(?:\\{1,2}|/)"
-
-# The redaction policy: every rule, by kind, applied to every text gemmscope writes for sharing
-# (docs/redaction.md). Where two rules match at one place the first listed wins (an e-mail
-# address before the user name it starts with). `(?P<lead>…)`: a part that stays (the name of
-# a secret option, so that a reader still sees that one was given).
-RULES: tuple[tuple[str, str], ...] = (
-    ("private-key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|[\s\S]*)"),
-    # NAME=value, --name value and --name=value, where the name says secret: the value goes.
-    ("secret-assignment", rf"(?P<lead>(?<![A-Za-z0-9_-])(?:--?{SECRET_NAME}(?:=|[ \t]+)|{SECRET_NAME}=)){_VALUE}"),
-    ("bearer-token", r"(?P<lead>(?<![A-Za-z0-9])(?i:bearer)[ \t]+)[A-Za-z0-9._~+/-]{16,}=*"),
-    ("wandb-key", r"(?P<lead>wandb login[ \t]+(?:--relogin[ \t]+)?)[0-9a-f]{40}(?![0-9a-f])"
-                  r"|(?<![A-Za-z0-9])local-[0-9a-f]{40}(?![0-9a-f])"),
-    ("jwt", r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    ("hugging-face-token", r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}"),
-    # personal (ghp_), OAuth, user-to-server, server, refresh; fine-grained personal access tokens
-    ("github-token", r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
-    ("api-key", r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{20,}"),  # OpenAI (sk-…, sk-proj-…), Anthropic (sk-ant-…)
-    ("google-api-key", r"(?<![A-Za-z0-9])AIza[A-Za-z0-9_-]{35}(?![A-Za-z0-9_-])"),
-    ("slack-token", r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}"),
-    ("aws-key-id", r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"),  # long-term, temporary
-    # The user name and password of a URL (https://user:token@host/…, git+ssh://user@host): the
-    # scheme and the @ stay, and the host is a host name as any other.
-    ("url-user-info", r"(?P<lead>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#@\"'<>\\]+(?=@)"),
-    ("email", r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
-              r"(?![A-Za-z0-9-])"),
-    ("ip-address", rf"(?<![A-Za-z0-9_.]){_IPV4_PART}(?:\.{_IPV4_PART}){{3}}(?![A-Za-z0-9_]|\.[0-9])"
-                   rf"|(?<![A-Za-z0-9_:])(?:(?:{_HEX4}:){{7}}{_HEX4}"
-                   rf"|(?=(?:[0-9A-Fa-f]*:){{3}})(?:{_HEX4}:){{1,6}}(?::{_HEX4}){{1,6}})(?![A-Za-z0-9_:])"),
-    ("host-name", rf"(?<![A-Za-z0-9_.-])(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.)+(?i:{_TLDS})"
-                  r"(?![A-Za-z0-9_-]|\.[A-Za-z0-9])"),
-    # Home directories: the user's name and what they keep there. The path's tail stays, so a
-    # warning's "/home/alice/.venv/…/torch/x.py:12" still says which file. On Windows
-    # C:\Users\alice, in any case (C:/Users/alice, C:\\Users\\alice as JSON writes it).
-    ("home-path", rf"/(?:home|Users)/[^/\s\"'`:;,=|]+|/root(?!{PATH_CHAR})"
-                  rf"|(?<![A-Za-z0-9])[A-Za-z]:{_WINDOWS_SEPARATOR}(?i:users){_WINDOWS_SEPARATOR}[^\\/\s\"'`:;,=|*?<>]+"),
-)
-# What every match of each rule holds, as regexes (any one of them) over the text in lower case:
-# a text none of them finds is left as it is without running the rules, which cost a try of
-# every rule at every character (a trace of torch's emit_nvtx holds a long name per operator
-# call). Each starts with a literal character: Redactor.texts looks for the ones that start
-# with one character in one pass. tests/test_redaction.py checks each against text its rule matches.
-TRIGGERS: dict[str, tuple[str, ...]] = {
-    "private-key": ("-----begin ",),
-    "secret-assignment": ("token", "key", "secret", "passw", "aws_"),
-    "bearer-token": ("bearer",),
-    "wandb-key": ("wandb login", "local-"),
-    "jwt": ("eyj",),
-    "hugging-face-token": ("hf_",),
-    "github-token": ("gh[pousr]_", "github_pat_"),
-    "api-key": ("sk-",),
-    "google-api-key": ("aiza",),
-    "slack-token": ("xox[abposr]-",),
-    "aws-key-id": ("akia", "asia"),
-    "url-user-info": ("://",),
-    "email": ("@",),
-    # a dotted quad has a dot before a digit; an IPv6 address three colons with hex digits between
-    "ip-address": (r"\.[0-9]", ":[0-9a-f]*:[0-9a-f]*:"),
-    "host-name": (rf"\.(?:{_TLDS})",),
-    "home-path": ("/home/", "/users/", "/root", r":(?:\\{1,2}|/)users"),
-}
-# Public sites gemmscope's own output cites (devices.py's sources, the JSON schemas' $schema):
-# not private, kept although the host-name rule matches them. `--keep` adds to these.
-PUBLIC_HOSTS = ("nvidia.com", "*.nvidia.com", "json-schema.org", "github.com", "pytorch.org", "*.pytorch.org")
 # Rules made from what a trace recorded (Redactor's arguments): their kinds, for the counts.
 RECORDED_SECRET, RECORDED_PATH, USER_OR_HOST_NAME = "recorded-secret", "recorded-path", "user-or-host-name"
 # What a document holds that has no text in it: left as it is without a call per value (a
@@ -148,26 +62,34 @@ class Redactor:
     Always: every rule of RULES. And what a trace recorded: `secret_values` (the values of
     secret-named environment variables and command-line options) wherever they appear; `paths`
     (absolute paths named in what scrub removes) wherever they appear as a whole path; `names`
-    (user and host names) as whole words. `keep`: shell patterns (`*.example.org`, `10.0.*`) of
+    (user and host names) as words of their own or glued into a name with `_` (alice_run3);
+    `machine_names` (those of the machine that writes what is shared, which a trace made
+    elsewhere may hold inside an identifier without naming anyone: torchinductor_root) as words
+    of their own. `keep`: shell patterns (`*.example.org`, `10.0.*`) of
     what stays although a rule matches it, besides PUBLIC_HOSTS. `counts`: what was redacted so
     far, per kind. Each distinct text is redacted once and remembered: a trace's names, and the
     documents made of them, repeat a few texts many times.
     """
 
     def __init__(self, secret_values: Iterable[str] = (), paths: Iterable[str] = (), names: Iterable[str] = (),
-                 keep: Iterable[str] = ()):
+                 keep: Iterable[str] = (), machine_names: Iterable[str] = ()):
         values = {v for v in secret_values if len(v) >= MIN_SECRET_LENGTH and v != REDACTED}
         paths = {p.rstrip("/") for p in paths} - {""}
         names = {n for n in names if n and n != REDACTED}
+        machine = {n for n in machine_names if n and n != REDACTED} - names
         rules = list(RULES)
         if values:
             rules.insert(2, (RECORDED_SECRET, _alternation(values)))
         if paths:
             rules.append((RECORDED_PATH, rf"(?<!{PATH_CHAR})(?<!/)(?:{_alternation(paths)})(?!{PATH_CHAR})"))
         if names:
-            rules.append((USER_OR_HOST_NAME, rf"(?<![A-Za-z0-9_])(?:{_alternation(names)})(?![A-Za-z0-9_])"))
+            # a word of its own, or of a name glued with `_` (alice_run3, ckpt_alice): not inside
+            # another word (malice, AliceWBackward0)
+            rules.append((USER_OR_HOST_NAME, rf"(?<![A-Za-z0-9])(?:{_alternation(names)})(?![A-Za-z0-9])"))
+        if machine:
+            rules.append((USER_OR_HOST_NAME, rf"(?<![A-Za-z0-9_])(?:{_alternation(machine)})(?![A-Za-z0-9_])"))
         # what any rule's match holds (TRIGGERS, and the recorded values themselves), on the text in lower case
-        recorded = [v.lower() for v in (*values, *paths, *names)]
+        recorded = [v.lower() for v in (*values, *paths, *names, *machine)]
         triggers = [trigger for kind, _ in RULES for trigger in TRIGGERS[kind]]
         self._could_match = re.compile("|".join(triggers + [_alternation(recorded)] * bool(recorded))).search
         self._trigger_passes = _by_first_character(triggers) + [re.compile(_alternation(recorded))] * bool(recorded)
@@ -187,6 +109,10 @@ class Redactor:
         if found:
             self.counts.update(found)
         return redacted
+
+    def finds(self, text: str) -> bool:
+        """Whether the redaction takes anything out of `text` (nothing counted)."""
+        return self._redacted(text)[0] != text
 
     def _redacted(self, text: str) -> tuple[str, Counter[str]]:
         """`text` redacted, and the kinds redacted in it (what each occurrence adds to the counts)."""

@@ -36,7 +36,8 @@ from gemmscope.assembly.attribution import EnclosingRanges, LoadedTrace
 from gemmscope.common import interruptible, scratch
 from gemmscope.common.atomic import written_whole
 from gemmscope.errors import InputError
-from gemmscope.redaction.policy import PATH_CHAR, REDACTED, SECRET_NAME, Redactor
+from gemmscope.redaction.policy import Redactor
+from gemmscope.redaction.rules import PATH_CHAR, REDACTED, SECRET_NAME, path_user_names
 from gemmscope.traces import kineto_json, nsys_tables
 from gemmscope.traces.model import Trace
 from gemmscope.traces.nsys_tables import command_lines
@@ -69,8 +70,12 @@ _PATH_IN_VALUE = re.compile(rf"(?<!{PATH_CHAR})/[^\s;:=\"',\x00]*")
 _SECRET_VARIABLE = re.compile(SECRET_NAME)
 _SECRET_OPTION = re.compile(rf"--?{SECRET_NAME}")
 _SECRET_OPTION_ASSIGNED = re.compile(rf"--?{SECRET_NAME}=(?P<value>.*)")
-# What scrub removes from nsys's own records whole (environment, command line, names): its kind.
-NSYS_RECORD = "nsys-record"
+# What scrub removes from nsys's own records whole (environment, command line, names): its kind;
+# and of the values no rule can read, replaced whole wherever they stand: BLOBs (an NVTX payload,
+# binary data in a text column) and text that is no UTF-8.
+NSYS_RECORD, BLOB, UNDECODABLE = "nsys-record", "blob", "undecodable-text"
+# Names shorter than this ("vm") are common words and parts of names, not a user's or a machine's own.
+_MIN_NAME_LENGTH = 3
 
 
 def recorded_redactor(exports: Iterable[str | Path], keep: Iterable[str] = ()) -> Redactor:
@@ -80,7 +85,7 @@ def recorded_redactor(exports: Iterable[str | Path], keep: Iterable[str] = ()) -
     of the machine that writes what is shared)."""
     secret_values: list[str] = []
     paths: list[str] = []
-    names = _local_names()
+    names: list[str] = []
     for export in exports:
         if kineto_json.is_kineto(Path(export)):
             names += kineto_json.recorded_names(Path(export))
@@ -97,7 +102,7 @@ def recorded_redactor(exports: Iterable[str | Path], keep: Iterable[str] = ()) -
                 elif _SECRET_OPTION.fullmatch(previous):
                     secret_values.append(argument)
         names += recorded_names
-    return Redactor(secret_values, paths, names, keep)
+    return Redactor(secret_values, paths, names, keep, machine_names=_local_names())
 
 
 def environment_redactor(environment: Mapping[str, str], keep: Iterable[str] = ()) -> Redactor:
@@ -105,9 +110,9 @@ def environment_redactor(environment: Mapping[str, str], keep: Iterable[str] = (
     what recorded_redactor learns from the one a trace recorded."""
     secret_values: list[str] = []
     paths: list[str] = []
-    names = _local_names()
+    names: list[str] = []
     _learn("\x00".join(f"{name}={value}" for name, value in environment.items()), secret_values, paths, names)
-    return Redactor(secret_values, paths, names, keep)
+    return Redactor(secret_values, paths, names, keep, machine_names=_local_names())
 
 
 def _learn(text: str, secret_values: list[str], paths: list[str], names: list[str]) -> None:
@@ -120,6 +125,9 @@ def _learn(text: str, secret_values: list[str], paths: list[str], names: list[st
         if name in _NAME_VARIABLES:
             names.append(value)
     paths += _PATH_IN_VALUE.findall(text)
+    # whose home or scratch folder a path is (HOME, PWD, the working directory): that user's name,
+    # also where it is glued into another (alice_run3); shorter names are common words
+    names += [name for name in path_user_names(text) if len(name) >= _MIN_NAME_LENGTH]
 
 
 def redacted_traces(items: Sequence[LoadedTrace], keep: Iterable[str] = ()) -> tuple[list[LoadedTrace], Redactor]:
@@ -181,8 +189,7 @@ def _local_names() -> list[str]:
     except (KeyError, OSError):  # no name for this uid (a container's)
         user = ""
     host = socket.gethostname()
-    # Shorter names ("vm") are common words and parts of names, not the user's or the machine's own.
-    return [name for name in (user, host, host.split(".")[0]) if len(name) >= 3]
+    return [name for name in (user, host, host.split(".")[0]) if len(name) >= _MIN_NAME_LENGTH]
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
@@ -198,40 +205,65 @@ def _recorded(conn: sqlite3.Connection) -> tuple[list[str], list[str]]:
     for table, key, value, patterns in _REDACT:
         if table in tables:
             for pattern in patterns:
-                values = [v for (v,) in conn.execute(f"SELECT {value} FROM {table} WHERE {key} LIKE ?", (pattern,))
-                          if v]
+                values = _texts(conn, value, f"{table} WHERE {key} LIKE ?", (pattern,))
                 removed += values
                 names += values if pattern in _NAME_KEYS else []
     for table, key, column, pattern in _DELETE:
         if table in tables:
-            removed += [v for (v,) in conn.execute(f"SELECT {column} FROM {table} WHERE {key} LIKE ?", (pattern,)) if v]
+            removed += _texts(conn, column, f"{table} WHERE {key} LIKE ?", (pattern,))
     if "StringIds" in tables:
-        removed += [value for (value,) in conn.execute("SELECT value FROM StringIds")
-                    if value and _ENV_ASSIGNMENT.match(value)]
+        removed += [value for value in _texts(conn, "value", "StringIds") if _ENV_ASSIGNMENT.match(value)]
     return removed, names
 
 
+def _texts(conn: sqlite3.Connection, column: str, rows: str, parameters: tuple = ()) -> list[str]:
+    """The non-empty values of `column` of `rows` (a table and its WHERE clause) as text, whatever
+    SQLite holds: read as bytes (Python fails on text that is no UTF-8), a BLOB's or an
+    undecodable text's decoded with replacement characters (what they tell is learned; the
+    values themselves are replaced whole)."""
+    return [raw.decode("utf-8", "replace")
+            for (raw,) in conn.execute(f"SELECT CAST({column} AS BLOB) FROM {rows}", parameters) if raw]
+
+
 def _redact_table(conn: sqlite3.Connection, table: str, redactor: Redactor) -> None:
-    """Redact every text value of `table`, each distinct value once (NVTX text repeats a few
-    names millions of times), updating the rows that hold a changed value in one join."""
+    """Redact every value of `table` no rule may leave: each distinct text once (NVTX text repeats
+    a few names millions of times), updating the rows that hold a changed value in one join;
+    text that is no UTF-8 and BLOBs (which no rule can read) replaced whole."""
     columns = [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')]
     if not columns:
         return
-    holds_text = conn.execute("SELECT " + ", ".join(
-        f"max(typeof(\"{c}\") = 'text')" for c in columns) + f' FROM "{table}"').fetchone()
-    for column, has_text in zip(columns, holds_text):
+    held = conn.execute("SELECT " + ", ".join(f"max(typeof(\"{c}\") = 'text'), max(typeof(\"{c}\") = 'blob')"
+                                              for c in columns) + f' FROM "{table}"').fetchone()
+    for at, column in enumerate(columns):
+        has_text, has_blob = held[2 * at], held[2 * at + 1]
+        if has_blob:
+            redactor.counts[BLOB] += conn.execute(
+                f'UPDATE "{table}" SET "{column}" = ? WHERE typeof("{column}") = \'blob\'', (REDACTED,)).rowcount
         if not has_text:
             continue
-        changed = [(value, redacted) for (value,) in conn.execute(
-            f'SELECT DISTINCT "{column}" FROM "{table}" WHERE typeof("{column}") = \'text\'')
-            if (redacted := redactor(value)) != value]
+        # as bytes: SQLite's text need not be UTF-8, and Python fails on a value that is not
+        changed = [(raw, redacted) for (raw,) in conn.execute(
+            f'SELECT DISTINCT CAST("{column}" AS BLOB) FROM "{table}" WHERE typeof("{column}") = \'text\'')
+            if (redacted := _redacted_text(raw, redactor)) is not None]
         if not changed:
             continue
-        conn.execute("CREATE TEMP TABLE redacted_values (value TEXT PRIMARY KEY, redacted TEXT)")
+        conn.execute("CREATE TEMP TABLE redacted_values (value BLOB PRIMARY KEY, redacted TEXT)")
         conn.executemany("INSERT INTO redacted_values VALUES (?, ?)", changed)
         conn.execute(f'UPDATE "{table}" SET "{column}" = r.redacted FROM redacted_values AS r '
-                     f'WHERE "{table}"."{column}" = r.value')
+                     f'WHERE typeof("{table}"."{column}") = \'text\' AND CAST("{table}"."{column}" AS BLOB) = r.value')
         conn.execute("DROP TABLE redacted_values")
+
+
+def _redacted_text(raw: bytes, redactor: Redactor) -> str | None:
+    """A text value's bytes redacted, or None where the redaction leaves it as it is; one that is
+    no UTF-8 (no rule can read it) replaced whole."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        redactor.counts[UNDECODABLE] += 1
+        return REDACTED
+    redacted = redactor(text)
+    return None if redacted == text else redacted
 
 
 def check_output(out: Path, inputs: Iterable[Path], command: str) -> None:
@@ -263,7 +295,7 @@ def scrub(trace: str | Path | Trace, out: str | Path, redactor: Redactor | None 
     try:
         shutil.copyfile(source, work)
         with closing(sqlite3.connect(work)) as conn, interruptible.sqlite_statements(conn):
-            _scrub_export(conn, redactor)
+            _scrub_export(conn, redactor, given)
         with written_whole(out) as partial:
             if out.suffix == ".xz":
                 interruptible.xz_compress(work, partial)
@@ -282,8 +314,12 @@ def _scrub_kineto(source: Path, out: Path, redactor: Redactor) -> Path:
     return out
 
 
-def _scrub_export(conn: sqlite3.Connection, redactor: Redactor) -> None:
-    """Remove what nsys records about the machine and the user, and redact every text column."""
+def _scrub_export(conn: sqlite3.Connection, redactor: Redactor, given: Path) -> None:
+    """Remove what nsys records about the machine and the user, and redact every value; refuse
+    (InputError) where what is left could not be made safe."""
+    # A trigger would run as values are redacted (copying the old ones elsewhere): nsys writes none.
+    for (trigger,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        conn.execute(f'DROP TRIGGER "{trigger}"')
     tables = _tables(conn)
     for table, key, value, patterns in _REDACT:
         if table in tables:
@@ -294,11 +330,33 @@ def _scrub_export(conn: sqlite3.Connection, redactor: Redactor) -> None:
     for table, key, _value, pattern in _DELETE:
         if table in tables:
             redactor.counts[NSYS_RECORD] += conn.execute(f"DELETE FROM {table} WHERE {key} LIKE ?", (pattern,)).rowcount
-    env_strings = [string_id for string_id, value in conn.execute("SELECT id, value FROM StringIds")
-                   if value and _ENV_ASSIGNMENT.match(value)]
+    env_strings = [string_id for string_id, raw in conn.execute("SELECT id, CAST(value AS BLOB) FROM StringIds")
+                   if raw and _ENV_ASSIGNMENT.match(raw.decode("utf-8", "replace"))]
     conn.executemany("UPDATE StringIds SET value = ? WHERE id = ?", [(REDACTED, i) for i in env_strings])
     redactor.counts[NSYS_RECORD] += len(env_strings)
-    for table in sorted(tables):
-        _redact_table(conn, table, redactor)
+    try:
+        for table in sorted(tables):
+            _redact_table(conn, table, redactor)
+    except sqlite3.IntegrityError as exc:  # a value its table's constraints do not let be replaced
+        raise InputError(f"scrub cannot make {given} safe to share: a value it must redact cannot be replaced "
+                         f"({exc}); nothing written") from None
+    if unsafe := _unsafe_schema(conn):
+        raise InputError(f"scrub cannot make {given} safe to share: the definition of its {', '.join(unsafe)} holds "
+                         "what the redaction takes out, or text that is no UTF-8, and scrub rewrites values, not "
+                         "definitions; nothing written")
     conn.commit()
     conn.execute("VACUUM")  # freed pages would still hold the old values
+
+
+def _unsafe_schema(conn: sqlite3.Connection) -> list[str]:
+    """The schema's entries (tables, with their columns, views, indexes) whose name or definition
+    holds what a rule of the redaction policy takes out or text that is no UTF-8: "table X",
+    "view Y". By the rules' shapes alone: nsys's own definitions say "root rank" (this machine's
+    user may be root)."""
+    redactor, unsafe = Redactor(), []
+    for kind, name, definition in conn.execute(
+            "SELECT type, CAST(name AS BLOB), CAST(sql AS BLOB) FROM sqlite_master").fetchall():
+        texts = [raw.decode("utf-8", "replace") for raw in (name, definition) if raw is not None]
+        if any("\ufffd" in text or redactor.finds(text) for text in texts):
+            unsafe.append(f"{kind} {redactor(texts[0])}")
+    return unsafe

@@ -77,6 +77,15 @@ class DamagedTrace(Exception):
         return f"{given} is a damaged trace: {self.what}"
 
 
+def shown_value(value: object) -> str:
+    """A value a damaged record holds where text belongs, as its error line says it: bytes by their
+    length alone (a BLOB may hold a secret no redaction rule can read, and the line is shared as
+    a report is), anything else as Python writes it, cut short."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"a BLOB of {len(value)} bytes"
+    return f"{value!r:.40}"
+
+
 def check_records(kernels: pd.DataFrame, memops: pd.DataFrame, api_calls: pd.DataFrame, ranges: pd.DataFrame) -> None:
     """Refuse a trace (its frames, times in ns) whose records lie outside physics (DamagedTrace): a GPU activity, CUDA call or
     NVTX range without a start (or, but for a range left open, an end), one that ends before it

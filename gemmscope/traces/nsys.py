@@ -32,6 +32,7 @@ from gemmscope.traces.model import (
     process_id,
     refuse_missing,
     refuse_where,
+    shown_value,
     thread_id,
 )
 from gemmscope.traces.nsys_tables import (
@@ -82,7 +83,7 @@ def check_strings(export: Path, name: Path | str) -> None:
         raise InputError(f"{name} is a damaged or truncated SQLite file ({exc})") from None
     if found is not None:
         row, value = found
-        raise InputError(DamagedTrace(f"StringIds.value is {value!r:.40} in row {row}, not text").message(name))
+        raise InputError(DamagedTrace(f"StringIds.value is {shown_value(value)} in row {row}, not text").message(name))
 
 
 # What a file that is no SQLite export is, by its first bytes (said instead of "not SQLite").

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from gemmscope.errors import InputError
-from gemmscope.traces.model import DamagedTrace
+from gemmscope.traces.model import DamagedTrace, shown_value
 
 # Stands for SQL NULL in an integer column fetched as text (no nsys id or time takes it).
 NULL = -(1 << 63)
@@ -52,7 +52,7 @@ def refuse_non_text(values: pd.Series, required: np.ndarray, column: str, rows: 
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         where = f"row {rows.iloc[first]}" if rows is not None else f"record {first + 1}"
-        raise DamagedTrace(f"{column} is {values.iloc[first]!r:.40} in {where}, not text")
+        raise DamagedTrace(f"{column} is {shown_value(values.iloc[first])} in {where}, not text")
 
 
 def read_only(path: Path) -> sqlite3.Connection:
