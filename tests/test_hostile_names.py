@@ -34,7 +34,8 @@ CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a
 # fetches an image; one that is a live formula; a kernel name that is one more after a pipe.
 ESCAPES = "x\x1b]0;pwned\x07\x1b[2J\x9b1;1HPASS\r<img src=http://evil.example/a.png>\n\n# All GEMMs PASS\u202e"
 FORMULA = '=HYPERLINK("http://evil.example","ok")'
-KERNEL_TAIL = "@SUM(1)|+cmd\x1b[31m"
+# after a space: a name glued to "@SUM" reads as user@host, which a shared copy redacts whole
+KERNEL_TAIL = " @SUM(1)|+cmd\x1b[31m"
 
 
 def _sql(text: str) -> str:
