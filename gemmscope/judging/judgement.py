@@ -37,10 +37,9 @@ Where gemmscope's hook recorded what TE was handed, a FALLBACK says why (``cause
 operands of another precision (``requested-bf16``: a layer outside autocast, or a recipe that
 keeps this GEMM in high precision; ``backward-override``: a backward GEMM of a recipe whose
 ``backward_override`` runs it on high-precision operands, `request_cause` says which;
-``module-recipe``: a module whose own recipe asked another, Megatron-Core's quant_recipe, whose
-config and matcher `request_cause` names), TE was
-handed the requested precision and the kernel still ran another (``kernel-differs``), the GEMM ran
-outside TE (``outside-te``), or nothing recorded it (``no-record``).
+``module-recipe``: a module's own recipe, Megatron-Core's quant_recipe, asked another: its config
+and matcher in `request_cause`), TE was handed the requested precision and the kernel still ran
+another (``kernel-differs``), the GEMM ran outside TE (``outside-te``), or no record (``no-record``).
 
 Several traces (one per rank, or one holding every rank) are checked together, assembled as one
 job first (gemmscope.assembly.job: each GEMM keeps its trace and rank), then judged (`judge`);
@@ -396,8 +395,7 @@ def _request_causes(gemms: pd.DataFrame, backward_overrides: list[str], module_r
     backward_override (one override for the run: TE's autocast regions do not say which forward a
     backward GEMM belongs to), of a module whose forward GEMMs asked low precision (a layer left
     outside autocast asks high precision in both passes, for another reason). None elsewhere."""
-    cause = gemms["layer"].map(module_recipes).astype("object") if module_recipes else pd.Series(
-        None, index=gemms.index, dtype="object")
+    cause = gemms["layer"].map(module_recipes).astype("object")  # NaN where no module recipe asked
     if len(backward_overrides) == 1:
         module = gemms["layer"].astype(str) + "|" + gemms["module"].astype(str)
         forward_low = (gemms["te_pass"] == "fprop") & gemms["requested"].notna() & ~gemms["requested"].isin(

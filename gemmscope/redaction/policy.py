@@ -1,7 +1,7 @@
 """The redaction policy: what is taken out of every text gemmscope writes for a person to paste or
 share (docs/redaction.md), and the `Redactor` that applies it.
 
-The rules are text rules only (gemmscope.redaction.rules' `RULES`: tokens and keys recognisable by
+The rules are text rules only (gemmscope.redaction.secret_rules' `RULES`: tokens and keys recognisable by
 their shape or their name, e-mail addresses, user@host, host names, IP addresses, home and
 per-user directories, Windows shares, user names in URLs), plus what a trace
 recorded (secret values, paths, user and host names), given to the Redactor by whoever read it
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gemmscope.redaction.rules import MIN_SECRET_LENGTH, PATH_CHAR, PUBLIC_HOSTS, REDACTED, RULES, TRIGGERS
+from gemmscope.redaction.secret_rules import MIN_SECRET_LENGTH, PATH_CHAR, PUBLIC_HOSTS, REDACTED, RULES, TRIGGERS
 
 # Rules made from what a trace recorded (Redactor's arguments): their kinds, for the counts.
 RECORDED_SECRET, RECORDED_PATH, USER_OR_HOST_NAME = "recorded-secret", "recorded-path", "user-or-host-name"

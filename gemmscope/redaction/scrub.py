@@ -37,7 +37,7 @@ from gemmscope.common import interruptible, scratch
 from gemmscope.common.atomic import written_whole
 from gemmscope.errors import InputError
 from gemmscope.redaction.policy import Redactor
-from gemmscope.redaction.rules import PATH_CHAR, REDACTED, SECRET_NAME, path_user_names
+from gemmscope.redaction.secret_rules import PATH_CHAR, REDACTED, SECRET_NAME, path_user_names
 from gemmscope.traces import kineto_json, nsys_tables
 from gemmscope.traces.model import Trace
 from gemmscope.traces.nsys_tables import command_lines
