@@ -75,7 +75,8 @@ def test_plain_named_values_are_kept(name):
     ("/home/alice/x.py", f"{REDACTED}/x.py"),
     ("in /Users/bob: ok", f"in {REDACTED}: ok"),
     ("/root/.cache and /root", f"{REDACTED}/.cache and {REDACTED}"),
-    ("/homes/alice/x.py /rootfs/x /Users and /usr/bin", None),
+    ("/homes/alice/x.py", f"/homes/{REDACTED}/x.py"),  # a per-user path: the user, not the folder
+    ("/rootfs/x /Users and /usr/bin", None),
 ])
 def test_home_directories(text, redacted):
     assert Redactor()(text) == (text if redacted is None else redacted)

@@ -1,5 +1,5 @@
 """How people ask for precision in 2026, judged on real runs captured on an H100 by `gemmscope verify
---profiler torch` (tests/fixtures/gpu/kineto/README.md: the command lines), each program counting
+--profiler torch` (tests/fixtures/gpu/kineto/README.md: the command lines; the traces in its requests_2026/), each program counting
 what it ran itself (`*.expected.json`), not from gemmscope:
 
 - Megatron-Core's per-module recipe (`--te-precision-config-file`, megatron-core 0.19.0): every
@@ -12,8 +12,8 @@ from collections import Counter
 from cli_runner import invoke
 from fixture_paths import GPU_KINETO
 
-MEGATRON = GPU_KINETO / "megatron_per_module.json.gz"
-TORCHAO = GPU_KINETO / "torchao_emulated.json.gz"
+MEGATRON = GPU_KINETO / "requests_2026" / "megatron_per_module.json.gz"
+TORCHAO = GPU_KINETO / "requests_2026" / "torchao_emulated.json.gz"
 
 
 def _expected(trace) -> dict:
