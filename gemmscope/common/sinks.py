@@ -58,15 +58,6 @@ _FORMULA_LEAD = re.compile(r"[=+\-@\t\r]")
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
-def for_csv_cell(value: Any) -> Any:
-    """A CSV cell a spreadsheet shows as text: one starting as a formula gets a leading `'`
-    (OWASP's CSV-injection guidance), a plain number stays a number; line breaks are the CSV
-    writer's to quote (csv_text)."""
-    if isinstance(value, str) and _FORMULA_LEAD.match(value) and not _PLAIN_NUMBER.fullmatch(value):
-        return "'" + value
-    return value
-
-
 def text_columns(frame: pd.DataFrame) -> list[Any]:
     """The columns of `frame` that may hold text (object or string dtype)."""
     from pandas.api.types import is_string_dtype
@@ -75,7 +66,9 @@ def text_columns(frame: pd.DataFrame) -> list[Any]:
 
 
 def csv_cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """for_csv_cell over every text cell of `frame`, a column at a time."""
+    """Every text cell of `frame` as a spreadsheet shows it as text: one starting as a formula gets a
+    leading `'` (OWASP's CSV-injection guidance), a plain number stays a number; line breaks are the
+    CSV writer's to quote (tables.csv_text). A column at a time."""
     out = frame.copy()
     for column in text_columns(frame):
         values = frame[column]
